@@ -1,0 +1,80 @@
+// Event specs by name, opening them with perf_event_open, and reading them.
+//
+// Pure C++ (no torch, no Python): the unit that knows the kernel's perf ABI. Every failure is
+// turned into an errno plus a sentence a user can act on, because "perf_event_open: EACCES"
+// tells nobody whether to change perf_event_paranoid, leave a container or raise ulimit -n.
+#pragma once
+
+#include <linux/perf_event.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cpuprof {
+
+enum class EventKind : uint8_t { Hardware, HardwareCache, Software, Raw, Pmu, Tracepoint };
+
+const char* event_kind_name(EventKind kind);
+
+struct EventSpec {
+  std::string name;  // as the user wrote it, e.g. "cycles:u" or "sched:sched_switch"
+  EventKind kind = EventKind::Software;
+  uint32_t type = 0;  // perf_event_attr.type
+  uint64_t config = 0, config1 = 0, config2 = 0;
+  bool exclude_kernel = false;
+  bool exclude_user = false;
+};
+
+struct ParseResult {
+  bool ok = false;
+  EventSpec spec;
+  std::string error;  // one line: why the name is not an event here
+};
+
+// Parses every syntax perf accepts that cpuprof supports: generic hardware and software names,
+// hardware cache names ("LLC-load-misses"), raw "rNNNN", "pmu/event=..,umask=../" and
+// "pmu/named-event/" resolved through sysfs, and "subsystem:tracepoint". A ":u"/":k" suffix
+// restricts to user or kernel mode. `sysfs_root` is "/sys" except in tests that give a fake tree.
+ParseResult parse_event(const std::string& name, const std::string& sysfs_root = "/sys");
+
+// The names parse_event knows without sysfs, for `doctor` and error messages.
+std::vector<std::string> generic_event_names();
+
+// Why an event could not be opened, as one sentence. Reads perf_event_paranoid, the seccomp
+// mode and RLIMIT_NOFILE so the sentence names the setting that is in the way.
+std::string open_error_reason(int err, const EventSpec& spec);
+
+// perf_event_open, returning the fd or -errno. Fault injection (for tests of the error paths)
+// makes the next `count` calls fail with `err`; count < 0 means every call until cleared.
+int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format);
+void inject_open_errno(int err, int count);
+
+struct ProbeResult {
+  std::string name;
+  bool ok = false;
+  int err = 0;
+  std::string reason;  // empty when ok
+  std::string kind;
+};
+
+// Opens the event on the calling thread, reads it once and closes it.
+ProbeResult probe_event(const std::string& name, const std::string& sysfs_root = "/sys");
+
+// Multiplexed counts are scaled by time_enabled / time_running, as perf stat does. A count
+// whose group never ran is unknown, not zero: the caller gets `ran == false`.
+struct ScaledCount {
+  double value = 0;
+  bool scaled = false;
+  bool ran = false;
+};
+ScaledCount scale_count(uint64_t raw, uint64_t time_enabled, uint64_t time_running);
+
+// For tests of the scaling path on machines without a PMU (software events never multiplex):
+// reports time_running as this fraction of time_enabled and the raw values scaled down to
+// match, as the kernel would for a group that was scheduled that fraction of the time.
+void inject_running_fraction(double fraction);
+double injected_running_fraction();
+
+}  // namespace cpuprof

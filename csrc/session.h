@@ -1,0 +1,223 @@
+// One profiling session: the accounting state that every collector shares.
+//
+// The op hook (RecordFunction callbacks) and the sampler thread both write into this state; the
+// bindings read it out as a snapshot. There is one session per process because RecordFunction
+// callbacks are plain function pointers with no user data. The per-op entry points (begin_op /
+// end_op) are here, free of torch types, so the accounting can be reasoned about and tested on
+// its own; op_hook.cpp only turns a RecordFunction into a key.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "op_table.h"
+#include "perf_events.h"
+#include "thread_registry.h"
+
+namespace cpuprof {
+
+constexpr int kMaxDepth = 64;
+constexpr int kMaxDispatchThreads = 32;
+
+enum class CountingMode : uint8_t {
+  // Reads every thread's counters at every op boundary: exact per-op deltas, ~2 read()s per
+  // thread per op.
+  Exact = 0,
+  // Ops only take timestamps; the sampler reads all threads every interval and charges each
+  // delta to the op running at that moment. Statistical per op, near-free on the op path.
+  Sampled = 1,
+};
+
+struct SessionConfig {
+  std::vector<std::string> events;
+  CountingMode mode = CountingMode::Sampled;
+  bool record_shapes = true;
+  int sample_interval_us = 1000;
+  int op_capacity = 2048;
+  size_t span_capacity = 0;
+  int max_threads = kMaxThreads;
+  std::string sysfs_root = "/sys";
+};
+
+struct DroppedEvent {
+  std::string name;
+  int err = 0;
+  std::string reason;
+};
+
+struct Frame {
+  uint32_t entry;
+  uint32_t child_region;  // region in force for this op's children
+  int64_t start_ns;
+  int64_t child_ns;       // inclusive time of direct children
+  int64_t hook_ns_at_start;
+  uint64_t team;  // exact mode: thread slots read at begin, and so at end
+};
+
+// Per dispatching thread (a thread that runs ATen ops). Owned by that thread on the op path;
+// `depth` and `stack` are also read by the sampler, hence atomic.
+struct DispatchState {
+  pid_t tid = 0;
+  int slot = -1;  // registry slot of this thread
+  int local_depth = 0;  // may exceed kMaxDepth; frames beyond it are not recorded
+  std::atomic<int> depth{0};
+  std::atomic<uint32_t> stack[kMaxDepth];
+  std::atomic<int64_t> last_begin_ns{0};
+  std::atomic<int64_t> hook_ns{0};
+  Frame frames[kMaxDepth];
+  // Exact mode: per frame, every thread's counters at the op's start, and the inclusive deltas
+  // of its children ([depth][slot][event]).
+  std::unique_ptr<uint64_t[]> start_counts;
+  std::unique_ptr<uint64_t[]> child_counts;
+};
+
+struct ThreadSnapshot {
+  pid_t tid;
+  std::string name;
+  int64_t opened_ns;
+  int open_errno;
+  std::vector<uint64_t> totals;
+  uint32_t scaled;
+  uint32_t counted;
+};
+
+class Sampler;
+
+class Session {
+ public:
+  static Session& instance();
+
+  // Returns the events that were dropped (with reasons). Throws std::runtime_error when a
+  // session is already running or no requested event can be counted and none were optional.
+  std::vector<DroppedEvent> start(const SessionConfig& config);
+  void stop();
+  bool running() const { return running_.load(std::memory_order_acquire); }
+
+  // --- the per-op path ---------------------------------------------------------------------
+  // Both return false when the session is not running; otherwise the caller must call leave().
+  bool enter() {
+    in_flight_.fetch_add(1, std::memory_order_seq_cst);
+    if (running_.load(std::memory_order_seq_cst)) return true;
+    in_flight_.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  void leave() { in_flight_.fetch_sub(1, std::memory_order_release); }
+  DispatchState* dispatch_state();
+  // `enter_ns` is when the callback was entered. `fill` writes name/shapes into a new entry. `key_hash` covers name and shapes; the region
+  // and kind are mixed in here.
+  template <typename Fill>
+  void begin_op(DispatchState* state, int64_t enter_ns, uint64_t key_hash, bool is_region, Fill&& fill);
+  void end_op(DispatchState* state, int64_t enter_ns);
+  bool record_shapes() const { return config_.record_shapes; }
+  // An op on a thread beyond kMaxDispatchThreads: timed by nobody, counted here.
+  void count_unattributed() { no_state_.fetch_add(1, std::memory_order_relaxed); }
+
+  // --- read-out ------------------------------------------------------------------------------
+  const SessionConfig& config() const { return config_; }
+  const std::vector<EventSpec>& events() const { return events_; }
+  const OpTable& table() const { return table_; }
+  const SpanRing& spans() const { return spans_; }
+  std::vector<ThreadSnapshot> thread_snapshots() const;
+  const ThreadRegistry& registry() const { return registry_; }
+  int64_t started_ns() const { return started_ns_; }
+  int64_t stopped_ns() const { return stopped_ns_; }
+  uint64_t ops_seen() const { return ops_seen_.load(std::memory_order_relaxed); }
+  uint64_t too_deep() const { return too_deep_.load(std::memory_order_relaxed); }
+  uint64_t unattributed_threads() const { return no_state_.load(std::memory_order_relaxed); }
+  int64_t hook_ns() const;
+  int64_t sampler_cpu_ns() const;
+  uint64_t sampler_ticks() const;
+  int dispatch_threads() const { return pool_used_.load(std::memory_order_relaxed); }
+
+  // Used by the sampler.
+  ThreadRegistry& mutable_registry() { return registry_; }
+  OpTable& mutable_table() { return table_; }
+  DispatchState* pool_state(int i) { return pool_[i].get(); }
+  // Exact mode reads only threads that have done work since the session started (the "team"):
+  // a read() costs ~1 µs here, and processes carry threads that never run (signal handlers,
+  // idle pools). The sampler adds a thread the tick after it first does anything.
+  void join_team(int slot) {
+    if (slot >= 0 && slot < 64) team_mask_.fetch_or(1ULL << slot, std::memory_order_relaxed);
+  }
+  uint64_t team_mask() const { return team_mask_.load(std::memory_order_relaxed); }
+
+ private:
+  Session() = default;
+  void read_all(uint64_t* out, uint64_t team);
+
+  SessionConfig config_;
+  std::vector<EventSpec> events_;
+  ThreadRegistry registry_;
+  OpTable table_;
+  SpanRing spans_;
+  std::unique_ptr<DispatchState> pool_[kMaxDispatchThreads];
+  std::atomic<int> pool_used_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> running_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> team_mask_{0};
+  std::atomic<uint64_t> ops_seen_{0};
+  std::atomic<uint64_t> too_deep_{0};
+  std::atomic<uint64_t> no_state_{0};
+  bool cpu_clock_event_[kMaxEvents] = {};  // task-clock / cpu-clock: nanoseconds of CPU
+  int n_slots_ = 0;  // thread slots in the op table and in exact-mode snapshots
+  int64_t started_ns_ = 0;
+  int64_t stopped_ns_ = 0;
+  std::unique_ptr<Sampler> sampler_;
+  std::mutex lifecycle_;
+};
+
+// --- inline per-op path --------------------------------------------------------------------
+
+inline uint64_t mix_hash(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+template <typename Fill>
+void Session::begin_op(DispatchState* state, int64_t enter_ns, uint64_t key_hash, bool is_region,
+                       Fill&& fill) {
+  const int d = state->local_depth++;
+  if (d >= kMaxDepth) {
+    too_deep_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // `enter_ns` is taken by the caller before it hashed the key, so the hook's whole cost is
+  // counted as overhead and kept out of the op's time.
+  const uint32_t parent_region = d > 0 ? state->frames[d - 1].child_region : 0;
+  const uint64_t hash = mix_hash(mix_hash(key_hash, parent_region), is_region ? 2 : 1);
+  const uint32_t entry = table_.find_or_insert(hash, [&](OpEntry& e) {
+    e.kind = is_region ? EntryKind::Region : EntryKind::Op;
+    e.region = parent_region;
+    fill(e);
+  });
+  Frame& frame = state->frames[d];
+  frame.entry = entry;
+  frame.child_region = is_region ? entry : parent_region;
+  frame.child_ns = 0;
+  state->stack[d].store(entry, std::memory_order_relaxed);
+  state->depth.store(d + 1, std::memory_order_release);
+  if (config_.mode == CountingMode::Exact) {
+    const size_t stride = static_cast<size_t>(n_slots_) * events_.size();
+    frame.team = team_mask_.load(std::memory_order_relaxed);
+    read_all(state->start_counts.get() + d * stride, frame.team);
+    std::memset(state->child_counts.get() + d * stride, 0, stride * sizeof(uint64_t));
+  }
+  const int64_t begin_ns = now_ns();
+  frame.start_ns = begin_ns;
+  state->last_begin_ns.store(begin_ns, std::memory_order_relaxed);
+  const int64_t hook = state->hook_ns.load(std::memory_order_relaxed) + (begin_ns - enter_ns);
+  state->hook_ns.store(hook, std::memory_order_relaxed);
+  frame.hook_ns_at_start = hook;
+}
+
+}  // namespace cpuprof

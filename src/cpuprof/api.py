@@ -1,0 +1,252 @@
+"""The Python API: ``cpuprof.profile()`` and ``cpuprof.region()``.
+
+    with cpuprof.profile() as prof:
+        model.generate(...)
+    prof.report(); prof.export("out/")
+
+The session lives in the C++ core; this module only resolves options, starts and stops it, and
+turns the core's snapshot into a :class:`~cpuprof.model.Profile`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from . import __version__, events as event_presets, native
+from .errors import UsageError
+from .model import (
+    Collection, DroppedEvent, EventInfo, Limits, OpStat, Overhead, Profile, Spans, ThreadStat,
+)
+
+MODES = ("sampled", "exact")
+
+
+def _warn(message: str) -> None:
+    print(f"cpuprof: warning: {message}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def region(name: str) -> Iterator[None]:
+    """Marks a user region; ops inside it are keyed by it, and it gets its own time and counters.
+
+    It is a RecordFunction user scope, the same mechanism as ``torch.profiler.record_function``,
+    so torch.profiler traces show it too.
+    """
+    import torch
+
+    with torch.autograd.profiler.record_function(name):
+        yield
+
+
+class profile:
+    """Profiles every ATen op, with counters of every thread of the process.
+
+    ``mode="sampled"`` (default) keeps the op path to two timestamps and charges counter deltas
+    to ops from a sampler thread every ``sample_interval_us``; ``mode="exact"`` reads every
+    thread's counters at every op boundary (exact per op, about two ``read()``s per thread per op).
+    ``timeline`` is the capacity of the span ring (0: aggregates only).
+    """
+
+    def __init__(
+        self,
+        events: str | list[str] | None = None,
+        *,
+        mode: str = "sampled",
+        record_shapes: bool = True,
+        sample_interval_us: int = 1000,
+        op_capacity: int = 2048,
+        timeline: int = 0,
+        max_threads: int = 64,
+        warn: bool = True,
+    ) -> None:
+        if mode not in MODES:
+            raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+        if sample_interval_us < 50:
+            raise UsageError(f"sample interval {sample_interval_us} µs is too short; use at least 50")
+        if op_capacity < 16 or timeline < 0 or not 1 <= max_threads <= 64:
+            raise UsageError("op_capacity must be >= 16, timeline >= 0 and max_threads in 1..64")
+        self.event_names = event_presets.resolve(events)
+        self.mode = mode
+        self.record_shapes = record_shapes
+        self.sample_interval_us = sample_interval_us
+        self.op_capacity = op_capacity
+        self.timeline = timeline
+        self.max_threads = max_threads
+        self.warn = warn
+        self.dropped: list[DroppedEvent] = []
+        self.profile: Profile | None = None
+        self._native: Any = None
+        self.meta: dict[str, Any] = {}
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> "profile":
+        self._native = native.load()
+        event_presets.validate_names(self.event_names, self._native)
+        if self._native.running():
+            raise UsageError("a cpuprof profile is already running in this process")
+        dropped = self._native.start(
+            self.event_names,
+            mode=self.mode,
+            record_shapes=self.record_shapes,
+            sample_interval_us=self.sample_interval_us,
+            op_capacity=self.op_capacity,
+            span_capacity=self.timeline,
+            max_threads=self.max_threads,
+        )
+        self.dropped = [DroppedEvent(name=d["name"], reason=d["reason"], errno=d["errno"]) for d in dropped]
+        if self.warn:
+            by_reason: dict[str, list[str]] = {}
+            for d in self.dropped:
+                by_reason.setdefault(d.reason, []).append(d.name)
+            for reason, names in by_reason.items():
+                _warn(f"dropped {', '.join(names)}: {reason}")
+        import torch
+
+        self.meta = {
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpuprof_version": __version__,
+            "torch_version": torch.__version__,
+            "python": sys.version.split()[0],
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+        }
+        return self
+
+    def stop(self) -> Profile:
+        if self._native is None:
+            raise UsageError("profile.stop() called before start()")
+        self._native.stop()
+        self.profile = self._build(complete=True)
+        return self.profile
+
+    @property
+    def started(self) -> bool:
+        return self._native is not None
+
+    @property
+    def running(self) -> bool:
+        return self._native is not None and bool(self._native.running())
+
+    def snapshot(self) -> Profile:
+        """The profile so far, without stopping: what a checkpoint writes."""
+        if self._native is None:
+            raise UsageError("profile.snapshot() called before start()")
+        return self._build(complete=not self._native.running())
+
+    def __enter__(self) -> "profile":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._native is not None and self._native.running():
+            self.stop()
+
+    # -- output -------------------------------------------------------------------------------
+    def report(self, file: TextIO | None = None, top: int = 20) -> None:
+        from .reports import terminal
+
+        terminal.render(self._require(), file or sys.stdout, top=top)
+
+    def export(self, directory: str | os.PathLike[str]) -> Path:
+        return self._require().save(directory)
+
+    def _require(self) -> Profile:
+        if self.profile is None:
+            raise UsageError("no profile yet: use the profile as a context manager or call stop()")
+        return self.profile
+
+    def _build(self, complete: bool) -> Profile:
+        return build_profile(self._native.snapshot(), self.meta, self.dropped, complete=complete)
+
+
+def build_profile(snap: dict[str, Any], meta: dict[str, Any], dropped: list[DroppedEvent],
+                  complete: bool = True) -> Profile:
+    """Turns the core's snapshot into the profile model."""
+    from . import capabilities
+
+    names = [e["name"] for e in snap["events"]]
+    stopped_ns = snap["stopped_ns"] if not snap["running"] and snap["stopped_ns"] else snap["now_ns"]
+    dispatch = set(snap["dispatch_tids"])
+    threads = []
+    for t in snap["threads"]:
+        counters = dict(zip(names, t["totals"]))
+        counted = t["counted"]
+        if t["tid"] in dispatch:
+            role = "dispatch"
+        elif any(counted) and counters.get("task-clock", 0) > 0:
+            role = "worker"
+        else:
+            role = "idle"
+        threads.append(ThreadStat(
+            tid=t["tid"], name=t["name"], role=role, counters=counters,
+            scaled=[n for n, s in zip(names, t["scaled"]) if s],
+            uncounted=[n for n, c in zip(names, counted) if not c],
+            opened_ns=t["opened_ns"],
+        ))
+    n_threads = len(threads)
+    by_index = {e["index"]: e for e in snap["entries"]}
+
+    def region_path(index: int) -> str | None:
+        parts = []
+        seen = set()
+        while index and index in by_index and index not in seen:
+            seen.add(index)
+            parts.append(by_index[index]["name"])
+            index = by_index[index]["region"]
+        return "/".join(reversed(parts)) or None
+
+    def per_event(rows: list[list[int]]) -> dict[str, list[int]]:
+        padded = [row for row in rows] + [[0] * len(names)] * (n_threads - len(rows))
+        return {name: [padded[slot][e] for slot in range(n_threads)] for e, name in enumerate(names)}
+
+    ops = [
+        OpStat(
+            id=e["index"], kind=e["kind"], name=e["name"], shapes=e["shapes"],
+            region=region_path(e["region"]), calls=e["calls"], incl_ns=e["incl_ns"],
+            self_ns=min(e["self_ns"], e["incl_ns"]), max_ns=e["max_ns"],
+            counters_self=per_event(e["counters_self"]), counters_incl=per_event(e["counters_incl"]),
+            samples=e["samples"],
+        )
+        for e in snap["entries"]
+    ]
+    spans_data = snap["spans"]
+    spans = None
+    if spans_data["capacity"]:
+        spans = Spans(
+            op=spans_data["entry"].tolist(), thread=spans_data["thread_slot"].tolist(),
+            depth=spans_data["depth"].tolist(), start_ns=spans_data["start_ns"].tolist(),
+            dur_ns=spans_data["dur_ns"].tolist(),
+            counters=spans_data["counters"][:, : len(names)].tolist(),
+        )
+    profile = Profile(
+        meta=meta,
+        capabilities=capabilities.collection_capabilities(),
+        collection=Collection(
+            mode=snap["mode"], events=[EventInfo(**e) for e in snap["events"]],
+            record_shapes=snap["record_shapes"], sample_interval_us=snap["sample_interval_us"],
+            started_ns=snap["started_ns"], stopped_ns=stopped_ns,
+        ),
+        threads=threads,
+        ops=ops,
+        overhead=Overhead(
+            hook_ns=snap["hook_ns"], ops=snap["ops_seen"], sampler_cpu_ns=snap["sampler_cpu_ns"],
+            sampler_ticks=snap["sampler_ticks"],
+        ),
+        limits=Limits(
+            op_capacity=snap["op_capacity"], ops_overflowed=snap["ops_overflowed"],
+            span_capacity=spans_data["capacity"], spans_dropped=spans_data["dropped"],
+            too_deep=snap["too_deep"], unattributed_ops=snap["unattributed_ops"],
+            threads_beyond_limit=snap["threads_beyond_limit"], memory_bytes=snap["memory_bytes"],
+        ),
+        dropped_events=list(dropped),
+        spans=spans,
+        status={"complete": complete},
+    )
+    profile.validate()
+    return profile

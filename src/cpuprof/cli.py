@@ -1,0 +1,50 @@
+"""``python -m cpuprof``: one subcommand per file in ``commands/``, each thin over the API.
+
+A :class:`~cpuprof.errors.CpuprofError` ends the program with one line on stderr and its exit
+code; nothing a user can do wrong shows a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .commands import decode, doctor, report
+from .errors import CpuprofError
+
+COMMANDS = (decode, report, doctor)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors in the same one-line form and exit code as ours."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"cpuprof: error: {message} (see: python -m {self.prog.replace(' ', ' ', 1)} --help)",
+              file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cpuprof", description="A CPU profiler for PyTorch LLM inference.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except CpuprofError as exc:
+        print(f"cpuprof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("cpuprof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,204 @@
+"""Model shapes for the built-in decode workload, and the arithmetic that goes with them.
+
+Everything here is computed from the shapes alone, without building a model, so the CLI can
+refuse a run that would not fit in memory before it allocates gigabytes, and the reports can
+put an analytic "bytes read per token" next to measured bandwidth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from cpuprof.errors import CpuprofError, UsageError
+
+#: The shape fields a user may change with ``--layers`` and friends.  ``max_seq`` is here
+#: too because it sizes the rotary tables and bounds prompt + generated tokens.
+OVERRIDABLE_FIELDS: tuple[str, ...] = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_seq")
+
+_GB = 1e9
+_FP32_BYTES = 4
+#: Fixed allowance for the torch, MKL and oneDNN runtimes and the Python interpreter.
+_RUNTIME_OVERHEAD_BYTES = 400 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a Llama-architecture decoder: all that performance depends on."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    tied_embeddings: bool
+    rope_theta: float
+    max_seq: int
+    norm_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the k (or v) projection output: what grouped-query attention shrinks."""
+        return self.kv_heads * self.head_dim
+
+    def layer_param_count(self) -> int:
+        """Parameters of one decoder layer (attention, SwiGLU MLP and its two RMSNorms)."""
+        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim  # q, o, k, v
+        mlp = 3 * self.hidden * self.ffn  # gate, up, down
+        return attention + mlp + 2 * self.hidden
+
+    def param_count(self) -> int:
+        """All parameters, counting a tied embedding/lm_head matrix once."""
+        embedding = self.vocab * self.hidden
+        lm_head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return embedding + self.layers * self.layer_param_count() + self.hidden + lm_head
+
+    def weight_bytes(self, dtype_bytes: int) -> int:
+        """Bytes the weights occupy in memory."""
+        return self.param_count() * dtype_bytes
+
+    def kv_cache_bytes(self, dtype_bytes: int, seq_len: int, batch: int) -> int:
+        """Bytes of k and v for ``seq_len`` positions of ``batch`` sequences, all layers."""
+        return 2 * self.layers * batch * seq_len * self.kv_dim * dtype_bytes
+
+    def bytes_read_per_token(self, dtype_bytes: int, context_len: int, batch: int) -> int:
+        """Bytes one decode step reads from memory, divided by the tokens it produces.
+
+        This is the analytic floor that makes decoding memory-bound: every matrix is streamed
+        once per step whatever the batch, while the KV cache and the embedding rows are read
+        per sequence.  A tied embedding/lm_head matrix is counted once, as read by lm_head;
+        the embedding lookup reads one row per sequence.  Dividing by ``batch`` makes the
+        figure comparable with tokens/s: bandwidth / bytes_read_per_token = the ceiling.
+        """
+        streamed = self.layers * self.layer_param_count() + self.hidden + self.vocab * self.hidden
+        per_sequence = self.hidden + self.kv_cache_bytes(1, context_len, 1)
+        return (streamed + batch * per_sequence) * dtype_bytes // batch
+
+
+PRESETS: dict[str, ModelConfig] = {
+    cfg.name: cfg
+    for cfg in (
+        ModelConfig(
+            name="llama-3.2-1b", hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192,
+            vocab=128256, tied_embeddings=True, rope_theta=500000.0, max_seq=8192, norm_eps=1e-5,
+        ),
+        ModelConfig(
+            name="llama-3.1-8b", hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336,
+            vocab=128256, tied_embeddings=False, rope_theta=500000.0, max_seq=8192, norm_eps=1e-5,
+        ),
+        ModelConfig(
+            name="tiny", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128,
+            vocab=256, tied_embeddings=True, rope_theta=10000.0, max_seq=256, norm_eps=1e-5,
+        ),
+    )
+}
+
+
+def resolve_config(preset: str, overrides: dict[str, int]) -> ModelConfig:
+    """The preset's shape with the user's overrides applied, checked for consistency.
+
+    Checks run on the result, so an override that breaks the preset's other fields (e.g.
+    ``--heads 5`` on hidden 2048) is reported rather than producing a model that cannot be built.
+    """
+    if preset not in PRESETS:
+        raise UsageError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    unknown = sorted(set(overrides) - set(OVERRIDABLE_FIELDS))
+    if unknown:
+        raise UsageError(
+            f"cannot override {', '.join(unknown)}; overridable fields: {', '.join(OVERRIDABLE_FIELDS)}"
+        )
+    for field, value in overrides.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"--{field.replace('_', '-')} must be a positive integer, got {value!r}")
+    cfg = dataclasses.replace(PRESETS[preset], **overrides)
+    if cfg.hidden % cfg.heads:
+        raise UsageError(
+            f"hidden size {cfg.hidden} is not divisible by heads {cfg.heads}; choose heads dividing {cfg.hidden}"
+        )
+    if cfg.heads % cfg.kv_heads:
+        raise UsageError(
+            f"heads {cfg.heads} is not divisible by kv-heads {cfg.kv_heads}; choose kv-heads dividing {cfg.heads}"
+        )
+    if cfg.head_dim % 2:
+        raise UsageError(
+            f"head size {cfg.head_dim} (hidden / heads) is odd; rotary embeddings need an even head size"
+        )
+    return cfg
+
+
+def estimate_memory_bytes(cfg: ModelConfig, dtype_bytes: int, batch: int, max_seq: int) -> int:
+    """Resident memory a run needs: weights, KV cache, prefill activations and a fixed margin.
+
+    The activation term assumes a prefill of ``max_seq`` tokens holds a handful of fp32
+    hidden-sized tensors and the MLP intermediates at once; it errs high, since the point is
+    to refuse runs that would be killed by the OOM killer, not to be exact.
+    """
+    activations = batch * max_seq * (6 * cfg.hidden + 3 * cfg.ffn) * _FP32_BYTES
+    logits = 4 * batch * cfg.vocab * _FP32_BYTES
+    rope_tables = 2 * cfg.max_seq * cfg.head_dim * _FP32_BYTES
+    return (
+        cfg.weight_bytes(dtype_bytes)
+        + cfg.kv_cache_bytes(dtype_bytes, max_seq, batch)
+        + activations
+        + logits
+        + rope_tables
+        + _RUNTIME_OVERHEAD_BYTES
+    )
+
+
+def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The kernel's estimate of memory available without swapping (MemAvailable)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError) as exc:
+        raise CpuprofError(f"cannot read MemAvailable from {meminfo}: {exc}") from exc
+    raise CpuprofError(f"{meminfo} has no MemAvailable line; cannot check that the model fits")
+
+
+def dtype_name(dtype_bytes: int) -> str:
+    """The ``--dtype`` spelling for an element size, for messages."""
+    return {2: "bf16", 4: "fp32"}.get(dtype_bytes, f"{dtype_bytes}-byte")
+
+
+def check_memory(
+    cfg: ModelConfig,
+    dtype_bytes: int,
+    batch: int,
+    max_seq: int,
+    available_bytes: int | None = None,
+) -> int:
+    """Refuse a run that would not fit in available memory; return the estimate if it fits.
+
+    Failing here, with the remedies spelled out, beats being OOM-killed minutes into a
+    model build with nothing on disk.
+    """
+    needed = estimate_memory_bytes(cfg, dtype_bytes, batch, max_seq)
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    if needed <= available:
+        return needed
+    remedies: list[str] = []
+    if dtype_bytes > 2:
+        remedies.append("--dtype bf16")
+    if cfg.layers > 1:
+        remedies.append("fewer --layers")
+    if batch > 1:
+        remedies.append("a smaller --batch")
+    small = PRESETS["llama-3.2-1b"]
+    if cfg.param_count() > small.param_count():
+        remedies.append(f"the {small.name} preset")
+    advice = ""
+    if remedies:
+        advice = "; try " + (f"{', '.join(remedies[:-1])} or {remedies[-1]}" if len(remedies) > 1 else remedies[0])
+    raise UsageError(
+        f"preset {cfg.name} needs about {needed / _GB:.1f} GB in {dtype_name(dtype_bytes)} "
+        f"but only {available / _GB:.1f} GB is available{advice}"
+    )
