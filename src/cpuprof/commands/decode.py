@@ -58,6 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--out", metavar="DIR", help="where the profile is saved (default cpuprof-out/decode-<time>)")
     o.add_argument("--json", action="store_true", help="print the profile as JSON instead of the report")
     o.add_argument("--top", type=int, default=15, help="ops listed in the report (default 15)")
+    o.add_argument("--checkpoint-s", type=float, default=5.0, metavar="S",
+                   help="save the profile so far every S seconds while decoding (default 5)")
     p.set_defaults(run=run)
 
 
@@ -70,7 +72,7 @@ def options_from_args(args: argparse.Namespace) -> decode.DecodeOptions:
         bind=args.bind, omp=args.omp, blocktime=args.blocktime, allocator=args.allocator,
         oversubscribe=args.oversubscribe, profile=args.profile, events=args.events, mode=args.mode,
         sample_interval_us=args.sample_interval_us, record_shapes=args.record_shapes, timeline=args.timeline,
-        out=args.out,
+        out=args.out, checkpoint_s=args.checkpoint_s,
     )
 
 

@@ -1,0 +1,295 @@
+"""The native core with real perf_event_open counters, real threads and real ATen ops."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import cpuprof
+from cpuprof import capabilities, native
+from cpuprof.errors import NativeModuleError
+
+SOFTWARE = ["task-clock", "context-switches", "cpu-migrations", "page-faults"]
+nat = native.load()
+
+
+def region_op(profile: cpuprof.Profile, name: str) -> cpuprof.model.OpStat:
+    matches = [op for op in profile.ops if op.kind == "region" and op.name == name]
+    assert len(matches) == 1, [op.name for op in profile.ops if op.kind == "region"]
+    return matches[0]
+
+
+def own_slot(profile: cpuprof.Profile) -> int:
+    tid = threading.get_native_id()
+    return next(i for i, t in enumerate(profile.threads) if t.tid == tid)
+
+
+@pytest.fixture(autouse=True)
+def clean_injection():
+    yield
+    nat.inject_open_errno(0, 0)
+    nat.inject_running_fraction(0.0)
+
+
+def test_task_clock_of_busy_loop_matches_cpu_time():
+    with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
+        with cpuprof.region("spin"):
+            before = time.thread_time_ns()
+            nat.spin_for_ns(200_000_000)
+            cpu = time.thread_time_ns() - before
+    spin = region_op(prof.profile, "spin")
+    counted = spin.counters_incl["task-clock"][own_slot(prof.profile)]
+    assert counted == pytest.approx(cpu, rel=0.05)
+
+
+def test_page_faults_of_fresh_pages_at_least_their_number():
+    pages = 2000
+    with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
+        with cpuprof.region("touch"):
+            nat.touch_fresh_pages(pages)
+    touch = region_op(prof.profile, "touch")
+    assert sum(touch.counters_incl["page-faults"]) >= pages
+
+
+def test_context_switches_of_sleeping_loop_positive():
+    with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
+        with cpuprof.region("sleep"):
+            for _ in range(5):
+                time.sleep(0.005)
+    sleep = region_op(prof.profile, "sleep")
+    assert sleep.counters_incl["context-switches"][own_slot(prof.profile)] >= 5
+
+
+@pytest.mark.parametrize("mode", ["exact", "sampled"])
+def test_op_on_two_openmp_threads_counts_both(mode):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = torch.randn(768, 768)
+        a @ a  # the OpenMP team exists and has worked before the session starts
+        with cpuprof.profile(SOFTWARE, mode=mode, sample_interval_us=500, warn=False) as prof:
+            for _ in range(40 if mode == "sampled" else 5):
+                a @ a
+    finally:
+        torch.set_num_threads(previous)
+    mm = [op for op in prof.profile.ops if op.name == "aten::mm"]
+    assert mm, "aten::mm was not seen"
+    busy = [ns for ns in mm[0].counters_self["task-clock"] if ns > 0]
+    assert len(busy) >= 2, mm[0].counters_self["task-clock"]
+    roles = {t.role for t in prof.profile.threads}
+    assert {"dispatch", "worker"} <= roles
+
+
+def test_sum_of_op_cpu_time_matches_process_cpu_time():
+    """Sampled mode charges every thread's CPU time to an op or to '[outside ATen ops]'."""
+    from cpuprof.workload import build_model, run_decode
+    from cpuprof.workload.presets import resolve_config
+
+    cfg = resolve_config("tiny", {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 4, "ffn": 1024})
+    model = build_model(cfg, torch.float32)
+
+    def process_cpu_ns() -> int:
+        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+    run_decode(model, cfg, prompt_len=8, new_tokens=4, warmup=1)
+    prof = cpuprof.profile(SOFTWARE, mode="sampled", sample_interval_us=1000, warn=False)
+    before = process_cpu_ns()
+    prof.start()
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        run_decode(model, cfg, prompt_len=16, new_tokens=40, warmup=1)
+    profile = prof.stop()
+    spent = process_cpu_ns() - before - profile.overhead.sampler_cpu_ns
+    charged = sum(op.self_total("task-clock") or 0 for op in profile.ops)
+    assert charged == pytest.approx(spent, rel=0.05)
+    # and the per-thread totals agree with the per-op sum
+    assert sum(t.cpu_ns or 0 for t in profile.threads) == pytest.approx(charged, rel=0.02)
+
+
+def test_thread_started_after_profiling_is_counted():
+    with cpuprof.profile(SOFTWARE, warn=False) as prof:
+        worker = threading.Thread(target=nat.spin_for_ns, args=(150_000_000,))
+        worker.start()
+        tid = worker.native_id
+        worker.join()
+        time.sleep(0.03)
+    thread = next(t for t in prof.profile.threads if t.tid == tid)
+    # Found by the sampler's rescan (every 20 ms), so at most its first 20-odd ms are missed.
+    assert thread.cpu_ns > 100_000_000
+
+
+def test_self_and_inclusive_time_nest():
+    with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
+        a = torch.randn(64, 64)
+        with cpuprof.region("outer"):
+            with cpuprof.region("inner"):
+                for _ in range(10):
+                    torch.matmul(a, a)
+    ops = {(op.name, op.region): op for op in prof.profile.ops}
+    matmul = ops[("aten::matmul", "outer/inner")]
+    mm = ops[("aten::mm", "outer/inner")]
+    assert matmul.calls == mm.calls == 10
+    assert matmul.incl_ns >= mm.incl_ns
+    assert matmul.self_ns <= matmul.incl_ns - mm.incl_ns + 1000
+    for op in prof.profile.ops:
+        assert op.self_ns <= op.incl_ns
+    inner = region_op(prof.profile, "inner")
+    assert inner.region == "outer"
+
+
+def test_op_table_and_span_ring_are_bounded():
+    with cpuprof.profile(SOFTWARE, op_capacity=16, timeline=100, warn=False) as prof:
+        for n in range(1, 60):
+            torch.zeros(n) + 1  # a new shape each time: a new op key
+    lim = prof.profile.limits
+    assert lim.ops_overflowed > 0
+    assert any(op.name.startswith("[other ops") and op.calls for op in prof.profile.ops)
+    assert len(prof.profile.spans) == 100
+    assert lim.spans_dropped > 0
+    spans = prof.profile.spans
+    # Spans are written when they end, so ends rise (within the hook time taken out of parents),
+    # and the ring keeps the newest: the last one written is the last op of the loop.
+    ends = [s + d for s, d in zip(spans.start_ns, spans.dur_ns)]
+    assert all(b >= a - 50_000 for a, b in zip(ends, ends[1:]))
+    last = prof.profile.op_by_id()[spans.op[-1]]
+    assert last.name == "[other ops: op table full]" or last.name == "aten::add"
+
+
+def test_hardware_events_dropped_with_probe_reason_when_no_pmu():
+    if capabilities.hardware_pmu():
+        pytest.skip(f"this machine has a PMU ({capabilities.hardware_pmu()}); nothing to drop")
+    with cpuprof.profile(["task-clock", "cycles", "instructions"], warn=False) as prof:
+        torch.ones(4) + 1
+    dropped = {d.name: d.reason for d in prof.profile.dropped_events}
+    assert set(dropped) == {"cycles", "instructions"}
+    assert all("not supported by this CPU or hypervisor" in r for r in dropped.values())
+    assert prof.profile.collection.event_names == ["task-clock"]
+
+
+@pytest.mark.skipif(capabilities.hardware_pmu() is None, reason="no hardware PMU on this machine (e.g. a VM "
+                    "without a virtual PMU): cycles and instructions cannot be counted")
+def test_hardware_cycles_counted_when_pmu_present():
+    with cpuprof.profile(["task-clock", "cycles", "instructions"], mode="exact", warn=False) as prof:
+        with cpuprof.region("spin"):
+            nat.spin_for_ns(50_000_000)
+    spin = region_op(prof.profile, "spin")
+    assert sum(spin.counters_incl["cycles"]) > 1_000_000
+
+
+@pytest.mark.parametrize("err, words", [
+    (errno.EACCES, "perf_event_paranoid"),
+    (errno.EMFILE, "file-descriptor limit"),
+    (errno.ENOENT, "not supported by this kernel"),
+    (errno.ENOSYS, "no perf_event_open"),
+    (errno.EBUSY, "busy"),
+])
+def test_errno_mapping_by_fault_injection(err, words):
+    nat.inject_open_errno(err, 1)
+    probe = nat.probe_event("task-clock")
+    assert not probe["ok"]
+    assert probe["errno"] == err
+    assert words in probe["reason"]
+
+
+def test_hardware_enoent_names_missing_pmu():
+    assert "no hardware PMU" in nat.open_error_reason(errno.ENOENT, "cycles")
+
+
+def test_real_fd_limit_gives_the_fd_reason():
+    """A real EMFILE, in a child whose RLIMIT_NOFILE is exhausted."""
+    code = (
+        "import resource, os, torch\n"
+        "from cpuprof import native\n"
+        "nat = native.load()\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "held = []\n"
+        "try:\n"
+        "    while True: held.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "except OSError: pass\n"
+        "print(nat.probe_event('task-clock')['reason'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "file-descriptor limit reached (ulimit -n is 64" in out.stdout
+
+
+def test_all_events_failing_degrades_with_warnings(capsys):
+    nat.inject_open_errno(errno.EACCES, -1)
+    with cpuprof.profile(SOFTWARE) as prof:
+        torch.ones(4) + 1
+    nat.inject_open_errno(0, 0)
+    err = capsys.readouterr().err
+    assert "perf_event_paranoid" in err and err.count("\n") == 1  # one warning line for all four
+    assert prof.profile.collection.events == []
+    assert any(op.name == "aten::add" and op.calls == 1 for op in prof.profile.ops)  # wall time still works
+
+
+def test_multiplexed_counts_are_scaled_and_marked():
+    assert nat.scale_count(1000, 200, 100) == (2000.0, True, True)
+    assert nat.scale_count(1000, 100, 100) == (1000.0, False, True)
+    assert nat.scale_count(1000, 100, 0) == (0.0, False, False)
+    nat.inject_running_fraction(0.5)
+    with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
+        with cpuprof.region("spin"):
+            before = time.thread_time_ns()
+            nat.spin_for_ns(50_000_000)
+            cpu = time.thread_time_ns() - before
+    me = prof.profile.threads[own_slot(prof.profile)]
+    assert "task-clock" in me.scaled
+    spin = region_op(prof.profile, "spin")
+    # raw counts halved, then scaled back by enabled/running: the estimate is the true value
+    assert spin.counters_incl["task-clock"][own_slot(prof.profile)] == pytest.approx(cpu, rel=0.1)
+
+
+def test_second_session_while_running_is_refused():
+    with cpuprof.profile(SOFTWARE, warn=False):
+        with pytest.raises(cpuprof.errors.UsageError, match="already running"):
+            cpuprof.profile(SOFTWARE, warn=False).start()
+
+
+def test_sessions_restart_cleanly():
+    for mode in ("exact", "sampled", "exact"):
+        with cpuprof.profile(SOFTWARE, mode=mode, warn=False) as prof:
+            torch.ones(8) * 2
+        assert any(op.name == "aten::mul" and op.calls == 1 for op in prof.profile.ops)
+
+
+def test_unknown_event_is_a_usage_error():
+    with pytest.raises(cpuprof.errors.UsageError, match="unknown event 'cylces'"):
+        cpuprof.profile(["cylces"]).start()
+
+
+def test_tracepoint_counts_context_switches():
+    with cpuprof.profile(["task-clock", "sched:sched_switch"], mode="exact", warn=False) as prof:
+        with cpuprof.region("sleep"):
+            for _ in range(3):
+                time.sleep(0.005)
+    if prof.profile.dropped_events:
+        pytest.skip(f"tracepoints unavailable here: {prof.profile.dropped_events[0].reason}")
+    sleep = region_op(prof.profile, "sleep")
+    assert sleep.counters_incl["sched:sched_switch"][own_slot(prof.profile)] >= 3
+
+
+def test_native_refuses_another_torch():
+    with pytest.raises(NativeModuleError, match="built against torch 2.13.0 but torch 9.9.9 is installed; rebuild"):
+        native.check_torch_version("2.13.0", "9.9.9")
+    code = (
+        "import cpuprof._build_info as b; b.TORCH_VERSION = '0.0.1'\n"
+        "import cpuprof\n"
+        "try:\n"
+        "    cpuprof.profile().start()\n"
+        "except cpuprof.errors.NativeModuleError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused: cpuprof's native module was built against torch 0.0.1" in out.stdout, out.stderr
+    assert "Traceback" not in out.stderr
