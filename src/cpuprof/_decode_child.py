@@ -74,6 +74,18 @@ class DecodeRun:
         self.last_checkpoint = time.monotonic()
 
     # -- steps ----------------------------------------------------------------------------------
+    def check_events(self) -> None:
+        """A typo in --events fails now, not after minutes of building the model."""
+        if not self.options["profile"]:
+            return
+        from . import events, native, profile
+
+        events.validate_names(events.resolve(self.options["events"]), native.load())
+        self.prof = profile(self.options["events"], mode=self.options["mode"],
+                            record_shapes=self.options["record_shapes"],
+                            sample_interval_us=self.options["sample_interval_us"],
+                            timeline=self.options["timeline"])
+
     def build(self) -> tuple[Any, Any]:
         import torch
 
@@ -131,13 +143,7 @@ class DecodeRun:
                 self.save(complete=False, reason="checkpoint: the run was still going")
                 self.last_checkpoint = time.monotonic()
 
-        if self.options["profile"]:
-            from . import profile
-
-            self.prof = profile(self.options["events"], mode=self.options["mode"],
-                                record_shapes=self.options["record_shapes"],
-                                sample_interval_us=self.options["sample_interval_us"],
-                                timeline=self.options["timeline"])
+        if self.prof is not None:
             self.prof.start()
         self.progress.show(f"prefill of {self.options['prompt_len']} tokens ...")
         result = run_decode(model, cfg, prompt_len=self.options["prompt_len"], new_tokens=total,
@@ -199,6 +205,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _raise_interrupted)
     run = DecodeRun(config)
     try:
+        run.check_events()
         model, cfg = run.build()
         run.read_settings(model)
         run.decode(model, cfg)

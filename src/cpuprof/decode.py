@@ -196,17 +196,18 @@ def failure_message(outcome: DecodeOutcome) -> str | None:
         return f"decoding was interrupted; {kept}"
     if rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
-        hint = " (SIGKILL: often the kernel's out-of-memory killer)" if -rc == signal.SIGKILL else ""
+        hint = " (often the kernel's out-of-memory killer)" if -rc == signal.SIGKILL else ""
         return f"the decode child was killed by {name}{hint}; {kept}"
     return f"the decode child failed with exit code {rc}; {kept}"
 
 
-def check_outcome(outcome: DecodeOutcome) -> None:
+def check_outcome(outcome: DecodeOutcome) -> int:
+    """The exit code for the CLI; raises ChildFailed with one line for a crash or an interrupt."""
     message = failure_message(outcome)
     if message is None:
-        return
+        return 0
     if outcome.returncode == EXIT_USAGE:
-        raise UsageError("the decode child rejected its configuration (see the message above)")
+        return EXIT_USAGE  # the child already said, in one line, what it rejected
     error = ChildFailed(message)
     error.exit_code = EXIT_INTERRUPTED if outcome.returncode == EXIT_INTERRUPTED else 1
     raise error

@@ -88,5 +88,4 @@ def run(args: argparse.Namespace) -> int:
             terminal.render(outcome.profile, sys.stdout, top=args.top)
             sys.stdout.write(f"\nprofile saved in {outcome.out_dir}; re-render with: "
                              f"python -m cpuprof report {outcome.out_dir}\n")
-    decode.check_outcome(outcome)
-    return 0
+    return decode.check_outcome(outcome)

@@ -1,0 +1,375 @@
+"""Slowdown of LLM decoding under cpuprof (sampled and exact) and torch.profiler.
+
+What it measures
+----------------
+In-process (default): builds the built-in random-weight Llama once (default: llama-3.2-1b shapes
+cut to 4 layers, bf16, 2 threads; about 0.5 B parameters, 1 GB of weights), then runs
+``cpuprof.workload.run_decode`` (prefill of --prompt-len tokens, --new-tokens timed decode steps,
+the first --warmup left out) under each variant, interleaved round after round with the order
+rotated every round, because the machine is small, shared and noisy:
+
+  none              no profiler; the model's region factory is the default no-op
+  cpuprof sampled   cpuprof.profile(mode="sampled"), events "default", sample interval 2000 µs,
+                    record_shapes=True, and model.region = cpuprof.region (what `cpuprof decode`
+                    does when it profiles)
+  cpuprof exact     the same with mode="exact" (every thread's counters read at every op boundary)
+  torch.profiler    activities=[CPU], record_shapes=True, with_stack=True (no regions)
+
+``--breakdown`` adds variants that tell the parts of sampled mode's cost apart: regions alone
+(model.region = cpuprof.region, no profiler), sampled mode without regions, and sampled mode
+with a 10x longer sample interval (less sampler-thread CPU).
+
+The profiler is started just before run_decode and stopped after it, as the CLI's child does;
+tokens/s is run_decode's (measured decode steps only). The figure reported for each variant is
+the median over rounds of (variant tokens/s ÷ that round's "none" tokens/s), with its min–max;
+"decode time" is the inverse, so "+2.0%" means each token took 2% longer. For cpuprof variants
+the table also shows cpuprof's own overhead accounting, as shares of the profiled wall time:
+its callbacks on the dispatching thread (overhead.hook_ns; this excludes torch's RecordFunction
+work) and the sampler thread's CPU time (overhead.sampler_cpu_ns, which competes with the two
+OpenMP threads for the two cores).
+
+--cli: instead runs the whole command line, `python -m cpuprof decode --preset P --json --out DIR`
+against the same with `--no-profile` (and with `--mode exact` if asked via --variants), as
+separate processes, interleaved, reading tokens/s from the saved profile (workload.tokens_per_s).
+Its default preset is tiny (an op-bound toy: it shows the per-op cost at its worst); pass
+`--preset llama-3.2-1b` for the real 1B model (16 layers unless --layers is given).
+
+Target: cpuprof's sampled mode adds at most 3% to decode time (the output says met or missed).
+
+Run
+---
+    python benches/bench_decode_slowdown.py                     # 1B shapes, 4 layers, 7 rounds
+    python benches/bench_decode_slowdown.py --breakdown         # + regions / no-regions / slow sampler
+    python benches/bench_decode_slowdown.py --sample-interval-us 10000
+    python benches/bench_decode_slowdown.py --cli               # whole CLI, tiny preset
+    python benches/bench_decode_slowdown.py --cli --preset llama-3.2-1b --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# torch.profiler's kineto prints "USDT: profiler_start/stop" lines at its default log level.
+os.environ.setdefault("KINETO_LOG_LEVEL", "3")
+
+TARGET_PCT = 3.0
+
+
+# -- small helpers (kept inline so the script stands alone) ------------------------------------
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def span(values: Sequence[float], fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(min(values))}–{fmt.format(max(values))}" if values else "-"
+
+
+def rotated(items: Sequence, k: int) -> list:
+    k = k % len(items)
+    return list(items[k:]) + list(items[:k])
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def machine_line() -> str:
+    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    load = "load %.2f %.2f %.2f" % os.getloadavg()
+    return f"{now}  {platform.node()}  {os.cpu_count()} CPUs  {load}"
+
+
+def pct_slower(ratio: float) -> float:
+    """Tokens/s ratio (variant ÷ none) as % added decode time per token."""
+    return (1.0 / ratio - 1.0) * 100.0 if ratio > 0 else float("nan")
+
+
+# -- variants -------------------------------------------------------------------------------------
+@dataclass
+class Variant:
+    name: str
+    kind: str  # none | cpuprof | torch
+    mode: str = "sampled"
+    regions: bool = False
+    sample_interval_us: int = 2000
+    tps: list[float] = field(default_factory=list)
+    ratio: list[float] = field(default_factory=list)  # tokens/s ÷ the same round's none
+    hook_pct: list[float] = field(default_factory=list)
+    sampler_pct: list[float] = field(default_factory=list)
+    hook_ns_per_op: list[float] = field(default_factory=list)
+    ops_per_forward: list[float] = field(default_factory=list)
+
+
+def make_variants(args: argparse.Namespace) -> list[Variant]:
+    wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
+    known = {
+        "none": Variant("none", "none"),
+        "sampled": Variant("cpuprof sampled", "cpuprof", "sampled", True, args.sample_interval_us),
+        "exact": Variant("cpuprof exact", "cpuprof", "exact", True, args.sample_interval_us),
+        "torch": Variant("torch.profiler", "torch"),
+    }
+    if args.cli:
+        known.pop("torch")
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SystemExit(f"bench_decode_slowdown: unknown variant(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(known)}")
+    variants = [known["none"]] + [known[w] for w in dict.fromkeys(wanted) if w != "none"]
+    if args.breakdown and not args.cli:
+        slow = args.sample_interval_us * 10
+        variants += [
+            Variant("regions only (no profiler)", "none", regions=True),
+            Variant("cpuprof sampled, no regions", "cpuprof", "sampled", False, args.sample_interval_us),
+            Variant(f"cpuprof sampled, {slow} µs", "cpuprof", "sampled", True, slow),
+        ]
+    return variants
+
+
+# -- in-process -----------------------------------------------------------------------------------
+def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
+    import torch
+
+    import cpuprof
+    from cpuprof.workload import build_model, run_decode
+    from cpuprof.workload.llama import no_region
+    from cpuprof.workload.presets import resolve_config
+
+    torch.set_num_threads(args.threads)
+    overrides = {"layers": args.layers} if args.layers else {}
+    cfg = resolve_config(args.preset, overrides)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    print(f"model: {cfg.name}, {cfg.layers} layers, hidden {cfg.hidden}, vocab {cfg.vocab}, "
+          f"{cfg.param_count() / 1e9:.2f} B params, {args.dtype}; {args.threads} threads; "
+          f"prompt {args.prompt_len}, {args.new_tokens} new tokens ({args.warmup} warm-up)")
+    started = time.monotonic()
+    model = build_model(cfg, dtype, seed=0)
+    print(f"built in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    dropped_said = False
+
+    def one(v: Variant) -> tuple[float, dict[str, float]]:
+        nonlocal dropped_said
+        model.region = cpuprof.region if v.regions else no_region
+        extra: dict[str, float] = {}
+        gc.collect()
+        if v.kind == "cpuprof":
+            prof = cpuprof.profile(args.events, mode=v.mode, record_shapes=args.record_shapes,
+                                   sample_interval_us=v.sample_interval_us, warn=False)
+            ctx: contextlib.AbstractContextManager = prof
+        elif v.kind == "torch":
+            from torch.profiler import ProfilerActivity, profile as torch_profile
+
+            ctx = torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True)
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx:
+            result = run_decode(model, cfg, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+                                warmup=args.warmup, seed=0)
+        if v.kind == "cpuprof":
+            p = prof.profile
+            wall = max(1, p.collection.stopped_ns - p.collection.started_ns)
+            extra = {"hook_pct": 100.0 * p.overhead.hook_ns / wall,
+                     "sampler_pct": 100.0 * p.overhead.sampler_cpu_ns / wall,
+                     "hook_ns_per_op": p.overhead.per_op_ns,
+                     "ops_per_forward": p.overhead.ops / (args.new_tokens + 1)}
+            if not dropped_said and prof.dropped:
+                names = ", ".join(d.name for d in prof.dropped)
+                print(f"(cpuprof dropped {names}: {prof.dropped[0].reason})", file=sys.stderr)
+                dropped_said = True
+        model.region = no_region
+        return result.tokens_per_s, extra
+
+    interleave(args, variants, one)
+
+
+# -- whole CLI ------------------------------------------------------------------------------------
+def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
+    base_cmd = [sys.executable, "-m", "cpuprof", "decode", "--preset", args.preset, "--dtype", args.dtype,
+                "--threads", str(args.threads), "--prompt-len", str(args.prompt_len),
+                "--new-tokens", str(args.new_tokens), "--warmup", str(args.warmup), "--json"]
+    if args.layers:
+        base_cmd += ["--layers", str(args.layers)]
+    shown = " ".join(["python"] + base_cmd[1:])
+    print(f"command: {shown} --out DIR  [--no-profile | --mode sampled|exact "
+          f"--sample-interval-us {args.sample_interval_us} --events {args.events}"
+          f"{'' if args.record_shapes else ' --no-shapes'}]")
+    workdir = Path(tempfile.mkdtemp(prefix="bench_decode_cli_"))
+
+    def one(v: Variant) -> tuple[float, dict[str, float]]:
+        out = workdir / f"run-{time.monotonic_ns()}"
+        cmd = base_cmd + ["--out", str(out)]
+        if v.kind == "none":
+            cmd.append("--no-profile")
+        else:
+            cmd += ["--mode", v.mode, "--sample-interval-us", str(v.sample_interval_us), "--events", args.events]
+            if not args.record_shapes:
+                cmd.append("--no-shapes")
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_decode_slowdown: {' '.join(cmd)} failed ({proc.returncode}): "
+                             f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+        try:
+            data = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            data = json.loads((out / "profile.json").read_text())
+        shutil.rmtree(out, ignore_errors=True)
+        extra: dict[str, float] = {}
+        if v.kind == "cpuprof":
+            o, c = data["overhead"], data["collection"]
+            wall = max(1, c["stopped_ns"] - c["started_ns"])
+            extra = {"hook_pct": 100.0 * o["hook_ns"] / wall, "sampler_pct": 100.0 * o["sampler_cpu_ns"] / wall,
+                     "hook_ns_per_op": o["hook_ns"] / max(1, o["ops"]),
+                     "ops_per_forward": o["ops"] / (args.new_tokens + 1)}
+        return float(data["workload"]["tokens_per_s"]), extra
+
+    try:
+        interleave(args, variants, one)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- the interleaving and the report -------------------------------------------------------------
+def interleave(args: argparse.Namespace, variants: list[Variant], one) -> None:
+    base = variants[0]
+    total = args.warmup_rounds + args.rounds
+    started = time.monotonic()
+    for r in range(total):
+        record = r >= args.warmup_rounds
+        results: dict[str, float] = {}
+        for v in rotated(variants, r):
+            tps, extra = one(v)
+            results[v.name] = tps
+            if record:
+                v.tps.append(tps)
+                for key, value in extra.items():
+                    getattr(v, key).append(value)
+        if record:
+            for v in variants:
+                v.ratio.append(results[v.name] / results[base.name])
+        line = "  ".join(f"{v.name} {results[v.name]:.2f}" for v in variants)
+        print(f"  round {r + 1}/{total}{'' if record else ' (warm-up)'}: {line} tokens/s "
+              f"[{time.monotonic() - started:.0f} s]", file=sys.stderr, flush=True)
+
+
+def report(args: argparse.Namespace, variants: list[Variant]) -> None:
+    rows = []
+    for v in variants:
+        is_base = v.kind == "none" and not v.regions
+        ratio = median(v.ratio)
+        rows.append([
+            v.name,
+            f"{median(v.tps):.2f}",
+            span(v.tps),
+            "-" if is_base else f"{ratio:.3f}x",
+            "-" if is_base else span(v.ratio, "{:.3f}"),
+            "-" if is_base else f"{pct_slower(ratio):+.1f}%",
+            "-" if is_base else f"{pct_slower(max(v.ratio)):+.1f}..{pct_slower(min(v.ratio)):+.1f}%",
+            f"{median(v.hook_ns_per_op):.0f}" if v.hook_ns_per_op else "-",
+            f"{median(v.ops_per_forward):.0f}" if v.ops_per_forward else "-",
+            f"{median(v.hook_pct):.2f}%" if v.hook_pct else "-",
+            f"{median(v.sampler_pct):.2f}%" if v.sampler_pct else "-",
+        ])
+    print()
+    print(render_table(["variant", "tokens/s", "min–max", "vs none", "ratio min–max", "decode time",
+                        "time min..max", "hook ns/op", "ops/fwd", "hook % wall", "sampler % wall"], rows))
+    print()
+    print("vs none: median over rounds of tokens/s ÷ that round's none; decode time: the same as time per")
+    print("token (+ = slower). hook ns/op, hook % wall, sampler % wall: cpuprof's self-measured overhead")
+    print("(its callbacks on the dispatching thread; the sampler thread's CPU time) over the profiled wall time;")
+    print("ops/fwd: ops seen ÷ forward passes (prefill + decode steps).")
+    print()
+    for v in variants[1:]:
+        if v.ratio:
+            r = median(v.ratio)
+            print(f"{v.name}: {r:.3f}x tokens/s ({abs(pct_slower(r)):.1f}% {'slower' if r < 1 else 'faster'})")
+    sampled = next((v for v in variants if v.name == "cpuprof sampled"), None)
+    print()
+    if sampled is None or not sampled.ratio:
+        print("summary: sampled mode not measured (add it with --variants)")
+        return
+    added = pct_slower(median(sampled.ratio))
+    verdict = "MET" if added <= TARGET_PCT else f"MISSED by {added - TARGET_PCT:.1f} points"
+    parts = [f"{v.name} {pct_slower(median(v.ratio)):+.1f}%" for v in variants[1:] if v.ratio]
+    print(f"target: cpuprof sampled mode adds at most {TARGET_PCT:.0f}% to decode time -> {verdict} "
+          f"(measured {added:+.1f}%, rounds {pct_slower(max(sampled.ratio)):+.1f}..{pct_slower(min(sampled.ratio)):+.1f}%)")
+    print(f"summary: decode time vs no profiler ({median(variants[0].tps):.2f} tokens/s): " + ", ".join(parts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cli", action="store_true",
+                        help="compare whole `python -m cpuprof decode` runs (profiled vs --no-profile)")
+    parser.add_argument("--preset", default=None,
+                        help="model preset (default llama-3.2-1b in-process, tiny with --cli)")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="override the preset's layers (default 4 in-process for llama-3.2-1b; "
+                             "the preset's own otherwise)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--threads", type=int, default=2, help="torch/OpenMP threads (default 2)")
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64, help="decode steps per run (default 64)")
+    parser.add_argument("--warmup", type=int, default=2, help="decode steps left out of tokens/s (default 2)")
+    parser.add_argument("--rounds", type=int, default=7, help="measured rounds of every variant (default 7)")
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="unrecorded rounds first (default 1)")
+    parser.add_argument("--variants", default="sampled,exact,torch",
+                        help="compared with none: any of sampled, exact, torch (default all; torch not with --cli)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also: regions only, sampled without regions, sampled with a 10x longer interval")
+    parser.add_argument("--events", default="default", help="cpuprof events (default: default)")
+    parser.add_argument("--sample-interval-us", type=int, default=2000, help="cpuprof sampler period (default 2000)")
+    parser.add_argument("--no-shapes", dest="record_shapes", action="store_false",
+                        help="cpuprof without record_shapes (default: on)")
+    args = parser.parse_args(argv)
+    if args.cli and "torch" in args.variants and args.variants == parser.get_default("variants"):
+        args.variants = "sampled"
+    if args.preset is None:
+        args.preset = "tiny" if args.cli else "llama-3.2-1b"
+    if args.layers is None and not args.cli and args.preset == "llama-3.2-1b":
+        args.layers = 4
+    if args.rounds < 1 or args.warmup_rounds < 0 or args.threads < 1:
+        parser.error("--rounds and --threads must be positive, --warmup-rounds 0 or more")
+    variants = make_variants(args)
+    what = "whole CLI, separate processes" if args.cli else "in-process"
+    print(f"bench_decode_slowdown ({what}): {', '.join(v.name for v in variants)}; "
+          f"{args.rounds} rounds (+{args.warmup_rounds} warm-up), interleaved, order rotated")
+    print(f"cpuprof: events {args.events}, sample interval {args.sample_interval_us} µs, "
+          f"record_shapes {'on' if args.record_shapes else 'off'}, regions on; "
+          f"torch.profiler: record_shapes + with_stack")
+    print(machine_line())
+    try:
+        if args.cli:
+            run_cli(args, variants)
+        else:
+            run_in_process(args, variants)
+    except Exception as exc:  # a clear line, not a traceback, for the usual failures (e.g. usage)
+        if os.environ.get("BENCH_DEBUG"):
+            raise
+        print(f"bench_decode_slowdown: error: {type(exc).__name__}: {exc} (BENCH_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
+    report(args, variants)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""Per-op cost of cpuprof's RecordFunction hook, next to torch.profiler's, on a loop of tiny ops.
+
+What it measures
+----------------
+A Python loop of N tiny ATen ops (``torch.add`` on a 4-element fp32 tensor, ~1.3 µs each here,
+almost all of it dispatch) is timed with ``time.perf_counter_ns`` under each variant:
+
+  none                      no profiler (the baseline), 1 thread
+  none, 2 threads           control: the baseline with 2 OpenMP threads (should equal "none")
+  cpuprof sampled           mode="sampled", events "software", record_shapes=False
+  cpuprof sampled +shapes   the same with record_shapes=True
+  cpuprof exact, 1 thread   mode="exact", events "software", torch.set_num_threads(1)
+  cpuprof exact, 2 threads  the same with 2 threads, the OpenMP worker alive and in the team
+  torch.profiler            activities=[CPU], defaults
+  torch.profiler +shapes    the same with record_shapes=True
+
+Only the loop is timed: starting and stopping a profiler (and torch.profiler's post-processing)
+is outside the timed region. The variants run interleaved in one process, round after round, in
+an order rotated every round, because the machine is small, shared and noisy; every figure is a
+median over rounds with its min–max spread. "added" is the median over rounds of
+(variant − that round's "none"), per op, so slow drifts of the machine cancel.
+
+cpuprof also times its own callbacks (``profile.overhead.hook_ns / ops`` = ``per_op_ns``). That
+self-measured figure leaves out torch's own RecordFunction work (building the RecordFunction,
+capturing inputs for record_shapes, calling the callbacks), which the external "added" includes,
+so "added" is always the larger; the table prints both.
+
+Why exact mode costs what it costs
+----------------------------------
+Sampled mode keeps the op path to two timestamps and some bookkeeping; the counters are charged
+to ops by a sampler thread. Exact mode instead snapshots every counter of every thread in the
+"team" at both op boundaries: one group ``read()`` syscall per thread at op begin and one at op
+end, i.e. 2 × (threads in the team) syscalls per op. A ``read()`` of a perf_event group costs
+about 0.9 µs on this KVM guest for another thread's counters, and somewhat more (~1.2 µs) for the
+calling thread's own, which the kernel must bring up to date because it is running. So exact
+mode adds roughly 2.5 µs per op with one thread and roughly 2 µs more per additional thread. The
+script measures that read() cost directly first (a ctypes perf_event_open of the same 4 events)
+and prints the exact-mode cost it predicts next to the measured one.
+
+The "team" is the set of threads that have done work since the session started (the sampler adds
+a thread the tick after it first runs), because idle threads need not be read. That is why the
+2-thread variant runs a 512×512 matmul inside the session and waits a few sampler ticks before
+the timed loop: the OpenMP worker then really is read at every op, as it would be in a real model.
+The "threads" column shows how many threads had CPU time in the profile (expected: 1, and 2 for
+the 2-thread exact variant); before each variant the script sleeps, so an OpenMP worker left
+spinning by a previous variant has gone to sleep and does not join a 1-thread team.
+
+Run
+---
+    python benches/bench_op_overhead.py                       # defaults: N=50000, 11 rounds
+    python benches/bench_op_overhead.py --n 20000 --rounds 5  # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# torch.profiler's kineto prints "USDT: profiler_start/stop" lines at its default log level.
+os.environ.setdefault("KINETO_LOG_LEVEL", "3")
+
+import torch  # noqa: E402
+
+import cpuprof  # noqa: E402
+
+
+# -- small helpers (kept inline so the script stands alone) ------------------------------------
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def span(values: Sequence[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(min(values))}–{fmt.format(max(values))}" if values else "-"
+
+
+def rotated(items: Sequence, k: int) -> list:
+    k = k % len(items)
+    return list(items[k:]) + list(items[:k])
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def machine_line() -> str:
+    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    load = "load %.2f %.2f %.2f" % os.getloadavg()
+    return (f"{now}  {platform.node()}  {os.cpu_count()} CPUs  {load}  torch {torch.__version__}  "
+            f"cpuprof {cpuprof.__version__}")
+
+
+# -- what one perf_event group read() costs here ------------------------------------------------
+def probe_group_read_ns(events: int = 4, reads: int = 20_000) -> tuple[float, float] | None:
+    """ns per read() of a group of ``events`` software counters: (own thread, another thread).
+
+    Opened with perf_event_open through ctypes the way the core opens them (task-clock leading,
+    read_format GROUP|TOTAL_TIME_*|ID); the cost of a ctypes call into a trivial syscall
+    (getppid) is subtracted. None when this is not Linux x86_64/aarch64 or the open fails.
+    """
+    import ctypes
+    import threading
+
+    nr = {"x86_64": 298, "aarch64": 241}.get(platform.machine())
+    if nr is None or not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Attr(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                    ("sample", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                    ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("rest", ctypes.c_uint8 * 80)]
+
+    fds: list[int] = []
+
+    def open_group(tid: int) -> int:
+        leader = -1
+        for config in (1, 3, 4, 2, 0, 5, 6, 7)[:events]:  # task-clock, ctx-sw, migrations, faults, ...
+            attr = Attr(type=1, size=128, config=config, read_format=1 | 2 | 4 | 8)
+            fd = libc.syscall(nr, ctypes.byref(attr), tid, -1, leader, 0)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "perf_event_open")
+            fds.append(fd)
+            leader = fd if leader == -1 else leader
+        return leader
+
+    def per_call(fn: Callable[[], object]) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter_ns()
+            for _ in range(reads):
+                fn()
+            best = min(best, (time.perf_counter_ns() - start) / reads)
+        return best
+
+    parked = threading.Event()
+    tids: list[int] = []
+    other = threading.Thread(target=lambda: (tids.append(threading.get_native_id()), parked.wait()))
+    other.start()
+    try:
+        while not tids:
+            time.sleep(0.001)
+        buf = ctypes.create_string_buffer(512)
+        own = open_group(threading.get_native_id())
+        theirs = open_group(tids[0])
+        floor = per_call(libc.getppid)
+        return (per_call(lambda: libc.read(own, buf, 512)) - floor,
+                per_call(lambda: libc.read(theirs, buf, 512)) - floor)
+    except OSError:
+        return None
+    finally:
+        parked.set()
+        other.join()
+        for fd in fds:
+            os.close(fd)
+
+
+# -- the variants --------------------------------------------------------------------------------
+@dataclass
+class Variant:
+    name: str
+    kind: str  # none | cpuprof | torch
+    threads: int = 1
+    mode: str = "sampled"
+    record_shapes: bool = False
+    ns_per_op: list[float] = field(default_factory=list)
+    added: list[float] = field(default_factory=list)
+    hook_per_op: list[float] = field(default_factory=list)  # cpuprof's self-measured cost
+    sampler_pct: list[float] = field(default_factory=list)  # sampler CPU / loop wall
+    ops_per_iter: list[float] = field(default_factory=list)
+    threads_counted: list[int] = field(default_factory=list)
+
+
+def timed_loop(n: int, x: torch.Tensor) -> int:
+    add = torch.add
+    gc.disable()
+    try:
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            add(x, x)
+        return time.perf_counter_ns() - start
+    finally:
+        gc.enable()
+
+
+def wake_openmp_worker(a: torch.Tensor, b: torch.Tensor) -> None:
+    """A parallel op, so the OpenMP worker thread exists and has done work."""
+    for _ in range(3):
+        torch.mm(a, b)
+
+
+def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.Tensor,
+                b: torch.Tensor, record: bool) -> None:
+    torch.set_num_threads(v.threads)
+    time.sleep(args.settle_s)  # let a worker left spinning by the previous variant go to sleep
+    extra: dict[str, float] = {}
+    if v.kind == "none":
+        if v.threads > 1:
+            wake_openmp_worker(a, b)
+        elapsed = timed_loop(args.n, x)
+    elif v.kind == "cpuprof":
+        with cpuprof.profile(args.events, mode=v.mode, record_shapes=v.record_shapes,
+                             sample_interval_us=args.sample_interval_us, warn=False) as prof:
+            if v.threads > 1:
+                wake_openmp_worker(a, b)
+                # The sampler adds a thread to the team the tick after it first does work.
+                time.sleep(max(0.02, 5 * args.sample_interval_us / 1e6))
+            elapsed = timed_loop(args.n, x)
+        p = prof.profile
+        extra["hook_per_op"] = p.overhead.per_op_ns
+        extra["ops_per_iter"] = p.overhead.ops / args.n
+        extra["sampler_pct"] = 100.0 * p.overhead.sampler_cpu_ns / elapsed
+        extra["threads_counted"] = sum(1 for t in p.threads if t.counters.get("task-clock", 0) > 0)
+    else:
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+
+        with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=v.record_shapes):
+            elapsed = timed_loop(args.n, x)
+    if record:
+        v.ns_per_op.append(elapsed / args.n)
+        if "hook_per_op" in extra:
+            v.hook_per_op.append(extra["hook_per_op"])
+            v.ops_per_iter.append(extra["ops_per_iter"])
+            v.sampler_pct.append(extra["sampler_pct"])
+            v.threads_counted.append(int(extra["threads_counted"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=50_000, help="ops per timed loop (default 50000)")
+    parser.add_argument("--rounds", type=int, default=11, help="measured rounds of every variant (default 11)")
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="unrecorded rounds first (default 1)")
+    parser.add_argument("--numel", type=int, default=4, help="elements of the added tensor (default 4)")
+    parser.add_argument("--events", default="software",
+                        help="cpuprof events (default: software = task-clock, context-switches, "
+                             "cpu-migrations, page-faults)")
+    parser.add_argument("--sample-interval-us", type=int, default=1000,
+                        help="cpuprof sampler period (default 1000, the API default)")
+    parser.add_argument("--settle-s", type=float, default=0.05,
+                        help="sleep before each variant so idle OpenMP workers stop spinning (default 0.05)")
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.rounds < 1 or args.warmup_rounds < 0 or args.numel < 1:
+        parser.error("--n, --rounds and --numel must be positive, --warmup-rounds 0 or more")
+
+    x = torch.ones(args.numel)
+    a = torch.randn(512, 512)
+    b = torch.randn(512, 512)
+    torch.set_num_threads(2)
+    wake_openmp_worker(a, b)  # the OpenMP pool exists from here on
+
+    read_cost = probe_group_read_ns()
+    variants = [
+        Variant("none", "none"),
+        Variant("none, 2 threads", "none", threads=2),
+        Variant("cpuprof sampled", "cpuprof", mode="sampled", record_shapes=False),
+        Variant("cpuprof sampled +shapes", "cpuprof", mode="sampled", record_shapes=True),
+        Variant("cpuprof exact, 1 thread", "cpuprof", mode="exact", threads=1),
+        Variant("cpuprof exact, 2 threads", "cpuprof", mode="exact", threads=2),
+        Variant("torch.profiler", "torch"),
+        Variant("torch.profiler +shapes", "torch", record_shapes=True),
+    ]
+    base = variants[0]
+    print(f"bench_op_overhead: torch.add on a {args.numel}-element tensor, N={args.n} per loop, "
+          f"{args.rounds} rounds (+{args.warmup_rounds} warm-up), variants interleaved, order rotated")
+    print(f"cpuprof events: {','.join(cpuprof.events.resolve(args.events))}; "
+          f"sample interval {args.sample_interval_us} µs")
+    print(machine_line())
+    if read_cost:
+        print(f"perf_event group read() of 4 software events (ctypes, call overhead subtracted): "
+              f"{read_cost[0]:.0f} ns on the calling thread, {read_cost[1]:.0f} ns on another (sleeping) thread")
+    started = time.monotonic()
+    total = args.warmup_rounds + args.rounds
+    for r in range(total):
+        record = r >= args.warmup_rounds
+        for v in rotated(variants, r):
+            run_variant(v, args, x, a, b, record)
+        if record:
+            for v in variants:
+                v.added.append(v.ns_per_op[-1] - base.ns_per_op[-1])
+        print(f"  round {r + 1}/{total}{'' if record else ' (warm-up)'}: none "
+              f"{base.ns_per_op[-1] if record else float('nan'):.0f} ns/op  "
+              f"[{time.monotonic() - started:.0f} s]", file=sys.stderr, flush=True)
+
+    torch_added = median(variants[6].added)
+    base_med = median(base.ns_per_op)
+    rows = []
+    for v in variants:
+        is_base = v is base
+        added = median(v.added)
+        rows.append([
+            v.name,
+            f"{median(v.ns_per_op):.0f}",
+            span(v.ns_per_op),
+            "-" if is_base else f"{added:+.0f}",
+            "-" if is_base else span(v.added, "{:+.0f}"),
+            "-" if is_base else f"{median(v.ns_per_op) / base_med:.2f}x",
+            "-" if v.kind in ("none",) or torch_added <= 0 else f"{added / torch_added:.2f}",
+            f"{median(v.hook_per_op):.0f}" if v.hook_per_op else "-",
+            f"{median(v.ops_per_iter):.2f}" if v.ops_per_iter else "-",
+            f"{median(v.sampler_pct):.1f}" if v.sampler_pct else "-",
+            f"{min(v.threads_counted)}–{max(v.threads_counted)}" if v.threads_counted
+            and min(v.threads_counted) != max(v.threads_counted)
+            else (str(v.threads_counted[0]) if v.threads_counted else "-"),
+        ])
+    print()
+    print(render_table(
+        ["variant", "ns/op", "min–max", "added", "added min–max", "vs none", "÷ torch.prof added",
+         "self hook ns/op", "ops/iter", "sampler %", "threads"],
+        rows))
+    print()
+    print("ns/op: median per loop iteration; added: median over rounds of (variant − that round's none);")
+    print("÷ torch.prof added: added ÷ torch.profiler's (defaults) added; self hook ns/op: cpuprof's own")
+    print("overhead.per_op_ns (its callbacks only, not torch's RecordFunction work); sampler %: sampler")
+    print("thread CPU ÷ loop wall time; threads: threads with CPU time in the profile (the exact-mode team).")
+    by = {v.name: v for v in variants}
+    if read_cost:
+        own, other = read_cost
+        print(f"exact mode, expected from the read() cost alone: 2 x {own:.0f} = {2 * own:.0f} ns/op with 1 thread, "
+              f"+ 2 x {other:.0f} = {2 * own + 2 * other:.0f} ns/op with 2 (measured self hook: "
+              f"{median(by['cpuprof exact, 1 thread'].hook_per_op):.0f} / "
+              f"{median(by['cpuprof exact, 2 threads'].hook_per_op):.0f})")
+    s, e1, e2 = by["cpuprof sampled"], by["cpuprof exact, 1 thread"], by["cpuprof exact, 2 threads"]
+    print()
+    print(f"summary: added per op over {base_med:.0f} ns — cpuprof sampled {median(s.added):+.0f} ns "
+          f"(+shapes {median(by['cpuprof sampled +shapes'].added):+.0f}), exact {median(e1.added):+.0f} ns "
+          f"with 1 thread / {median(e2.added):+.0f} ns with 2, torch.profiler {torch_added:+.0f} ns "
+          f"(+shapes {median(by['torch.profiler +shapes'].added):+.0f}); "
+          f"sampled = {median(s.added) / torch_added:.2f}x torch.profiler's added cost")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
