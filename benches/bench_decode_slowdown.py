@@ -64,8 +64,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# torch.profiler's kineto prints "USDT: profiler_start/stop" lines at its default log level.
-os.environ.setdefault("KINETO_LOG_LEVEL", "3")
+# torch.profiler (kineto) prints STAGE/USDT lines at every start/stop below log level 6 (set to override).
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 TARGET_PCT = 3.0
 
@@ -353,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_decode_slowdown ({what}): {', '.join(v.name for v in variants)}; "
           f"{args.rounds} rounds (+{args.warmup_rounds} warm-up), interleaved, order rotated")
     print(f"cpuprof: events {args.events}, sample interval {args.sample_interval_us} µs, "
-          f"record_shapes {'on' if args.record_shapes else 'off'}, regions on; "
-          f"torch.profiler: record_shapes + with_stack")
+          f"record_shapes {'on' if args.record_shapes else 'off'}, model regions on"
+          + ("" if args.cli else "; torch.profiler: record_shapes + with_stack, no regions"))
     print(machine_line())
     try:
         if args.cli:

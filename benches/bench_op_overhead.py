@@ -17,13 +17,14 @@ almost all of it dispatch) is timed with ``time.perf_counter_ns`` under each var
 Only the loop is timed: starting and stopping a profiler (and torch.profiler's post-processing)
 is outside the timed region. The variants run interleaved in one process, round after round, in
 an order rotated every round, because the machine is small, shared and noisy; every figure is a
-median over rounds with its min–max spread. "added" is the median over rounds of
-(variant − that round's "none"), per op, so slow drifts of the machine cancel.
+median over rounds with its min–max spread. "added" is the variant's median minus the median of
+"none" (a difference of medians: the noise here comes in short bursts that hit one loop, not
+slow drifts, so pairing each loop with its round's baseline would add that baseline's noise).
 
 cpuprof also times its own callbacks (``profile.overhead.hook_ns / ops`` = ``per_op_ns``). That
 self-measured figure leaves out torch's own RecordFunction work (building the RecordFunction,
 capturing inputs for record_shapes, calling the callbacks), which the external "added" includes,
-so "added" is always the larger; the table prints both.
+so "added" should be the larger; the table prints both.
 
 Why exact mode costs what it costs
 ----------------------------------
@@ -31,11 +32,15 @@ Sampled mode keeps the op path to two timestamps and some bookkeeping; the count
 to ops by a sampler thread. Exact mode instead snapshots every counter of every thread in the
 "team" at both op boundaries: one group ``read()`` syscall per thread at op begin and one at op
 end, i.e. 2 × (threads in the team) syscalls per op. A ``read()`` of a perf_event group costs
-about 0.9 µs on this KVM guest for another thread's counters, and somewhat more (~1.2 µs) for the
-calling thread's own, which the kernel must bring up to date because it is running. So exact
-mode adds roughly 2.5 µs per op with one thread and roughly 2 µs more per additional thread. The
-script measures that read() cost directly first (a ctypes perf_event_open of the same 4 events)
-and prints the exact-mode cost it predicts next to the measured one.
+about 0.9 µs on this KVM guest for a sleeping thread's counters, and somewhat more (~1.2 µs) for
+the calling thread's own, which the kernel must bring up to date because it is running. So exact
+mode adds roughly 2.5 µs per op with one thread and roughly 2 µs more per additional thread, on
+top of sampled mode's bookkeeping. The script measures that read() cost directly first (a ctypes
+perf_event_open of the same 4 events) and prints the exact-mode cost it predicts next to the
+measured one. In this loop the OpenMP worker is asleep at every read (the tiny adds run on one
+thread); a worker that is running on the other CPU (inside a GEMM, or spinning at a barrier, as in
+a real model) is dearer to read, since the kernel has to interrupt that CPU (an IPI, which on a
+VM is a VM exit) to bring its counts up to date: the probe shows that cost too ("running").
 
 The "team" is the set of threads that have done work since the session started (the sampler adds
 a thread the tick after it first runs), because idle threads need not be read. That is why the
@@ -47,7 +52,7 @@ spinning by a previous variant has gone to sleep and does not join a 1-thread te
 
 Run
 ---
-    python benches/bench_op_overhead.py                       # defaults: N=50000, 11 rounds
+    python benches/bench_op_overhead.py                       # defaults: N=50000, 15 rounds
     python benches/bench_op_overhead.py --n 20000 --rounds 5  # quicker
 """
 
@@ -64,8 +69,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-# torch.profiler's kineto prints "USDT: profiler_start/stop" lines at its default log level.
-os.environ.setdefault("KINETO_LOG_LEVEL", "3")
+# torch.profiler (kineto) prints STAGE/USDT lines at every start/stop below log level 6 (set to override).
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 import torch  # noqa: E402
 
@@ -103,14 +108,18 @@ def machine_line() -> str:
 
 
 # -- what one perf_event group read() costs here ------------------------------------------------
-def probe_group_read_ns(events: int = 4, reads: int = 20_000) -> tuple[float, float] | None:
-    """ns per read() of a group of ``events`` software counters: (own thread, another thread).
+def probe_group_read_ns(events: int = 4, reads: int = 20_000) -> dict[str, float] | None:
+    """ns per read() of a group of ``events`` software counters, by whose counters they are.
 
-    Opened with perf_event_open through ctypes the way the core opens them (task-clock leading,
-    read_format GROUP|TOTAL_TIME_*|ID); the cost of a ctypes call into a trivial syscall
-    (getppid) is subtracted. None when this is not Linux x86_64/aarch64 or the open fails.
+    Opened with perf_event_open through ctypes as the core opens them (task-clock leading,
+    read_format GROUP|TOTAL_TIME_*|ID), on: the calling thread; another thread of this process
+    that is asleep (an idle OpenMP worker); a thread that is running on another CPU (a busy-looping
+    child process: the kernel must interrupt that CPU to bring the counts up to date, as it must
+    for an OpenMP worker that is computing or spinning). The cost of a ctypes call into a trivial
+    syscall (getppid) is subtracted. None when this is not Linux x86_64/aarch64 or the open fails.
     """
     import ctypes
+    import subprocess
     import threading
 
     nr = {"x86_64": 298, "aarch64": 241}.get(platform.machine())
@@ -136,31 +145,37 @@ def probe_group_read_ns(events: int = 4, reads: int = 20_000) -> tuple[float, fl
             leader = fd if leader == -1 else leader
         return leader
 
-    def per_call(fn: Callable[[], object]) -> float:
+    def per_call(fn: Callable[[], object], n: int = reads) -> float:
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter_ns()
-            for _ in range(reads):
+            for _ in range(n):
                 fn()
-            best = min(best, (time.perf_counter_ns() - start) / reads)
+            best = min(best, (time.perf_counter_ns() - start) / n)
         return best
 
     parked = threading.Event()
     tids: list[int] = []
     other = threading.Thread(target=lambda: (tids.append(threading.get_native_id()), parked.wait()))
     other.start()
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         while not tids:
             time.sleep(0.001)
+        time.sleep(0.2)  # the busy child is up and running
         buf = ctypes.create_string_buffer(512)
         own = open_group(threading.get_native_id())
-        theirs = open_group(tids[0])
+        asleep = open_group(tids[0])
+        running = open_group(busy.pid)
         floor = per_call(libc.getppid)
-        return (per_call(lambda: libc.read(own, buf, 512)) - floor,
-                per_call(lambda: libc.read(theirs, buf, 512)) - floor)
+        return {"own": per_call(lambda: libc.read(own, buf, 512)) - floor,
+                "asleep": per_call(lambda: libc.read(asleep, buf, 512)) - floor,
+                "running": per_call(lambda: libc.read(running, buf, 512), reads // 4) - floor}
     except OSError:
         return None
     finally:
+        busy.kill()
+        busy.wait()
         parked.set()
         other.join()
         for fd in fds:
@@ -176,7 +191,6 @@ class Variant:
     mode: str = "sampled"
     record_shapes: bool = False
     ns_per_op: list[float] = field(default_factory=list)
-    added: list[float] = field(default_factory=list)
     hook_per_op: list[float] = field(default_factory=list)  # cpuprof's self-measured cost
     sampler_pct: list[float] = field(default_factory=list)  # sampler CPU / loop wall
     ops_per_iter: list[float] = field(default_factory=list)
@@ -241,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=50_000, help="ops per timed loop (default 50000)")
-    parser.add_argument("--rounds", type=int, default=11, help="measured rounds of every variant (default 11)")
+    parser.add_argument("--rounds", type=int, default=15, help="measured rounds of every variant (default 15)")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="unrecorded rounds first (default 1)")
     parser.add_argument("--numel", type=int, default=4, help="elements of the added tensor (default 4)")
     parser.add_argument("--events", default="software",
@@ -279,33 +293,34 @@ def main(argv: list[str] | None = None) -> int:
           f"sample interval {args.sample_interval_us} µs")
     print(machine_line())
     if read_cost:
-        print(f"perf_event group read() of 4 software events (ctypes, call overhead subtracted): "
-              f"{read_cost[0]:.0f} ns on the calling thread, {read_cost[1]:.0f} ns on another (sleeping) thread")
+        print(f"perf_event group read() of 4 software events (best of 3, ctypes call overhead subtracted): "
+              f"{read_cost['own']:.0f} ns on the calling thread, {read_cost['asleep']:.0f} ns on a sleeping "
+              f"thread, {read_cost['running']:.0f} ns on a thread running on the other CPU")
     started = time.monotonic()
     total = args.warmup_rounds + args.rounds
     for r in range(total):
         record = r >= args.warmup_rounds
         for v in rotated(variants, r):
             run_variant(v, args, x, a, b, record)
-        if record:
-            for v in variants:
-                v.added.append(v.ns_per_op[-1] - base.ns_per_op[-1])
         print(f"  round {r + 1}/{total}{'' if record else ' (warm-up)'}: none "
               f"{base.ns_per_op[-1] if record else float('nan'):.0f} ns/op  "
               f"[{time.monotonic() - started:.0f} s]", file=sys.stderr, flush=True)
 
-    torch_added = median(variants[6].added)
     base_med = median(base.ns_per_op)
+
+    def added_of(v: Variant) -> float:
+        return median(v.ns_per_op) - base_med
+
+    torch_added = added_of(variants[6])
     rows = []
     for v in variants:
         is_base = v is base
-        added = median(v.added)
+        added = added_of(v)
         rows.append([
             v.name,
             f"{median(v.ns_per_op):.0f}",
             span(v.ns_per_op),
             "-" if is_base else f"{added:+.0f}",
-            "-" if is_base else span(v.added, "{:+.0f}"),
             "-" if is_base else f"{median(v.ns_per_op) / base_med:.2f}x",
             "-" if v.kind in ("none",) or torch_added <= 0 else f"{added / torch_added:.2f}",
             f"{median(v.hook_per_op):.0f}" if v.hook_per_op else "-",
@@ -317,28 +332,29 @@ def main(argv: list[str] | None = None) -> int:
         ])
     print()
     print(render_table(
-        ["variant", "ns/op", "min–max", "added", "added min–max", "vs none", "÷ torch.prof added",
+        ["variant", "ns/op", "min–max", "added", "vs none", "÷ torch.prof added",
          "self hook ns/op", "ops/iter", "sampler %", "threads"],
         rows))
     print()
-    print("ns/op: median per loop iteration; added: median over rounds of (variant − that round's none);")
+    print("ns/op: median over rounds of loop time ÷ N, min–max over rounds; added: median − none's median;")
     print("÷ torch.prof added: added ÷ torch.profiler's (defaults) added; self hook ns/op: cpuprof's own")
     print("overhead.per_op_ns (its callbacks only, not torch's RecordFunction work); sampler %: sampler")
     print("thread CPU ÷ loop wall time; threads: threads with CPU time in the profile (the exact-mode team).")
     by = {v.name: v for v in variants}
     if read_cost:
-        own, other = read_cost
+        own, other = read_cost["own"], read_cost["asleep"]
         print(f"exact mode, expected from the read() cost alone: 2 x {own:.0f} = {2 * own:.0f} ns/op with 1 thread, "
-              f"+ 2 x {other:.0f} = {2 * own + 2 * other:.0f} ns/op with 2 (measured self hook: "
+              f"+ 2 x {other:.0f} (worker asleep) = {2 * own + 2 * other:.0f} ns/op with 2 (measured self hook: "
               f"{median(by['cpuprof exact, 1 thread'].hook_per_op):.0f} / "
               f"{median(by['cpuprof exact, 2 threads'].hook_per_op):.0f})")
     s, e1, e2 = by["cpuprof sampled"], by["cpuprof exact, 1 thread"], by["cpuprof exact, 2 threads"]
     print()
-    print(f"summary: added per op over {base_med:.0f} ns — cpuprof sampled {median(s.added):+.0f} ns "
-          f"(+shapes {median(by['cpuprof sampled +shapes'].added):+.0f}), exact {median(e1.added):+.0f} ns "
-          f"with 1 thread / {median(e2.added):+.0f} ns with 2, torch.profiler {torch_added:+.0f} ns "
-          f"(+shapes {median(by['torch.profiler +shapes'].added):+.0f}); "
-          f"sampled = {median(s.added) / torch_added:.2f}x torch.profiler's added cost")
+    print(f"summary: added per op over {base_med:.0f} ns — cpuprof sampled {added_of(s):+.0f} ns "
+          f"(+shapes {added_of(by['cpuprof sampled +shapes']):+.0f}), exact {added_of(e1):+.0f} ns "
+          f"with 1 thread / {added_of(e2):+.0f} ns with 2, torch.profiler {torch_added:+.0f} ns "
+          f"(+shapes {added_of(by['torch.profiler +shapes']):+.0f}); "
+          + (f"sampled = {added_of(s) / torch_added:.2f}x torch.profiler's added cost" if torch_added > 0
+             else "torch.profiler's added cost was not positive: too noisy, add rounds"))
     return 0
 
 

@@ -105,7 +105,10 @@ py::dict snapshot() {
   const OpTable& table = s.table();
   out["op_capacity"] = table.capacity();
   out["ops_overflowed"] = table.overflowed();
-  out["memory_bytes"] = table.memory_bytes() + s.spans().memory_bytes();
+  const int n_dispatch = std::min(s.dispatch_threads(), kMaxDispatchThreads);
+  size_t span_bytes = 0;
+  for (int d = 0; d < n_dispatch; ++d) span_bytes += s.spans(d).memory_bytes();
+  out["memory_bytes"] = table.memory_bytes() + span_bytes;
 
   std::vector<ThreadSnapshot> threads = s.thread_snapshots();
   const int n_slots = std::min<int>(static_cast<int>(threads.size()), table.n_thread_slots());
@@ -166,12 +169,21 @@ py::dict snapshot() {
   }
   out["entries"] = entries;
 
-  const SpanRing& ring = s.spans();
-  const size_t n_spans = std::min<uint64_t>(ring.written(), ring.capacity());
+  // Merge the per-thread rings, oldest first within each; the Python side orders by time.
+  size_t n_spans = 0;
+  uint64_t spans_written = 0, spans_dropped = 0;
+  for (int d = 0; d < n_dispatch; ++d) {
+    const SpanRing& ring = s.spans(d);
+    if (!ring.enabled()) continue;
+    n_spans += std::min<uint64_t>(ring.written(), ring.capacity());
+    spans_written += ring.written();
+    spans_dropped += ring.dropped();
+  }
+  const int width = std::max(n_events, 1);
   py::array_t<uint32_t> entry_arr(n_spans);
   py::array_t<int32_t> slot_arr(n_spans), depth_arr(n_spans);
   py::array_t<int64_t> start_arr(n_spans), dur_arr(n_spans);
-  py::array_t<uint64_t> counter_arr({static_cast<py::ssize_t>(n_spans), static_cast<py::ssize_t>(std::max(n_events, 1))});
+  py::array_t<uint64_t> counter_arr({static_cast<py::ssize_t>(n_spans), static_cast<py::ssize_t>(width)});
   {
     auto en = entry_arr.mutable_unchecked<1>();
     auto sl = slot_arr.mutable_unchecked<1>();
@@ -179,17 +191,24 @@ py::dict snapshot() {
     auto st = start_arr.mutable_unchecked<1>();
     auto du = dur_arr.mutable_unchecked<1>();
     auto co = counter_arr.mutable_unchecked<2>();
-    // Oldest first: after a wrap the oldest record sits at the next write position.
-    const size_t first = ring.written() > ring.capacity() ? ring.written() % ring.capacity() : 0;
-    for (size_t k = 0; k < n_spans; ++k) {
-      const size_t i = (first + k) % ring.capacity();
-      const SpanRecord& r = ring.record(i);
-      en(k) = r.entry;
-      sl(k) = r.thread_slot == 0xffff ? -1 : r.thread_slot;
-      dp(k) = r.depth;
-      st(k) = r.start_ns;
-      du(k) = r.dur_ns;
-      for (int ev = 0; ev < std::max(n_events, 1); ++ev) co(k, ev) = ev < n_events ? ring.counters(i)[ev] : 0;
+    size_t k = 0;
+    for (int d = 0; d < n_dispatch; ++d) {
+      const SpanRing& ring = s.spans(d);
+      if (!ring.enabled()) continue;
+      const uint64_t written = ring.written();
+      const size_t kept = std::min<uint64_t>(written, ring.capacity());
+      // After a wrap the oldest record sits at the next write position.
+      const size_t first = written > ring.capacity() ? written % ring.capacity() : 0;
+      for (size_t j = 0; j < kept; ++j, ++k) {
+        const size_t i = (first + j) % ring.capacity();
+        const SpanRecord& r = ring.record(i);
+        en(k) = r.entry;
+        sl(k) = r.thread_slot == 0xffff ? -1 : r.thread_slot;
+        dp(k) = r.depth;
+        st(k) = r.start_ns;
+        du(k) = r.dur_ns;
+        for (int ev = 0; ev < width; ++ev) co(k, ev) = ev < n_events ? ring.counters(i)[ev] : 0;
+      }
     }
   }
   py::dict spans;
@@ -199,9 +218,9 @@ py::dict snapshot() {
   spans["start_ns"] = start_arr;
   spans["dur_ns"] = dur_arr;
   spans["counters"] = counter_arr;
-  spans["written"] = ring.written();
-  spans["capacity"] = ring.capacity();
-  spans["dropped"] = ring.dropped();
+  spans["written"] = spans_written;
+  spans["capacity"] = s.span_capacity();
+  spans["dropped"] = spans_dropped;
   out["spans"] = spans;
   return out;
 }

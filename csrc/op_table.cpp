@@ -41,14 +41,9 @@ void SpanRing::init(size_t capacity, int n_events) {
     counters_.reset();
     return;
   }
-  records_ = std::make_unique<SpanRecord[]>(capacity_);
-  counters_ = std::make_unique<uint64_t[]>(capacity_ * n_events_);
-}
-
-SpanRecord* SpanRing::claim(uint64_t** counters) {
-  const uint64_t index = next_.fetch_add(1, std::memory_order_relaxed) % capacity_;
-  *counters = counters_.get() + index * n_events_;
-  return &records_[index];
+  // new[] without value-initialisation: only the records a thread writes become resident.
+  records_.reset(new SpanRecord[capacity_]);
+  counters_.reset(new uint64_t[capacity_ * n_events_]);
 }
 
 }  // namespace cpuprof

@@ -109,16 +109,22 @@ struct SpanRecord {
   int64_t dur_ns;
 };
 
-// Keeps the most recent `capacity` spans: a multi-producer ring where each producer claims an
-// index with one fetch_add. It is read only after the session stopped (or as a best-effort
-// checkpoint), so there is no consumer on the hot path.
+// Keeps the most recent `capacity` spans of one dispatching thread. One ring per thread, so each
+// has a single producer and no two writers can ever meet on a record, however small the ring.
+// It is read after the session stopped (or as a best-effort checkpoint while it runs).
 class SpanRing {
  public:
   void init(size_t capacity, int n_events);
   bool enabled() const { return capacity_ > 0; }
-  // Returns the counter array of the claimed record so the caller fills it in place.
-  SpanRecord* claim(uint64_t** counters);
-  uint64_t written() const { return next_.load(std::memory_order_relaxed); }
+  // Returns the next record (overwriting the oldest) and its counter array, to fill in place.
+  SpanRecord* claim(uint64_t** counters) {
+    const uint64_t index = next_.load(std::memory_order_relaxed);
+    next_.store(index + 1, std::memory_order_release);
+    const size_t slot = index % capacity_;
+    *counters = counters_.get() + slot * n_events_;
+    return &records_[slot];
+  }
+  uint64_t written() const { return next_.load(std::memory_order_acquire); }
   size_t capacity() const { return capacity_; }
   uint64_t dropped() const { uint64_t w = written(); return w > capacity_ ? w - capacity_ : 0; }
   const SpanRecord& record(size_t i) const { return records_[i]; }

@@ -58,7 +58,6 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config) {
   }
   n_slots_ = std::clamp(config.max_threads, 1, kMaxThreads);
   table_.init(config.op_capacity, n_slots_, n_events);
-  spans_.init(config.span_capacity, n_events);
   const size_t stride = static_cast<size_t>(n_slots_) * std::max(n_events, 1);
   for (auto& state : pool_) {
     if (!state) state = std::make_unique<DispatchState>();
@@ -119,6 +118,7 @@ DispatchState* Session::dispatch_state() {
   // Counters for this thread now, not at the sampler's next scan, so its first ops count.
   state->slot = registry_.ensure(state->tid);
   join_team(state->slot);
+  state->spans.init(config_.span_capacity, static_cast<int>(events_.size()));
   t_binding.state = state;
   return state;
 }
@@ -158,14 +158,14 @@ void Session::end_op(DispatchState* state, int64_t enter_ns) {
          !entry.max_ns.compare_exchange_weak(seen_max, static_cast<uint64_t>(dur), std::memory_order_relaxed)) {
   }
   uint64_t* span_counters = nullptr;
-  if (spans_.enabled()) {
-    SpanRecord* span = spans_.claim(&span_counters);
+  if (state->spans.enabled()) {
+    SpanRecord* span = state->spans.claim(&span_counters);
     span->entry = frame.entry;
     span->thread_slot = static_cast<uint16_t>(state->slot < 0 ? 0xffff : state->slot);
     span->depth = static_cast<uint16_t>(d);
     span->start_ns = frame.start_ns;
     span->dur_ns = dur;
-    std::memset(span_counters, 0, sizeof(uint64_t) * spans_.n_events());
+    std::memset(span_counters, 0, sizeof(uint64_t) * state->spans.n_events());
   }
   if (config_.mode == CountingMode::Exact) {
     const int n_events = static_cast<int>(events_.size());

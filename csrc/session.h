@@ -78,6 +78,7 @@ struct DispatchState {
   // of its children ([depth][slot][event]).
   std::unique_ptr<uint64_t[]> start_counts;
   std::unique_ptr<uint64_t[]> child_counts;
+  SpanRing spans;  // sized when a thread takes this state: allocation once per thread, not per op
 };
 
 struct ThreadSnapshot {
@@ -125,7 +126,9 @@ class Session {
   const SessionConfig& config() const { return config_; }
   const std::vector<EventSpec>& events() const { return events_; }
   const OpTable& table() const { return table_; }
-  const SpanRing& spans() const { return spans_; }
+  // Span rings, one per dispatching thread (index < dispatch_threads()).
+  const SpanRing& spans(int dispatch_index) const { return pool_[dispatch_index]->spans; }
+  size_t span_capacity() const { return config_.span_capacity; }
   std::vector<ThreadSnapshot> thread_snapshots() const;
   const ThreadRegistry& registry() const { return registry_; }
   int64_t started_ns() const { return started_ns_; }
@@ -158,7 +161,6 @@ class Session {
   std::vector<EventSpec> events_;
   ThreadRegistry registry_;
   OpTable table_;
-  SpanRing spans_;
   std::unique_ptr<DispatchState> pool_[kMaxDispatchThreads];
   std::atomic<int> pool_used_{0};
   std::atomic<uint64_t> generation_{0};

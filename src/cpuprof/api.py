@@ -50,7 +50,7 @@ class profile:
     ``mode="sampled"`` (default) keeps the op path to two timestamps and charges counter deltas
     to ops from a sampler thread every ``sample_interval_us``; ``mode="exact"`` reads every
     thread's counters at every op boundary (exact per op, about two ``read()``s per thread per op).
-    ``timeline`` is the capacity of the span ring (0: aggregates only).
+    ``timeline`` is how many of the newest op spans each dispatching thread keeps (0: aggregates only).
     """
 
     def __init__(
@@ -218,11 +218,15 @@ def build_profile(snap: dict[str, Any], meta: dict[str, Any], dropped: list[Drop
     spans_data = snap["spans"]
     spans = None
     if spans_data["capacity"]:
+        import numpy as np
+
+        # One ring per dispatching thread; merged here in the order the spans ended.
+        order = np.argsort(spans_data["start_ns"] + spans_data["dur_ns"], kind="stable")
         spans = Spans(
-            op=spans_data["entry"].tolist(), thread=spans_data["thread_slot"].tolist(),
-            depth=spans_data["depth"].tolist(), start_ns=spans_data["start_ns"].tolist(),
-            dur_ns=spans_data["dur_ns"].tolist(),
-            counters=spans_data["counters"][:, : len(names)].tolist(),
+            op=spans_data["entry"][order].tolist(), thread=spans_data["thread_slot"][order].tolist(),
+            depth=spans_data["depth"][order].tolist(), start_ns=spans_data["start_ns"][order].tolist(),
+            dur_ns=spans_data["dur_ns"][order].tolist(),
+            counters=spans_data["counters"][order, : len(names)].tolist(),
         )
     profile = Profile(
         meta=meta,

@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "exact: read at every op boundary")
     c.add_argument("--sample-interval-us", type=int, default=2000, help="sampler period (default 2000)")
     c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by input shapes")
-    c.add_argument("--timeline", type=int, default=0, metavar="N", help="keep the last N op spans (default 0)")
+    c.add_argument("--timeline", type=int, default=0, metavar="N", help="keep the last N op spans of each dispatching thread (default 0)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="where the profile is saved (default cpuprof-out/decode-<time>)")
     o.add_argument("--json", action="store_true", help="print the profile as JSON instead of the report")

@@ -87,6 +87,9 @@ def source_line(profile: Profile) -> str:
 
 
 def render(profile: Profile, out: TextIO, top: int = 20) -> None:
+    # What was asked and what was in force disagree: that qualifies every number below.
+    for warning in profile.settings.get("warnings", []):
+        out.write(f"WARNING: {warning}\n")
     if profile.workload:
         _workload(profile, out)
     if profile.settings:
@@ -270,8 +273,6 @@ def _workload(profile: Profile, out: TextIO) -> None:
 def _settings(profile: Profile, out: TextIO) -> None:
     st = profile.settings
     w = out.write
-    for warning in st.get("warnings", []):
-        w(f"  WARNING: {warning}\n")
     force = st.get("in_force") or {}
     torch_info = force.get("torch") or {}
     omp = (force.get("openmp") or {}).get("active") or {}
