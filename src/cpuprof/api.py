@@ -44,13 +44,54 @@ def region(name: str) -> Iterator[None]:
         yield
 
 
+class _ModuleRegions:
+    """Makes every nn.Module forward a region named by its class, through global module hooks.
+
+    Class names, not instance paths: the keys stay bounded ("LlamaDecoderLayer/LlamaMLP/Linear"
+    whatever the depth of the model), which is what an aggregate over many layers wants.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        import torch
+        from torch.nn.modules import module as nn_module
+
+        self._local = threading.local()
+        record_function = torch.autograd.profiler.record_function
+
+        def enter(module: Any, _args: Any) -> None:
+            scope = record_function(type(module).__name__)
+            scope.__enter__()
+            self._stack().append(scope)
+
+        def leave(module: Any, _args: Any, _output: Any) -> None:
+            stack = self._stack()
+            if stack:
+                stack.pop().__exit__(None, None, None)
+
+        self._handles = [nn_module.register_module_forward_pre_hook(enter),
+                         nn_module.register_module_forward_hook(leave, always_call=True)]
+
+    def _stack(self) -> list[Any]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
 class profile:
     """Profiles every ATen op, with counters of every thread of the process.
 
     ``mode="sampled"`` (default) keeps the op path to two timestamps and charges counter deltas
     to ops from a sampler thread every ``sample_interval_us``; ``mode="exact"`` reads every
     thread's counters at every op boundary (exact per op, about two ``read()``s per thread per op).
-    ``timeline`` is how many of the newest op spans each dispatching thread keeps (0: aggregates only).
+    ``modules=True`` makes each nn.Module forward a region named by its class, so ops are keyed by
+    the module that ran them (a few µs per module call; the built-in decode model marks its own
+    regions instead). ``timeline`` is how many of the newest op spans each dispatching thread keeps (0: aggregates only).
     """
 
     def __init__(
@@ -63,6 +104,7 @@ class profile:
         op_capacity: int = 2048,
         timeline: int = 0,
         max_threads: int = 64,
+        modules: bool = False,
         warn: bool = True,
     ) -> None:
         if mode not in MODES:
@@ -78,6 +120,8 @@ class profile:
         self.op_capacity = op_capacity
         self.timeline = timeline
         self.max_threads = max_threads
+        self.modules = modules
+        self._module_regions: _ModuleRegions | None = None
         self.warn = warn
         self.dropped: list[DroppedEvent] = []
         self.profile: Profile | None = None
@@ -100,6 +144,8 @@ class profile:
             max_threads=self.max_threads,
         )
         self.dropped = [DroppedEvent(name=d["name"], reason=d["reason"], errno=d["errno"]) for d in dropped]
+        if self.modules:
+            self._module_regions = _ModuleRegions()
         if self.warn:
             by_reason: dict[str, list[str]] = {}
             for d in self.dropped:
@@ -122,6 +168,9 @@ class profile:
     def stop(self) -> Profile:
         if self._native is None:
             raise UsageError("profile.stop() called before start()")
+        if self._module_regions is not None:
+            self._module_regions.remove()
+            self._module_regions = None
         self._native.stop()
         self.profile = self._build(complete=True)
         return self.profile
