@@ -176,7 +176,8 @@ def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
                                    sample_interval_us=v.sample_interval_us, warn=False)
             ctx: contextlib.AbstractContextManager = prof
         elif v.kind == "torch":
-            from torch.profiler import ProfilerActivity, profile as torch_profile
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as torch_profile
 
             ctx = torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True)
         else:

@@ -238,7 +238,8 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
         extra["sampler_pct"] = 100.0 * p.overhead.sampler_cpu_ns / elapsed
         extra["threads_counted"] = sum(1 for t in p.threads if t.counters.get("task-clock", 0) > 0)
     else:
-        from torch.profiler import ProfilerActivity, profile as torch_profile
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
 
         with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=v.record_shapes):
             elapsed = timed_loop(args.n, x)

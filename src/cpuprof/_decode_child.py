@@ -84,7 +84,9 @@ class DecodeRun:
         self.prof = profile(self.options["events"], mode=self.options["mode"],
                             record_shapes=self.options["record_shapes"],
                             sample_interval_us=self.options["sample_interval_us"],
-                            timeline=self.options["timeline"])
+                            timeline=self.options["timeline"],
+                            # A checkpoint's own model marks no regions: its modules do.
+                            modules=bool(self.options["hf"]))
 
     def build(self) -> tuple[Any, Any]:
         import torch

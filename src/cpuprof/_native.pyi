@@ -2,7 +2,6 @@
 
 from typing import Any
 
-
 built_torch_version: str
 max_events: int
 max_threads: int

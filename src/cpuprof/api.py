@@ -15,13 +15,23 @@ import datetime
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
-from . import __version__, events as event_presets, native
+from . import __version__, native
+from . import events as event_presets
 from .errors import UsageError
 from .model import (
-    Collection, DroppedEvent, EventInfo, Limits, OpStat, Overhead, Profile, Spans, ThreadStat,
+    Collection,
+    DroppedEvent,
+    EventInfo,
+    Limits,
+    OpStat,
+    Overhead,
+    Profile,
+    Spans,
+    ThreadStat,
 )
 
 MODES = ("sampled", "exact")
@@ -91,7 +101,8 @@ class profile:
     thread's counters at every op boundary (exact per op, about two ``read()``s per thread per op).
     ``modules=True`` makes each nn.Module forward a region named by its class, so ops are keyed by
     the module that ran them (a few µs per module call; the built-in decode model marks its own
-    regions instead). ``timeline`` is how many of the newest op spans each dispatching thread keeps (0: aggregates only).
+    regions instead). ``timeline`` is how many of the newest op spans each dispatching thread
+    keeps (0: aggregates only).
     """
 
     def __init__(
@@ -129,7 +140,7 @@ class profile:
         self.meta: dict[str, Any] = {}
 
     # -- life cycle ---------------------------------------------------------------------------
-    def start(self) -> "profile":
+    def start(self) -> profile:
         self._native = native.load()
         event_presets.validate_names(self.event_names, self._native)
         if self._native.running():
@@ -189,7 +200,7 @@ class profile:
             raise UsageError("profile.snapshot() called before start()")
         return self._build(complete=not self._native.running())
 
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -163,7 +163,7 @@ class Profile:
     status: dict[str, Any] = field(default_factory=lambda: {"complete": True})
 
     @classmethod
-    def unprofiled(cls) -> "Profile":
+    def unprofiled(cls) -> Profile:
         """A profile with no counters: a run made without profiling (a baseline), whose
         workload and settings still need one home."""
         return cls(
@@ -213,7 +213,7 @@ class Profile:
         return {"format": FORMAT, "version": VERSION, **data}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "profile") -> "Profile":
+    def from_dict(cls, data: Any, source: str = "profile") -> Profile:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ProfileFormatError(f"{source} is not a cpuprof profile (no '{FORMAT}' header)")
         version = data.get("version")
@@ -267,7 +267,7 @@ class Profile:
         return target
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Profile":
+    def load(cls, path: str | os.PathLike[str]) -> Profile:
         """Reads a profile file, or ``profile.json`` inside a directory; one-line errors only."""
         source = Path(path)
         if source.is_dir():

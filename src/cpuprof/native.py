@@ -25,7 +25,7 @@ def check_torch_version(built: str, installed: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load() -> ModuleType:
     """Returns ``cpuprof._native``, importing torch first (the extension needs its libraries)."""
     try:

@@ -49,7 +49,8 @@ def render(d: dict[str, Any]) -> str:
     if not omp["loaded"]:
         lines.append("OpenMP    no OpenMP runtime is loaded by torch here")
     intel = d["intel_openmp"]
-    lines.append(f"          Intel OpenMP for --omp intel: {intel['path'] + '; OMPT ' + intel['ompt'] if intel['path'] else 'not installed (pip install intel-openmp)'}")
+    found = f"{intel['path']}; OMPT {intel['ompt']}" if intel["path"] else "not installed (pip install intel-openmp)"
+    lines.append(f"          Intel OpenMP for --omp intel: {found}")
     pt = d["ptrace"]
     lines.append(f"py-spy    {'attach allowed' if pt['ok'] else 'unavailable: ' + pt['reason']}"
                  + (f" ({pt['py_spy']})" if pt["py_spy"] else ""))

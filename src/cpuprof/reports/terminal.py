@@ -102,7 +102,9 @@ def render(profile: Profile, out: TextIO, top: int = 20) -> None:
     w = out.write
     c = profile.collection
     wall = c.wall_ns
-    status = "" if profile.status.get("complete", True) else f"  [PARTIAL: {profile.status.get('reason', 'run did not finish')}]"
+    status = ""
+    if not profile.status.get("complete", True):
+        status = f"  [PARTIAL: {profile.status.get('reason', 'run did not finish')}]"
     w(f"cpuprof profile: {fmt_ns(wall)} wall, {profile.overhead.ops:,} ops, {c.mode} mode{status}\n")
     w(f"  {source_line(profile)}\n")
     caps = profile.capabilities
@@ -176,7 +178,8 @@ def _ops(profile: Profile, out: TextIO, top: int) -> None:
     rows = [header]
     for op in sorted(ops, key=lambda o: o.self_ns, reverse=True)[:top]:
         name = op.name if not op.region else f"{op.name} @{op.region}"
-        row = [name if len(name) <= 48 else name[:47] + "…", f"{op.calls:,}", fmt_ns(op.self_ns), f"{100.0 * op.self_ns / total_self:.1f}",
+        row = [name if len(name) <= 48 else name[:47] + "…", f"{op.calls:,}", fmt_ns(op.self_ns),
+               f"{100.0 * op.self_ns / total_self:.1f}",
                fmt_ns(op.incl_ns), fmt_ns(op.incl_ns / op.calls)]
         if sampled:
             row.append(str(op.samples))
@@ -199,7 +202,8 @@ def _ops(profile: Profile, out: TextIO, top: int) -> None:
     out.write(f"\nTop {min(top, len(ops))} ops by self time (of {len(ops)} op keys; "
               f"busy thr = CPU time of all threads / self wall time{note})\n")
     if len(rows) > 1:
-        align = "lrrrrr" + ("r" if sampled else "") + ("rr" + "r" * len(team) if has_cpu else "") + "r" * (len(counted) + len(ratios)) + "l"
+        align = ("lrrrrr" + ("r" if sampled else "") + ("rr" + "r" * len(team) if has_cpu else "")
+                 + "r" * (len(counted) + len(ratios)) + "l")
         out.write("\n".join(_table(rows, align)) + "\n")
     outside = [op for op in profile.ops if op.kind == "special" and op.name.startswith("[outside")]
     if outside and has_cpu:
@@ -225,7 +229,8 @@ def _limits(profile: Profile, out: TextIO) -> None:
     lim = profile.limits
     notes = []
     if lim.ops_overflowed:
-        notes.append(f"{lim.ops_overflowed:,} op calls fell into '[other ops]' (op table of {lim.op_capacity} keys full)")
+        notes.append(f"{lim.ops_overflowed:,} op calls fell into '[other ops]' "
+                     f"(op table of {lim.op_capacity} keys full)")
     if lim.spans_dropped:
         notes.append(f"timeline kept the last {lim.span_capacity:,} spans; {lim.spans_dropped:,} older ones dropped")
     if lim.too_deep:
