@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--cpus", metavar="LIST", help="explicit CPU list, e.g. 0-3,8")
     launch.add_argument("--bind", default="close", help="close (default), spread or none")
     launch.add_argument("--omp", default="gnu", help="gnu (torch's libgomp, default) or intel (libiomp5, preloaded)")
-    launch.add_argument("--blocktime", metavar="MS", help="ms an idle OpenMP thread spins (KMP_BLOCKTIME / GOMP_SPINCOUNT)")
+    launch.add_argument("--blocktime", metavar="MS",
+                        help="ms an idle OpenMP thread spins (KMP_BLOCKTIME / GOMP_SPINCOUNT)")
     launch.add_argument("--allocator", default="default", help="default, jemalloc or tcmalloc (preloaded)")
     launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
     c = p.add_argument_group("profiling")
