@@ -38,7 +38,7 @@ Target: cpuprof's sampled mode adds at most 3% to decode time (the output says m
 
 Run
 ---
-    python benches/bench_decode_slowdown.py                     # 1B shapes, 4 layers, 7 rounds
+    python benches/bench_decode_slowdown.py                     # 1B shapes, 4 layers, 11 rounds
     python benches/bench_decode_slowdown.py --breakdown         # + regions / no-regions / slow sampler
     python benches/bench_decode_slowdown.py --sample-interval-us 10000
     python benches/bench_decode_slowdown.py --cli               # whole CLI, tiny preset
@@ -118,6 +118,7 @@ class Variant:
     sampler_pct: list[float] = field(default_factory=list)
     hook_ns_per_op: list[float] = field(default_factory=list)
     ops_per_forward: list[float] = field(default_factory=list)
+    tick_us: list[float] = field(default_factory=list)  # sampler CPU per tick
 
 
 def make_variants(args: argparse.Namespace) -> list[Variant]:
@@ -191,7 +192,8 @@ def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
             extra = {"hook_pct": 100.0 * p.overhead.hook_ns / wall,
                      "sampler_pct": 100.0 * p.overhead.sampler_cpu_ns / wall,
                      "hook_ns_per_op": p.overhead.per_op_ns,
-                     "ops_per_forward": p.overhead.ops / (args.new_tokens + 1)}
+                     "ops_per_forward": p.overhead.ops / (args.new_tokens + 1),
+                     "tick_us": p.overhead.sampler_cpu_ns / max(1, p.overhead.sampler_ticks) / 1e3}
             if not dropped_said and prof.dropped:
                 names = ", ".join(d.name for d in prof.dropped)
                 print(f"(cpuprof dropped {names}: {prof.dropped[0].reason})", file=sys.stderr)
@@ -239,7 +241,8 @@ def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
             wall = max(1, c["stopped_ns"] - c["started_ns"])
             extra = {"hook_pct": 100.0 * o["hook_ns"] / wall, "sampler_pct": 100.0 * o["sampler_cpu_ns"] / wall,
                      "hook_ns_per_op": o["hook_ns"] / max(1, o["ops"]),
-                     "ops_per_forward": o["ops"] / (args.new_tokens + 1)}
+                     "ops_per_forward": o["ops"] / (args.new_tokens + 1),
+                     "tick_us": o["sampler_cpu_ns"] / max(1, o["sampler_ticks"]) / 1e3}
         return float(data["workload"]["tokens_per_s"]), extra
 
     try:
@@ -273,6 +276,7 @@ def interleave(args: argparse.Namespace, variants: list[Variant], one) -> None:
 
 def report(args: argparse.Namespace, variants: list[Variant]) -> None:
     rows = []
+    base = variants[0]
     for v in variants:
         is_base = v.kind == "none" and not v.regions
         ratio = median(v.ratio)
@@ -284,19 +288,29 @@ def report(args: argparse.Namespace, variants: list[Variant]) -> None:
             "-" if is_base else span(v.ratio, "{:.3f}"),
             "-" if is_base else f"{pct_slower(ratio):+.1f}%",
             "-" if is_base else f"{pct_slower(max(v.ratio)):+.1f}..{pct_slower(min(v.ratio)):+.1f}%",
+            "-" if is_base else f"{max(v.tps) / max(base.tps):.3f}x",
             f"{median(v.hook_ns_per_op):.0f}" if v.hook_ns_per_op else "-",
             f"{median(v.ops_per_forward):.0f}" if v.ops_per_forward else "-",
             f"{median(v.hook_pct):.2f}%" if v.hook_pct else "-",
             f"{median(v.sampler_pct):.2f}%" if v.sampler_pct else "-",
+            f"{median(v.tick_us):.0f}" if v.tick_us else "-",
         ])
     print()
     print(render_table(["variant", "tokens/s", "min–max", "vs none", "ratio min–max", "decode time",
-                        "time min..max", "hook ns/op", "ops/fwd", "hook % wall", "sampler % wall"], rows))
+                        "time min..max", "best vs best", "hook ns/op", "ops/fwd", "hook % wall", "sampler % wall",
+                        "µs/tick"], rows))
     print()
     print("vs none: median over rounds of tokens/s ÷ that round's none; decode time: the same as time per")
     print("token (+ = slower). hook ns/op, hook % wall, sampler % wall: cpuprof's self-measured overhead")
     print("(its callbacks on the dispatching thread; the sampler thread's CPU time) over the profiled wall time;")
-    print("ops/fwd: ops seen ÷ forward passes (prefill + decode steps).")
+    print("µs/tick: sampler CPU time per tick.")
+    print("ops/fwd: ops seen ÷ forward passes (prefill + decode steps). best vs best: the variant's fastest run ÷")
+    print("none's fastest (noise here only ever slows a run down, so the fastest runs are the least disturbed).")
+    noise = max(base.tps) / min(base.tps)
+    if noise > 1.25:
+        print(f"WARNING: the baseline's tokens/s varied {noise:.2f}x between rounds: the machine's load changed "
+              f"during the run (now: {machine_line().split('  ')[-1]}); trust the medians and best-vs-best less, "
+              f"or rerun when it is quiet.")
     print()
     for v in variants[1:]:
         if v.ratio:
@@ -328,9 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
     parser.add_argument("--threads", type=int, default=2, help="torch/OpenMP threads (default 2)")
     parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=64, help="decode steps per run (default 64)")
+    parser.add_argument("--new-tokens", type=int, default=24,
+                        help="decode steps per run (default 24: short runs, many rounds, so the pairs "
+                             "compared stay close in time on a shared machine)")
     parser.add_argument("--warmup", type=int, default=2, help="decode steps left out of tokens/s (default 2)")
-    parser.add_argument("--rounds", type=int, default=7, help="measured rounds of every variant (default 7)")
+    parser.add_argument("--rounds", type=int, default=11, help="measured rounds of every variant (default 11)")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="unrecorded rounds first (default 1)")
     parser.add_argument("--variants", default="sampled,exact,torch",
                         help="compared with none: any of sampled, exact, torch (default all; torch not with --cli)")

@@ -29,6 +29,9 @@ py::dict probe_to_dict(const ProbeResult& p) {
   return d;
 }
 
+void install_hook_with_shapes() { install_op_hook(true); }
+void install_hook_without_shapes() { install_op_hook(false); }
+
 py::list start_session(const std::vector<std::string>& events, const std::string& mode, bool record_shapes,
                        int sample_interval_us, int op_capacity, size_t span_capacity, int max_threads,
                        const std::string& sysfs_root) {
@@ -50,9 +53,8 @@ py::list start_session(const std::vector<std::string>& events, const std::string
   std::vector<DroppedEvent> dropped;
   {
     py::gil_scoped_release release;  // the sampler's first scan takes a moment
-    dropped = Session::instance().start(config);
+    dropped = Session::instance().start(config, record_shapes ? install_hook_with_shapes : install_hook_without_shapes);
   }
-  install_op_hook(record_shapes);
   py::list out;
   for (const DroppedEvent& d : dropped) {
     py::dict item;
@@ -65,55 +67,50 @@ py::list start_session(const std::vector<std::string>& events, const std::string
 }
 
 void stop_session() {
-  remove_op_hook();
   py::gil_scoped_release release;
-  Session::instance().stop();
+  Session::instance().stop(remove_op_hook);
 }
 
 py::dict snapshot() {
-  Session& s = Session::instance();
-  const int n_events = static_cast<int>(s.events().size());
+  SessionSnapshot snap;
+  {
+    py::gil_scoped_release release;  // copied under the session's lock, converted after
+    snap = Session::instance().snapshot();
+  }
+  const int n_events = static_cast<int>(snap.events.size());
   py::dict out;
   py::list events;
-  for (const EventSpec& e : s.events()) {
+  for (const EventSpec& e : snap.events) {
     py::dict item;
     item["name"] = e.name;
     item["kind"] = event_kind_name(e.kind);
+    item["user_only"] = e.exclude_kernel && !e.exclude_user;
     events.append(item);
   }
   out["events"] = events;
-  out["mode"] = s.config().mode == CountingMode::Exact ? "exact" : "sampled";
-  out["record_shapes"] = s.config().record_shapes;
-  out["sample_interval_us"] = s.config().sample_interval_us;
-  out["running"] = s.running();
-  out["started_ns"] = s.started_ns();
-  out["stopped_ns"] = s.stopped_ns();
-  out["now_ns"] = now_ns();
-  out["ops_seen"] = s.ops_seen();
-  out["too_deep"] = s.too_deep();
-  out["unattributed_ops"] = s.unattributed_threads();
-  out["hook_ns"] = s.hook_ns();
-  out["sampler_cpu_ns"] = s.sampler_cpu_ns();
-  out["sampler_ticks"] = s.sampler_ticks();
-  out["dispatch_threads"] = s.dispatch_threads();
-  py::list dispatch_tids;
-  for (int i = 0; i < std::min(s.dispatch_threads(), kMaxDispatchThreads); ++i) {
-    dispatch_tids.append(Session::instance().pool_state(i)->tid);
-  }
-  out["dispatch_tids"] = dispatch_tids;
-  out["threads_beyond_limit"] = s.registry().dropped_threads();
-  const OpTable& table = s.table();
-  out["op_capacity"] = table.capacity();
-  out["ops_overflowed"] = table.overflowed();
-  const int n_dispatch = std::min(s.dispatch_threads(), kMaxDispatchThreads);
-  size_t span_bytes = 0;
-  for (int d = 0; d < n_dispatch; ++d) span_bytes += s.spans(d).memory_bytes();
-  out["memory_bytes"] = table.memory_bytes() + span_bytes;
+  out["mode"] = snap.mode == CountingMode::Exact ? "exact" : "sampled";
+  out["record_shapes"] = snap.record_shapes;
+  out["sample_interval_us"] = snap.sample_interval_us;
+  out["running"] = snap.running;
+  out["started_ns"] = snap.started_ns;
+  out["stopped_ns"] = snap.stopped_ns;
+  out["now_ns"] = snap.now_ns;
+  out["ops_seen"] = snap.ops_seen;
+  out["too_deep"] = snap.too_deep;
+  out["unattributed_ops"] = snap.unattributed_ops;
+  out["unmatched_ends"] = snap.unmatched_ends;
+  out["truncated_ops"] = snap.truncated;
+  out["hook_ns"] = snap.hook_ns;
+  out["sampler_cpu_ns"] = snap.sampler_cpu_ns;
+  out["sampler_ticks"] = snap.sampler_ticks;
+  out["dispatch_tids"] = snap.dispatch_tids;
+  out["threads_beyond_limit"] = snap.threads_beyond_limit;
+  out["op_capacity"] = snap.op_capacity;
+  out["ops_overflowed"] = snap.ops_overflowed;
+  out["memory_bytes"] = snap.memory_bytes;
 
-  std::vector<ThreadSnapshot> threads = s.thread_snapshots();
-  const int n_slots = std::min<int>(static_cast<int>(threads.size()), table.n_thread_slots());
   py::list thread_list;
-  for (const ThreadSnapshot& t : threads) {
+  for (const ThreadSnapshot& t : snap.threads) {
     py::dict item;
     item["tid"] = t.tid;
     item["name"] = t.name;
@@ -132,95 +129,52 @@ py::dict snapshot() {
   out["threads"] = thread_list;
 
   py::list entries;
-  for (int i = 0; i < table.capacity(); ++i) {
-    const OpEntry& e = table.entry(i);
-    if (e.key.load() == 0 || !e.ready.load(std::memory_order_acquire)) continue;
-    const uint64_t calls = e.calls.load();
-    // Per-thread counters as [slot][event], only for slots that exist.
-    py::list incl, self;
-    bool any_counts = false;
-    for (int slot = 0; slot < n_slots; ++slot) {
+  for (const EntrySnapshot& e : snap.entries) {
+    py::list incl, self;  // [slot][event]
+    for (int slot = 0; slot < snap.n_slots; ++slot) {
       py::list incl_row, self_row;
       for (int ev = 0; ev < n_events; ++ev) {
-        uint64_t a = table.counter_value(i, slot, ev, false);
-        uint64_t b = table.counter_value(i, slot, ev, true);
-        any_counts = any_counts || a || b;
-        incl_row.append(a);
-        self_row.append(b);
+        incl_row.append(e.incl[slot * n_events + ev]);
+        self_row.append(e.self[slot * n_events + ev]);
       }
       incl.append(incl_row);
       self.append(self_row);
     }
-    if (calls == 0 && !any_counts && e.samples.load() == 0) continue;
     py::dict item;
-    item["index"] = i;
+    item["index"] = e.index;
     item["kind"] = e.kind == EntryKind::Op ? "op" : e.kind == EntryKind::Region ? "region" : "special";
-    item["name"] = std::string(e.name);
-    item["shapes"] = std::string(e.shapes);
+    item["name"] = e.name;
+    item["shapes"] = e.shapes;
     item["region"] = e.region;
-    item["calls"] = calls;
-    item["incl_ns"] = e.incl_ns.load();
-    item["self_ns"] = e.self_ns.load();
-    item["max_ns"] = e.max_ns.load();
-    item["samples"] = e.samples.load();
+    item["calls"] = e.calls;
+    item["incl_ns"] = e.incl_ns;
+    item["self_ns"] = e.self_ns;
+    item["max_ns"] = e.max_ns;
+    item["samples"] = e.samples;
     item["counters_incl"] = incl;
     item["counters_self"] = self;
     entries.append(item);
   }
   out["entries"] = entries;
 
-  // Merge the per-thread rings, oldest first within each; the Python side orders by time.
-  size_t n_spans = 0;
-  uint64_t spans_written = 0, spans_dropped = 0;
-  for (int d = 0; d < n_dispatch; ++d) {
-    const SpanRing& ring = s.spans(d);
-    if (!ring.enabled()) continue;
-    n_spans += std::min<uint64_t>(ring.written(), ring.capacity());
-    spans_written += ring.written();
-    spans_dropped += ring.dropped();
-  }
+  const SpanSnapshot& sp = snap.spans;
+  const py::ssize_t n_spans = static_cast<py::ssize_t>(sp.entry.size());
   const int width = std::max(n_events, 1);
-  py::array_t<uint32_t> entry_arr(n_spans);
-  py::array_t<int32_t> slot_arr(n_spans), depth_arr(n_spans);
-  py::array_t<int64_t> start_arr(n_spans), dur_arr(n_spans);
-  py::array_t<uint64_t> counter_arr({static_cast<py::ssize_t>(n_spans), static_cast<py::ssize_t>(width)});
-  {
-    auto en = entry_arr.mutable_unchecked<1>();
-    auto sl = slot_arr.mutable_unchecked<1>();
-    auto dp = depth_arr.mutable_unchecked<1>();
-    auto st = start_arr.mutable_unchecked<1>();
-    auto du = dur_arr.mutable_unchecked<1>();
-    auto co = counter_arr.mutable_unchecked<2>();
-    size_t k = 0;
-    for (int d = 0; d < n_dispatch; ++d) {
-      const SpanRing& ring = s.spans(d);
-      if (!ring.enabled()) continue;
-      const uint64_t written = ring.written();
-      const size_t kept = std::min<uint64_t>(written, ring.capacity());
-      // After a wrap the oldest record sits at the next write position.
-      const size_t first = written > ring.capacity() ? written % ring.capacity() : 0;
-      for (size_t j = 0; j < kept; ++j, ++k) {
-        const size_t i = (first + j) % ring.capacity();
-        const SpanRecord& r = ring.record(i);
-        en(k) = r.entry;
-        sl(k) = r.thread_slot == 0xffff ? -1 : r.thread_slot;
-        dp(k) = r.depth;
-        st(k) = r.start_ns;
-        du(k) = r.dur_ns;
-        for (int ev = 0; ev < width; ++ev) co(k, ev) = ev < n_events ? ring.counters(i)[ev] : 0;
-      }
-    }
+  py::array_t<uint64_t> counters({n_spans, static_cast<py::ssize_t>(width)});
+  auto co = counters.mutable_unchecked<2>();
+  for (py::ssize_t k = 0; k < n_spans; ++k) {
+    for (int ev = 0; ev < width; ++ev) co(k, ev) = ev < n_events ? sp.counters[k * n_events + ev] : 0;
   }
   py::dict spans;
-  spans["entry"] = entry_arr;
-  spans["thread_slot"] = slot_arr;
-  spans["depth"] = depth_arr;
-  spans["start_ns"] = start_arr;
-  spans["dur_ns"] = dur_arr;
-  spans["counters"] = counter_arr;
-  spans["written"] = spans_written;
-  spans["capacity"] = s.span_capacity();
-  spans["dropped"] = spans_dropped;
+  spans["entry"] = py::array_t<uint32_t>(n_spans, sp.entry.data());
+  spans["thread_slot"] = py::array_t<int32_t>(n_spans, sp.thread_slot.data());
+  spans["depth"] = py::array_t<int32_t>(n_spans, sp.depth.data());
+  spans["start_ns"] = py::array_t<int64_t>(n_spans, sp.start_ns.data());
+  spans["dur_ns"] = py::array_t<int64_t>(n_spans, sp.dur_ns.data());
+  spans["counters"] = counters;
+  spans["written"] = sp.written;
+  spans["capacity"] = snap.span_capacity;
+  spans["dropped"] = sp.dropped;
   out["spans"] = spans;
   return out;
 }

@@ -20,8 +20,21 @@ uint64_t hash_string(const char* s) {
   return h;
 }
 
+// Sizes that can be read without throwing or calling into Python: nested tensors, symbolic
+// shapes (torch.compile) and Python-dispatch subclasses are keyed as "[?]".
+bool plain_sizes(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return !impl->is_nested() && !impl->has_symbolic_sizes_strides() && !impl->is_python_dispatch();
+}
+
+// A small code per kind of non-tensor argument, so keys tell None, bool, int and lists apart.
+uint64_t argument_code(const c10::IValue& v) {
+  return v.isNone() ? 1 : v.isBool() ? 2 : v.isInt() ? 3 : v.isDouble() ? 4 : v.isIntList() ? 5 : 6;
+}
+
 uint64_t hash_tensor(uint64_t h, const at::Tensor& t) {
   if (!t.defined()) return mix_hash(h, 0x7e);
+  if (!plain_sizes(t)) return mix_hash(h, 0x7d);
   h = mix_hash(h, static_cast<uint64_t>(t.scalar_type()) + 0x100);
   for (int64_t size : t.sizes()) h = mix_hash(h, static_cast<uint64_t>(size));
   return mix_hash(h, static_cast<uint64_t>(t.dim()) + 0x200);
@@ -35,7 +48,7 @@ uint64_t hash_inputs(uint64_t h, const at::RecordFunction& fn) {
       for (const at::Tensor& t : v.toTensorList()) h = hash_tensor(h, t);
       h = mix_hash(h, 0x300);
     } else {
-      h = mix_hash(h, static_cast<uint64_t>(v.tagKind().size()));
+      h = mix_hash(h, argument_code(v));
     }
   }
   return h;
@@ -68,6 +81,11 @@ struct FixedWriter {
   void put_tensor(const at::Tensor& t) {
     if (!t.defined()) {
       put("None");
+      return;
+    }
+    if (!plain_sizes(t)) {
+      put("[?] ");
+      put(short_dtype(t.scalar_type()));
       return;
     }
     char buf[32];
@@ -119,32 +137,45 @@ void format_inputs(const at::RecordFunction& fn, char* out, size_t cap) {
 std::unique_ptr<at::ObserverContext> on_begin(const at::RecordFunction& fn) {
   Session& session = Session::instance();
   if (!session.enter()) return nullptr;
+  Session::Guard guard{session};
   const int64_t enter_ns = now_ns();
   DispatchState* state = session.dispatch_state();
-  if (state != nullptr) {
-    const bool is_region = fn.scope() == at::RecordScope::USER_SCOPE;
-    const bool shapes = session.record_shapes() && !is_region;
-    const char* name = fn.name();
-    uint64_t hash = hash_string(name);
-    if (shapes) hash = hash_inputs(hash, fn);
-    session.begin_op(state, enter_ns, hash, is_region, [&](OpEntry& entry) {
-      strncpy(entry.name, name, sizeof(entry.name) - 1);
-      if (shapes) format_inputs(fn, entry.shapes, sizeof(entry.shapes));
-    });
-  } else {
+  if (state == nullptr) {
     session.count_unattributed();
+    return nullptr;
   }
-  session.leave();
+  const bool is_region = fn.scope() == at::RecordScope::USER_SCOPE;
+  bool shapes = session.record_shapes() && !is_region;
+  const char* name = fn.name();
+  uint64_t hash = hash_string(name);
+  if (shapes) {
+    // An exception must not escape: torch would log it, skip our begin and still call our end.
+    try {
+      hash = hash_inputs(hash, fn);
+    } catch (...) {
+      shapes = false;
+      hash = mix_hash(hash_string(name), 0x7c);
+    }
+  }
+  session.begin_op(state, enter_ns, reinterpret_cast<uintptr_t>(&fn), hash, is_region, [&](OpEntry& entry) {
+    strncpy(entry.name, name, sizeof(entry.name) - 1);
+    if (!shapes) return;
+    try {
+      format_inputs(fn, entry.shapes, sizeof(entry.shapes));
+    } catch (...) {
+      strncpy(entry.shapes, "?", sizeof(entry.shapes) - 1);
+    }
+  });
   return nullptr;
 }
 
-void on_end(const at::RecordFunction&, at::ObserverContext*) {
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Session& session = Session::instance();
   if (!session.enter()) return;
+  Session::Guard guard{session};
   const int64_t enter_ns = now_ns();
   DispatchState* state = session.dispatch_state();
-  if (state != nullptr) session.end_op(state, enter_ns);
-  session.leave();
+  if (state != nullptr) session.end_op(state, enter_ns, reinterpret_cast<uintptr_t>(&fn));
 }
 
 }  // namespace

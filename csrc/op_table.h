@@ -116,14 +116,14 @@ class SpanRing {
  public:
   void init(size_t capacity, int n_events);
   bool enabled() const { return capacity_ > 0; }
-  // Returns the next record (overwriting the oldest) and its counter array, to fill in place.
+  // Returns the next record (overwriting the oldest) and its counter array, to fill in place;
+  // publish() then makes it visible, so a checkpoint never reads a half-written record.
   SpanRecord* claim(uint64_t** counters) {
-    const uint64_t index = next_.load(std::memory_order_relaxed);
-    next_.store(index + 1, std::memory_order_release);
-    const size_t slot = index % capacity_;
+    const size_t slot = next_.load(std::memory_order_relaxed) % capacity_;
     *counters = counters_.get() + slot * n_events_;
     return &records_[slot];
   }
+  void publish() { next_.store(next_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
   uint64_t written() const { return next_.load(std::memory_order_acquire); }
   size_t capacity() const { return capacity_; }
   uint64_t dropped() const { uint64_t w = written(); return w > capacity_ ? w - capacity_ : 0; }

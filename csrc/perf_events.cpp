@@ -337,7 +337,8 @@ void inject_open_errno(int err, int count) {
   g_inject_errno.store(err, std::memory_order_release);
 }
 
-int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format) {
+int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only) {
+  if (user_only) *user_only = false;
   int injected = g_inject_errno.load(std::memory_order_acquire);
   if (injected != 0) {
     int remaining = g_inject_count.load(std::memory_order_relaxed);
@@ -368,7 +369,10 @@ int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_form
   if ((err == EACCES || err == EPERM) && !spec.exclude_kernel && spec.type != PERF_TYPE_TRACEPOINT) {
     attr.exclude_kernel = 1;
     fd = static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC));
-    if (fd >= 0) return fd;
+    if (fd >= 0) {
+      if (user_only) *user_only = true;
+      return fd;
+    }
     err = errno;
   }
   return -err;
@@ -424,7 +428,7 @@ ProbeResult probe_event(const std::string& name, const std::string& sysfs_root) 
     return probe;
   }
   probe.kind = event_kind_name(parsed.spec.kind);
-  int fd = perf_open(parsed.spec, 0, -1, 0);
+  int fd = perf_open(parsed.spec, 0, -1, 0, &probe.user_only);
   if (fd < 0) {
     probe.err = -fd;
     probe.reason = open_error_reason(-fd, parsed.spec);

@@ -48,7 +48,9 @@ std::string open_error_reason(int err, const EventSpec& spec);
 
 // perf_event_open, returning the fd or -errno. Fault injection (for tests of the error paths)
 // makes the next `count` calls fail with `err`; count < 0 means every call until cleared.
-int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format);
+// `user_only`, when given, is set when the kernel refused kernel-mode counting and the event was
+// opened for user mode only (perf_event_paranoid >= 2 without CAP_PERFMON).
+int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only = nullptr);
 void inject_open_errno(int err, int count);
 
 struct ProbeResult {
@@ -57,6 +59,7 @@ struct ProbeResult {
   int err = 0;
   std::string reason;  // empty when ok
   std::string kind;
+  bool user_only = false;  // counted in user mode only: kernel-mode counting was refused
 };
 
 // Opens the event on the calling thread, reads it once and closes it.

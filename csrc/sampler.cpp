@@ -117,6 +117,7 @@ void Sampler::attribute(int n_slots) {
                                                                           : kMaxDispatchThreads;
   for (int i = 0; i < n_states; ++i) {
     DispatchState* state = session_.pool_state(i);
+    if (!state->ready.load(std::memory_order_acquire)) continue;
     const int depth = state->depth.load(std::memory_order_acquire);
     if (depth <= 0) continue;
     Active& a = active[n_active];
@@ -140,7 +141,9 @@ void Sampler::attribute(int n_slots) {
     for (int i = 0; i < n_active; ++i) {
       if (active[i].slot == slot) owner = &active[i];
     }
-    if (owner == nullptr && newest >= 0) owner = &active[newest];
+    // Only threads that do not run ops themselves (OpenMP workers) serve another thread's op; a
+    // dispatching thread between ops is running Python or waiting, and that is "outside".
+    if (owner == nullptr && newest >= 0 && !((session_.dispatch_mask() >> slot) & 1ULL)) owner = &active[newest];
     for (int e = 0; e < n_events; ++e) {
       const uint64_t delta = delta_[slot][e];
       if (delta == 0) continue;

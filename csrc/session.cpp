@@ -1,9 +1,12 @@
 #include "session.h"
 
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 
 #include "sampler.h"
@@ -18,16 +21,48 @@ struct ThreadBinding {
 };
 thread_local ThreadBinding t_binding;
 
+constexpr int kMaxOpCapacity = 1 << 20;
+constexpr size_t kMaxSpanCapacity = size_t{1} << 24;
+
+// perf opens one fd per event per thread; like perf, use the hard limit rather than fail at the
+// soft one (often 1024) and starve the profiled program of descriptors.
+void raise_fd_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 Session& Session::instance() {
-  static Session* session = new Session();  // never destroyed: callbacks may outlive statics
+  static Session* session = [] {
+    Session* s = new Session();  // never destroyed: callbacks may outlive statics
+    pthread_atfork(nullptr, nullptr, [] { Session::instance().after_fork_in_child(); });
+    return s;
+  }();
   return *session;
 }
 
-std::vector<DroppedEvent> Session::start(const SessionConfig& config) {
+void Session::after_fork_in_child() {
+  // The child has none of the parent's other threads: no sampler, no callbacks in flight, maybe
+  // a mutex some other thread held at fork. Profiling simply stops in the child.
+  running_.store(false);
+  in_flight_.store(0);
+  (void)sampler_.release();  // its thread does not exist here; joining it would hang
+  new (&lifecycle_) std::mutex();
+  registry_.reset_after_fork();
+}
+
+std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_started)()) {
   std::lock_guard<std::mutex> lock(lifecycle_);
   if (running_.load()) throw std::runtime_error("a cpuprof session is already running");
+  if (config.op_capacity < 16 || config.op_capacity > kMaxOpCapacity)
+    throw std::invalid_argument("op_capacity must be between 16 and " + std::to_string(kMaxOpCapacity));
+  if (config.span_capacity > kMaxSpanCapacity)
+    throw std::invalid_argument("span capacity must be at most " + std::to_string(kMaxSpanCapacity));
+  raise_fd_limit();
   config_ = config;
   events_.clear();
   std::vector<DroppedEvent> dropped;
@@ -49,6 +84,8 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config) {
       dropped.push_back({name, E2BIG, "more than 16 events in one session"});
       continue;
     }
+    // The probe fell back to user mode only: open it that way everywhere, and say so.
+    if (probe.user_only) parsed.spec.exclude_kernel = true;
     events_.push_back(parsed.spec);
   }
   const int n_events = static_cast<int>(events_.size());
@@ -61,44 +98,58 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config) {
   const size_t stride = static_cast<size_t>(n_slots_) * std::max(n_events, 1);
   for (auto& state : pool_) {
     if (!state) state = std::make_unique<DispatchState>();
+    state->ready.store(false);
     state->tid = 0;
     state->slot = -1;
     state->local_depth = 0;
     state->depth.store(0);
     state->hook_ns.store(0);
     state->last_begin_ns.store(0);
+    // new[] without value-initialisation: pages are touched only by threads that use them, and
+    // sizing everything here keeps allocation off the op path entirely.
     if (config.mode == CountingMode::Exact) {
-      // new[] without value-initialisation: pages are touched only by threads that use them.
       state->start_counts.reset(new uint64_t[kMaxDepth * stride + stride]);
       state->child_counts.reset(new uint64_t[kMaxDepth * stride]);
     } else {
       state->start_counts.reset();
       state->child_counts.reset();
     }
+    state->spans.init(config.span_capacity, n_events);
   }
   pool_used_.store(0);
   team_mask_.store(0);
+  dispatch_mask_.store(0);
   ops_seen_.store(0);
   too_deep_.store(0);
   no_state_.store(0);
+  unmatched_.store(0);
+  truncated_ = 0;
   generation_.fetch_add(1);
   registry_.configure(events_, 0);
-  sampler_ = std::make_unique<Sampler>(*this, config.sample_interval_us,
-                                       config.mode == CountingMode::Sampled);
+  sampler_ = std::make_unique<Sampler>(*this, config.sample_interval_us, config.mode == CountingMode::Sampled);
   sampler_->start();
   started_ns_ = now_ns();
   stopped_ns_ = 0;
   running_.store(true, std::memory_order_seq_cst);
+  if (on_started) on_started();
   return dropped;
 }
 
-void Session::stop() {
+void Session::stop(void (*on_stopping)()) {
   std::lock_guard<std::mutex> lock(lifecycle_);
   if (!running_.load()) return;
+  if (on_stopping) on_stopping();
   running_.store(false, std::memory_order_seq_cst);
   // Callbacks that entered before the flag flipped finish before anything is torn down.
-  while (in_flight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  while (in_flight_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   stopped_ns_ = now_ns();
+  // Ops still open on any thread end here for the sampler: its last tick must not charge them
+  // counts they will never get a call or a time for.
+  const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
+  for (int i = 0; i < n_states; ++i) {
+    truncated_ += std::min(pool_[i]->local_depth, kMaxDepth);
+    pool_[i]->depth.store(0, std::memory_order_release);
+  }
   sampler_->stop();  // final read: thread totals end here
   registry_.close_all();
 }
@@ -117,32 +168,50 @@ DispatchState* Session::dispatch_state() {
   state->tid = static_cast<pid_t>(syscall(SYS_gettid));
   // Counters for this thread now, not at the sampler's next scan, so its first ops count.
   state->slot = registry_.ensure(state->tid);
-  join_team(state->slot);
-  state->spans.init(config_.span_capacity, static_cast<int>(events_.size()));
+  if (state->slot >= 0 && state->slot < 64) {
+    dispatch_mask_.fetch_or(1ULL << state->slot, std::memory_order_relaxed);
+    join_team(state->slot);
+  }
+  state->ready.store(true, std::memory_order_release);
   t_binding.state = state;
   return state;
 }
 
-void Session::read_all(uint64_t* out, uint64_t team) {
+void Session::read_all(uint64_t* out, uint64_t team, int own, bool own_first) {
   const int n_events = static_cast<int>(events_.size());
   const int registered = std::min(registry_.size(), n_slots_);
   uint32_t scaled = 0, counted = 0;
+  const bool read_own = own >= 0 && own < registered && ((team >> own) & 1ULL);
+  if (read_own && own_first) registry_.slot(own).counters.read(out + own * n_events, &scaled, &counted);
   for (int slot = 0; slot < registered; ++slot) {
+    if (slot == own && read_own) continue;
     if ((team >> slot) & 1ULL) {
       registry_.slot(slot).counters.read(out + slot * n_events, &scaled, &counted);
     } else {
-      // Not read at begin, not read at end: a zero delta, never a false one.
       std::memset(out + slot * n_events, 0, sizeof(uint64_t) * n_events);
     }
   }
+  if (read_own && !own_first) registry_.slot(own).counters.read(out + own * n_events, &scaled, &counted);
   // Slots opened later start counting from zero, so zero is their value at this instant.
   std::memset(out + registered * n_events, 0, sizeof(uint64_t) * (n_slots_ - registered) * n_events);
 }
 
-void Session::end_op(DispatchState* state, int64_t enter_ns) {
-  if (state->local_depth == 0) return;  // an op that began before this session
-  const int d = --state->local_depth;
-  if (d >= kMaxDepth) return;
+void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
+  if (state->local_depth == 0) {
+    unmatched_.fetch_add(1, std::memory_order_relaxed);  // began before this session
+    return;
+  }
+  if (state->local_depth > kMaxDepth) {  // an end of an unrecorded deep op comes first
+    --state->local_depth;
+    return;
+  }
+  // Usually the top frame; asyncio tasks and generators can end an outer scope first.
+  int d = state->local_depth - 1;
+  while (d >= 0 && (state->frames[d].id != id || state->frames[d].done)) --d;
+  if (d < 0) {
+    unmatched_.fetch_add(1, std::memory_order_relaxed);  // began on another thread or session
+    return;
+  }
   ops_seen_.fetch_add(1, std::memory_order_relaxed);
   Frame& frame = state->frames[d];
   const int64_t hook_inside = state->hook_ns.load(std::memory_order_relaxed) - frame.hook_ns_at_start;
@@ -158,8 +227,9 @@ void Session::end_op(DispatchState* state, int64_t enter_ns) {
          !entry.max_ns.compare_exchange_weak(seen_max, static_cast<uint64_t>(dur), std::memory_order_relaxed)) {
   }
   uint64_t* span_counters = nullptr;
+  SpanRecord* span = nullptr;
   if (state->spans.enabled()) {
-    SpanRecord* span = state->spans.claim(&span_counters);
+    span = state->spans.claim(&span_counters);
     span->entry = frame.entry;
     span->thread_slot = static_cast<uint16_t>(state->slot < 0 ? 0xffff : state->slot);
     span->depth = static_cast<uint16_t>(d);
@@ -171,21 +241,28 @@ void Session::end_op(DispatchState* state, int64_t enter_ns) {
     const int n_events = static_cast<int>(events_.size());
     const size_t stride = static_cast<size_t>(n_slots_) * n_events;
     uint64_t* now_counts = state->start_counts.get() + kMaxDepth * stride;  // scratch row
-    read_all(now_counts, frame.team);
+    read_all(now_counts, frame.team, state->slot, /*own_first=*/true);
     const uint64_t* start = state->start_counts.get() + d * stride;
     const uint64_t* children = state->child_counts.get() + d * stride;
     uint64_t* parent = d > 0 ? state->child_counts.get() + (d - 1) * stride : nullptr;
-    // This thread's CPU clocks also ran during the nested ops' callbacks (our reads); that time is
-    // known exactly, so it is taken out, as it is from the wall time.
     const size_t own_first = state->slot >= 0 && state->slot < n_slots_ ? static_cast<size_t>(state->slot) * n_events : stride;
     for (size_t i = 0; i < stride; ++i) {
-      uint64_t incl = now_counts[i] > start[i] ? now_counts[i] - start[i] : 0;
-      if (i >= own_first && i < own_first + n_events && cpu_clock_event_[i - own_first]) {
-        incl = incl > static_cast<uint64_t>(hook_inside) ? incl - hook_inside : 0;
-      }
-      if (incl == 0) continue;
       const int slot = static_cast<int>(i / n_events);
       const int event = static_cast<int>(i % n_events);
+      uint64_t incl;
+      if ((frame.team >> slot) & 1ULL) {
+        incl = now_counts[i] > start[i] ? now_counts[i] - start[i] : 0;
+        // This thread's CPU clocks also ran during the nested ops' callbacks (our reads); that
+        // time is known exactly, so it is taken out, as it is from the wall time.
+        if (i >= own_first && i < own_first + n_events && cpu_clock_event_[event]) {
+          incl = incl > static_cast<uint64_t>(hook_inside) ? incl - hook_inside : 0;
+        }
+      } else {
+        // A thread that joined the team after this op began was read only by its children:
+        // what they saw is what this op can claim.
+        incl = children[i];
+      }
+      if (incl == 0) continue;
       const uint64_t self_count = incl > children[i] ? incl - children[i] : 0;
       table_.counter(frame.entry, slot, event, false).fetch_add(incl, std::memory_order_relaxed);
       if (self_count) table_.counter(frame.entry, slot, event, true).fetch_add(self_count, std::memory_order_relaxed);
@@ -193,13 +270,21 @@ void Session::end_op(DispatchState* state, int64_t enter_ns) {
       if (span_counters) span_counters[event] += incl;
     }
   }
-  state->depth.store(d, std::memory_order_release);
+  if (span) state->spans.publish();
+  frame.done = true;
+  while (state->local_depth > 0 && state->frames[state->local_depth - 1].done) --state->local_depth;
+  state->depth.store(state->local_depth, std::memory_order_release);
   const int64_t exit_ns = now_ns();
   state->hook_ns.store(state->hook_ns.load(std::memory_order_relaxed) + (exit_ns - enter_ns),
                        std::memory_order_relaxed);
 }
 
 std::vector<ThreadSnapshot> Session::thread_snapshots() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(lifecycle_));
+  return thread_snapshots_locked();
+}
+
+std::vector<ThreadSnapshot> Session::thread_snapshots_locked() const {
   std::vector<ThreadSnapshot> out;
   const int n = registry_.size();
   const int n_events = static_cast<int>(events_.size());
@@ -216,6 +301,81 @@ std::vector<ThreadSnapshot> Session::thread_snapshots() const {
     }
     out.push_back(std::move(snap));
   }
+  return out;
+}
+
+SessionSnapshot Session::snapshot() {
+  std::lock_guard<std::mutex> lock(lifecycle_);
+  SessionSnapshot out;
+  out.events = events_;
+  out.mode = config_.mode;
+  out.record_shapes = config_.record_shapes;
+  out.sample_interval_us = config_.sample_interval_us;
+  out.running = running_.load();
+  out.started_ns = started_ns_;
+  out.stopped_ns = stopped_ns_;
+  out.now_ns = now_ns();
+  out.ops_seen = ops_seen_.load();
+  out.too_deep = too_deep_.load();
+  out.unattributed_ops = no_state_.load();
+  out.unmatched_ends = unmatched_.load();
+  out.truncated = truncated_;
+  out.hook_ns = hook_ns();
+  out.sampler_cpu_ns = sampler_cpu_ns();
+  out.sampler_ticks = sampler_ticks();
+  const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
+  for (int i = 0; i < n_states; ++i) {
+    if (pool_[i]->ready.load(std::memory_order_acquire)) out.dispatch_tids.push_back(pool_[i]->tid);
+  }
+  out.threads_beyond_limit = registry_.dropped_threads();
+  out.op_capacity = table_.capacity();
+  out.ops_overflowed = table_.overflowed();
+  out.span_capacity = config_.span_capacity;
+  out.threads = thread_snapshots_locked();
+  const int n_events = static_cast<int>(events_.size());
+  out.n_slots = std::min<int>(static_cast<int>(out.threads.size()), table_.n_thread_slots());
+  size_t memory = table_.memory_bytes();
+  for (int i = 0; i < table_.capacity(); ++i) {
+    const OpEntry& e = table_.entry(i);
+    if (e.key.load() == 0 || !e.ready.load(std::memory_order_acquire)) continue;
+    EntrySnapshot item{static_cast<uint32_t>(i), e.kind, e.name, e.shapes, e.region, e.calls.load(),
+                       e.incl_ns.load(), e.self_ns.load(), e.max_ns.load(), e.samples.load(), {}, {}};
+    bool any_counts = false;
+    for (int slot = 0; slot < out.n_slots; ++slot) {
+      for (int ev = 0; ev < n_events; ++ev) {
+        item.incl.push_back(table_.counter_value(i, slot, ev, false));
+        item.self.push_back(table_.counter_value(i, slot, ev, true));
+        any_counts = any_counts || item.incl.back() || item.self.back();
+      }
+    }
+    if (item.calls == 0 && !any_counts && item.samples == 0) continue;
+    out.entries.push_back(std::move(item));
+  }
+  // Spans: each dispatching thread's ring, oldest first. Only once stopped: while running, the
+  // producer overwrites the oldest records, so a checkpoint carries the aggregates, not the
+  // timeline.
+  for (int d = 0; d < n_states && !out.running; ++d) {
+    if (!pool_[d]->ready.load(std::memory_order_acquire)) continue;
+    const SpanRing& ring = pool_[d]->spans;
+    if (!ring.enabled()) continue;
+    memory += ring.memory_bytes();
+    const uint64_t written = ring.written();
+    const size_t kept = std::min<uint64_t>(written, ring.capacity());
+    const size_t first = written > ring.capacity() ? written % ring.capacity() : 0;
+    out.spans.written += written;
+    out.spans.dropped += ring.dropped();
+    for (size_t j = 0; j < kept; ++j) {
+      const size_t i = (first + j) % ring.capacity();
+      const SpanRecord& r = ring.record(i);
+      out.spans.entry.push_back(r.entry);
+      out.spans.thread_slot.push_back(r.thread_slot == 0xffff ? -1 : r.thread_slot);
+      out.spans.depth.push_back(r.depth);
+      out.spans.start_ns.push_back(r.start_ns);
+      out.spans.dur_ns.push_back(r.dur_ns);
+      out.spans.counters.insert(out.spans.counters.end(), ring.counters(i), ring.counters(i) + n_events);
+    }
+  }
+  out.memory_bytes = memory;
   return out;
 }
 

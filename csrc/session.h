@@ -55,6 +55,8 @@ struct DroppedEvent {
 };
 
 struct Frame {
+  uintptr_t id;  // the RecordFunction's address: ends are matched to begins by it
+  bool done;     // ended out of order (asyncio, generators); popped once frames above it end
   uint32_t entry;
   uint32_t child_region;  // region in force for this op's children
   int64_t start_ns;
@@ -63,9 +65,63 @@ struct Frame {
   uint64_t team;  // exact mode: thread slots read at begin, and so at end
 };
 
+// Everything a report needs, copied out under the lifecycle lock so that no reader ever touches
+// memory that start() reallocates or fds that stop() closes.
+struct EntrySnapshot {
+  uint32_t index;
+  EntryKind kind;
+  std::string name;
+  std::string shapes;
+  uint32_t region;
+  uint64_t calls, incl_ns, self_ns, max_ns, samples;
+  std::vector<uint64_t> incl, self;  // [slot][event], flattened
+};
+
+struct ThreadSnapshot {
+  pid_t tid;
+  std::string name;
+  int64_t opened_ns;
+  int open_errno;
+  std::vector<uint64_t> totals;
+  uint32_t scaled;
+  uint32_t counted;
+};
+
+struct SpanSnapshot {
+  std::vector<uint32_t> entry;
+  std::vector<int32_t> thread_slot, depth;
+  std::vector<int64_t> start_ns, dur_ns;
+  std::vector<uint64_t> counters;  // [span][event], flattened
+  uint64_t written = 0, dropped = 0;
+};
+
+struct SessionSnapshot {
+  std::vector<EventSpec> events;
+  CountingMode mode;
+  bool record_shapes;
+  int sample_interval_us;
+  bool running;
+  int64_t started_ns, stopped_ns, now_ns;
+  uint64_t ops_seen, too_deep, unattributed_ops, unmatched_ends, truncated;
+  int64_t hook_ns, sampler_cpu_ns;
+  uint64_t sampler_ticks;
+  std::vector<pid_t> dispatch_tids;
+  int threads_beyond_limit;
+  int op_capacity;
+  uint64_t ops_overflowed;
+  size_t memory_bytes;
+  size_t span_capacity;
+  int n_slots;
+  std::vector<ThreadSnapshot> threads;
+  std::vector<EntrySnapshot> entries;
+  SpanSnapshot spans;
+};
+
 // Per dispatching thread (a thread that runs ATen ops). Owned by that thread on the op path;
 // `depth` and `stack` are also read by the sampler, hence atomic.
 struct DispatchState {
+  // Set (release) once tid and slot are written: other threads read a state only when ready.
+  std::atomic<bool> ready{false};
   pid_t tid = 0;
   int slot = -1;  // registry slot of this thread
   int local_depth = 0;  // may exceed kMaxDepth; frames beyond it are not recorded
@@ -81,16 +137,6 @@ struct DispatchState {
   SpanRing spans;  // sized when a thread takes this state: allocation once per thread, not per op
 };
 
-struct ThreadSnapshot {
-  pid_t tid;
-  std::string name;
-  int64_t opened_ns;
-  int open_errno;
-  std::vector<uint64_t> totals;
-  uint32_t scaled;
-  uint32_t counted;
-};
-
 class Sampler;
 
 class Session {
@@ -98,9 +144,12 @@ class Session {
   static Session& instance();
 
   // Returns the events that were dropped (with reasons). Throws std::runtime_error when a
-  // session is already running or no requested event can be counted and none were optional.
-  std::vector<DroppedEvent> start(const SessionConfig& config);
-  void stop();
+  // session is already running, std::invalid_argument for a configuration out of range.
+  // `on_started` / `on_stopping` run under the lifecycle lock: the bindings install and remove
+  // the RecordFunction hook there, so a start and a stop can never interleave half-way.
+  std::vector<DroppedEvent> start(const SessionConfig& config, void (*on_started)() = nullptr);
+  void stop(void (*on_stopping)() = nullptr);
+  SessionSnapshot snapshot();
   bool running() const { return running_.load(std::memory_order_acquire); }
 
   // --- the per-op path ---------------------------------------------------------------------
@@ -112,12 +161,20 @@ class Session {
     return false;
   }
   void leave() { in_flight_.fetch_sub(1, std::memory_order_release); }
+  // Leaves on every path out of a callback, exceptions included: a missed leave() would make
+  // stop() wait forever.
+  struct Guard {
+    Session& session;
+    ~Guard() { session.leave(); }
+  };
   DispatchState* dispatch_state();
-  // `enter_ns` is when the callback was entered. `fill` writes name/shapes into a new entry. `key_hash` covers name and shapes; the region
-  // and kind are mixed in here.
+  // `enter_ns` is when the callback was entered; `id` identifies the op until it ends (the
+  // RecordFunction's address); `key_hash` covers name and shapes, the region and kind are mixed
+  // in here; `fill` writes name/shapes into a new entry.
   template <typename Fill>
-  void begin_op(DispatchState* state, int64_t enter_ns, uint64_t key_hash, bool is_region, Fill&& fill);
-  void end_op(DispatchState* state, int64_t enter_ns);
+  void begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uint64_t key_hash, bool is_region,
+                Fill&& fill);
+  void end_op(DispatchState* state, int64_t enter_ns, uintptr_t id);
   bool record_shapes() const { return config_.record_shapes; }
   // An op on a thread beyond kMaxDispatchThreads: timed by nobody, counted here.
   void count_unattributed() { no_state_.fetch_add(1, std::memory_order_relaxed); }
@@ -126,9 +183,6 @@ class Session {
   const SessionConfig& config() const { return config_; }
   const std::vector<EventSpec>& events() const { return events_; }
   const OpTable& table() const { return table_; }
-  // Span rings, one per dispatching thread (index < dispatch_threads()).
-  const SpanRing& spans(int dispatch_index) const { return pool_[dispatch_index]->spans; }
-  size_t span_capacity() const { return config_.span_capacity; }
   std::vector<ThreadSnapshot> thread_snapshots() const;
   const ThreadRegistry& registry() const { return registry_; }
   int64_t started_ns() const { return started_ns_; }
@@ -152,10 +206,17 @@ class Session {
     if (slot >= 0 && slot < 64) team_mask_.fetch_or(1ULL << slot, std::memory_order_relaxed);
   }
   uint64_t team_mask() const { return team_mask_.load(std::memory_order_relaxed); }
+  // Threads that run ops. Their counters belong to their own ops: exact mode does not read them
+  // for other threads' ops, and the sampler never charges them to another thread's op.
+  uint64_t dispatch_mask() const { return dispatch_mask_.load(std::memory_order_relaxed); }
+  void after_fork_in_child();
 
  private:
   Session() = default;
-  void read_all(uint64_t* out, uint64_t team);
+  // Reads the team's counters; `own` is read first or last so that the other reads' cost falls
+  // outside the op on the calling thread's clock.
+  void read_all(uint64_t* out, uint64_t team, int own, bool own_first);
+  std::vector<ThreadSnapshot> thread_snapshots_locked() const;
 
   SessionConfig config_;
   std::vector<EventSpec> events_;
@@ -164,12 +225,16 @@ class Session {
   std::unique_ptr<DispatchState> pool_[kMaxDispatchThreads];
   std::atomic<int> pool_used_{0};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<bool> running_{false};
-  std::atomic<int> in_flight_{0};
-  std::atomic<uint64_t> team_mask_{0};
+  // Read by every callback: on its own cache line, away from the counters callbacks bump.
+  alignas(64) std::atomic<bool> running_{false};
+  alignas(64) std::atomic<int> in_flight_{0};
+  alignas(64) std::atomic<uint64_t> team_mask_{0};
+  std::atomic<uint64_t> dispatch_mask_{0};
   std::atomic<uint64_t> ops_seen_{0};
   std::atomic<uint64_t> too_deep_{0};
   std::atomic<uint64_t> no_state_{0};
+  std::atomic<uint64_t> unmatched_{0};
+  uint64_t truncated_ = 0;
   bool cpu_clock_event_[kMaxEvents] = {};  // task-clock / cpu-clock: nanoseconds of CPU
   int n_slots_ = 0;  // thread slots in the op table and in exact-mode snapshots
   int64_t started_ns_ = 0;
@@ -186,7 +251,7 @@ inline uint64_t mix_hash(uint64_t h, uint64_t v) {
 }
 
 template <typename Fill>
-void Session::begin_op(DispatchState* state, int64_t enter_ns, uint64_t key_hash, bool is_region,
+void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uint64_t key_hash, bool is_region,
                        Fill&& fill) {
   const int d = state->local_depth++;
   if (d >= kMaxDepth) {
@@ -203,6 +268,8 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uint64_t key_hash
     fill(e);
   });
   Frame& frame = state->frames[d];
+  frame.id = id;
+  frame.done = false;
   frame.entry = entry;
   frame.child_region = is_region ? entry : parent_region;
   frame.child_ns = 0;
@@ -210,8 +277,9 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uint64_t key_hash
   state->depth.store(d + 1, std::memory_order_release);
   if (config_.mode == CountingMode::Exact) {
     const size_t stride = static_cast<size_t>(n_slots_) * events_.size();
-    frame.team = team_mask_.load(std::memory_order_relaxed);
-    read_all(state->start_counts.get() + d * stride, frame.team);
+    const uint64_t own = state->slot >= 0 && state->slot < 64 ? 1ULL << state->slot : 0;
+    frame.team = (team_mask_.load(std::memory_order_relaxed) & ~dispatch_mask_.load(std::memory_order_relaxed)) | own;
+    read_all(state->start_counts.get() + d * stride, frame.team, state->slot, /*own_first=*/false);
     std::memset(state->child_counts.get() + d * stride, 0, stride * sizeof(uint64_t));
   }
   const int64_t begin_ns = now_ns();

@@ -25,6 +25,7 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
   int software_group = -1;
   int hardware_group = -1;
   const int n = static_cast<int>(events.size()) < kMaxEvents ? static_cast<int>(events.size()) : kMaxEvents;
+  n_events_ = n;
   for (int i = 0; i < n; ++i) {
     const EventSpec& spec = events[i];
     int* group_slot = nullptr;
@@ -60,6 +61,9 @@ bool ThreadCounters::read(uint64_t* values, uint32_t* scaled, uint32_t* counted)
   uint64_t buffer[3 + kMaxEvents];
   *scaled = 0;
   *counted = 0;
+  // Every output is written: an event that failed to open here, or a failed read, is zero and
+  // not counted, never whatever the caller's buffer held.
+  for (int i = 0; i < n_events_; ++i) values[i] = 0;
   const double fraction = injected_running_fraction();
   bool any = false;
   for (int g = 0; g < n_groups_; ++g) {

@@ -45,6 +45,7 @@ class ThreadCounters {
   int n_groups_ = 0;
   int fds_[kMaxEvents];
   int n_fds_ = 0;
+  int n_events_ = 0;
 };
 
 }  // namespace cpuprof

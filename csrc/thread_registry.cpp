@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <new>
 #include <cstring>
 
 namespace cpuprof {
@@ -86,6 +87,13 @@ int ThreadRegistry::scan() {
   // The most threads seen at once beyond kMaxThreads, not a running total over scans.
   if (unmonitored > dropped_.load(std::memory_order_relaxed)) dropped_.store(unmonitored);
   return added;
+}
+
+void ThreadRegistry::reset_after_fork() {
+  new (&mutex_) std::mutex();
+  const int n = size_.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) slots_[i]->counters.close();
+  size_.store(0, std::memory_order_release);
 }
 
 void ThreadRegistry::close_all() {

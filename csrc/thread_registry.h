@@ -43,6 +43,8 @@ class ThreadRegistry {
   int n_events() const { return static_cast<int>(events_.size()); }
   void close_all();
   void set_excluded(pid_t tid) { exclude_tid_ = tid; }
+  // In a forked child: the parent's threads are gone and the mutex may be held by one of them.
+  void reset_after_fork();
 
  private:
   int add_locked(pid_t tid);

@@ -229,10 +229,14 @@ def main(argv: list[str]) -> int:
         if os.environ.get("CPUPROF_DEBUG"):
             raise
         run.progress.done("")
-        run.stop_profiler()
-        run.save(complete=False, reason=f"failed after {len(run.latencies)} decode steps: "
-                                        f"{type(exc).__name__}: {exc}")
-        print(f"cpuprof: error: decoding failed: {type(exc).__name__}: {exc} "
+        saved = ""
+        try:
+            run.stop_profiler()
+            run.save(complete=False, reason=f"failed after {len(run.latencies)} decode steps: "
+                                            f"{type(exc).__name__}: {exc}")
+        except Exception as save_exc:  # keep the first failure the one reported
+            saved = f"; saving the profile failed too ({type(save_exc).__name__}: {save_exc})"
+        print(f"cpuprof: error: decoding failed: {type(exc).__name__}: {exc}{saved} "
               "(set CPUPROF_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
 

@@ -122,8 +122,8 @@ class profile:
             raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
         if sample_interval_us < 50:
             raise UsageError(f"sample interval {sample_interval_us} µs is too short; use at least 50")
-        if op_capacity < 16 or timeline < 0 or not 1 <= max_threads <= 64:
-            raise UsageError("op_capacity must be >= 16, timeline >= 0 and max_threads in 1..64")
+        if not 16 <= op_capacity <= 1 << 20 or not 0 <= timeline <= 1 << 24 or not 1 <= max_threads <= 64:
+            raise UsageError("op_capacity must be in 16..1048576, timeline in 0..16777216 and max_threads in 1..64")
         self.event_names = event_presets.resolve(events)
         self.mode = mode
         self.record_shapes = record_shapes
@@ -141,11 +141,11 @@ class profile:
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> profile:
-        self._native = native.load()
-        event_presets.validate_names(self.event_names, self._native)
-        if self._native.running():
+        nat = native.load()
+        event_presets.validate_names(self.event_names, nat)
+        if nat.running():
             raise UsageError("a cpuprof profile is already running in this process")
-        dropped = self._native.start(
+        dropped = nat.start(
             self.event_names,
             mode=self.mode,
             record_shapes=self.record_shapes,
@@ -154,9 +154,15 @@ class profile:
             span_capacity=self.timeline,
             max_threads=self.max_threads,
         )
+        # From here on this object owns the running session: stop() may stop it.
+        self._native = nat
         self.dropped = [DroppedEvent(name=d["name"], reason=d["reason"], errno=d["errno"]) for d in dropped]
-        if self.modules:
-            self._module_regions = _ModuleRegions()
+        try:
+            if self.modules:
+                self._module_regions = _ModuleRegions()
+        except BaseException:
+            nat.stop()
+            raise
         if self.warn:
             by_reason: dict[str, list[str]] = {}
             for d in self.dropped:
@@ -307,6 +313,7 @@ def build_profile(snap: dict[str, Any], meta: dict[str, Any], dropped: list[Drop
             span_capacity=spans_data["capacity"], spans_dropped=spans_data["dropped"],
             too_deep=snap["too_deep"], unattributed_ops=snap["unattributed_ops"],
             threads_beyond_limit=snap["threads_beyond_limit"], memory_bytes=snap["memory_bytes"],
+            unmatched_ends=snap["unmatched_ends"], truncated_ops=snap["truncated_ops"],
         ),
         dropped_events=list(dropped),
         spans=spans,

@@ -27,6 +27,7 @@ PROFILE_FILENAME = "profile.json"
 class EventInfo:
     name: str
     kind: str  # software, hardware, hardware-cache, raw, pmu, tracepoint
+    user_only: bool = False  # kernel-mode counting was refused (perf_event_paranoid)
 
 
 @dataclass
@@ -130,6 +131,8 @@ class Limits:
     unattributed_ops: int
     threads_beyond_limit: int
     memory_bytes: int
+    unmatched_ends: int = 0  # op ends with no begin in this session on that thread
+    truncated_ops: int = 0  # ops still open when the session stopped
 
 
 @dataclass

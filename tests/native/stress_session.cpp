@@ -25,7 +25,7 @@ void run_ops(int id, std::atomic<uint64_t>* ops) {
       if (!session.enter()) break;
       DispatchState* state = session.dispatch_state();
       if (state) {
-        session.begin_op(state, now_ns(), 1000 + id * 10 + depth, depth == 0, [&](OpEntry& e) {
+        session.begin_op(state, now_ns(), 7 + depth, 1000 + id * 10 + depth, depth == 0, [&](OpEntry& e) {
           strncpy(e.name, name, sizeof(e.name) - 1);
         });
       }
@@ -33,10 +33,10 @@ void run_ops(int id, std::atomic<uint64_t>* ops) {
     }
     volatile double x = 0;
     for (int i = 0; i < 2000; ++i) x = x + i * 0.5;
-    for (int depth = 0; depth < 3; ++depth) {
+    for (int depth = 2; depth >= 0; --depth) {
       if (!session.enter()) break;
       DispatchState* state = session.dispatch_state();
-      if (state) session.end_op(state, now_ns());
+      if (state) session.end_op(state, now_ns(), 7 + depth);
       session.leave();
     }
     ops->fetch_add(1, std::memory_order_relaxed);
@@ -49,6 +49,10 @@ int main() {
   std::atomic<uint64_t> ops{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) threads.emplace_back(run_ops, i, &ops);
+  // Checkpoints from another thread throughout, across every start and stop.
+  std::thread watcher([] {
+    while (!g_done.load(std::memory_order_relaxed)) (void)Session::instance().snapshot();
+  });
   SessionConfig config;
   config.events = {"task-clock", "context-switches", "page-faults"};
   config.sample_interval_us = 200;
@@ -58,8 +62,12 @@ int main() {
     config.mode = round % 2 ? CountingMode::Exact : CountingMode::Sampled;
     Session::instance().start(config);
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
-    (void)Session::instance().thread_snapshots();  // a checkpoint while running
+    std::thread checkpoint([] { (void)Session::instance().snapshot(); });  // a checkpoint while running
+    (void)Session::instance().snapshot();
+    checkpoint.join();
+    std::thread late_snapshot([] { (void)Session::instance().snapshot(); });  // races the stop
     Session::instance().stop();
+    late_snapshot.join();
     const OpTable& table = Session::instance().table();
     uint64_t calls = 0;
     for (int i = 0; i < table.capacity(); ++i) calls += table.entry(i).calls.load();
@@ -70,6 +78,7 @@ int main() {
   }
   g_done.store(true);
   for (auto& t : threads) t.join();
+  watcher.join();
   printf("ok: %llu op loops across 12 sessions\n", static_cast<unsigned long long>(ops.load()));
   return 0;
 }

@@ -237,6 +237,13 @@ def _limits(profile: Profile, out: TextIO) -> None:
         notes.append(f"{lim.too_deep:,} ops nested deeper than 64 levels were timed only as part of their parents")
     if lim.unattributed_ops:
         notes.append(f"{lim.unattributed_ops:,} ops ran on threads beyond the 32 tracked dispatch threads")
+    if lim.truncated_ops:
+        notes.append(f"{lim.truncated_ops:,} ops were still running when profiling stopped (not counted)")
+    if lim.unmatched_ends:
+        notes.append(f"{lim.unmatched_ends:,} op ends had no begin in this session on their thread (ignored)")
+    user_only = [e.name for e in profile.collection.events if e.user_only]
+    if user_only:
+        notes.append(f"counted in user mode only (kernel mode refused by perf_event_paranoid): {', '.join(user_only)}")
     if lim.threads_beyond_limit:
         notes.append(f"{lim.threads_beyond_limit} threads beyond the 64 monitored were not counted")
     scaled = sorted({e for t in profile.threads for e in t.scaled})
