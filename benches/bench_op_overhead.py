@@ -2,7 +2,7 @@
 
 What it measures
 ----------------
-A Python loop of N tiny ATen ops (``torch.add`` on a 4-element fp32 tensor, ~1.3 µs each here,
+A Python loop of N tiny ATen ops (``torch.add`` on a 4-element fp32 tensor, ~1.1–1.3 µs each here,
 almost all of it dispatch) is timed with ``time.perf_counter_ns`` under each variant:
 
   none                      no profiler (the baseline), 1 thread
@@ -34,21 +34,24 @@ to ops by a sampler thread. Exact mode instead snapshots every counter of every 
 end, i.e. 2 × (threads in the team) syscalls per op. A ``read()`` of a perf_event group costs
 about 0.9 µs on this KVM guest for a sleeping thread's counters, and somewhat more (~1.2 µs) for
 the calling thread's own, which the kernel must bring up to date because it is running. So exact
-mode adds roughly 2.5 µs per op with one thread and roughly 2 µs more per additional thread, on
-top of sampled mode's bookkeeping. The script measures that read() cost directly first (a ctypes
-perf_event_open of the same 4 events) and prints the exact-mode cost it predicts next to the
-measured one. In this loop the OpenMP worker is asleep at every read (the tiny adds run on one
-thread); a worker that is running on the other CPU (inside a GEMM, or spinning at a barrier, as in
-a real model) is dearer to read, since the kernel has to interrupt that CPU (an IPI, which on a
-VM is a VM exit) to bring its counts up to date: the probe shows that cost too ("running").
+mode adds roughly 2.5 µs per op with one thread and roughly 1.5–2 µs more per additional
+sleeping thread, on top of sampled mode's bookkeeping and some of its own (~0.5–1 µs). The
+script measures that read() cost directly first (a ctypes perf_event_open of the same 4 events)
+and prints the exact-mode cost it predicts next to the measured one. In this loop the OpenMP
+worker is asleep at every read (the tiny adds run on one thread); a worker that is running on
+the other CPU (inside a GEMM, or spinning at a barrier, as in a real model) is dearer to read,
+since the kernel has to interrupt that CPU (an IPI, which on a VM is a VM exit) to bring its
+counts up to date: the probe shows that cost too ("running"; ~10 µs here, so ~20 µs per op more
+for each running worker).
 
 The "team" is the set of threads that have done work since the session started (the sampler adds
 a thread the tick after it first runs), because idle threads need not be read. That is why the
 2-thread variant runs a 512×512 matmul inside the session and waits a few sampler ticks before
 the timed loop: the OpenMP worker then really is read at every op, as it would be in a real model.
 The "threads" column shows how many threads had CPU time in the profile (expected: 1, and 2 for
-the 2-thread exact variant); before each variant the script sleeps, so an OpenMP worker left
-spinning by a previous variant has gone to sleep and does not join a 1-thread team.
+the 2-thread exact variant; "a–b" when rounds differed, e.g. a helper thread that ran briefly);
+before each variant the script sleeps, so an OpenMP worker left spinning by a previous variant
+has gone to sleep and does not join a 1-thread team.
 
 Run
 ---
@@ -102,7 +105,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def machine_line() -> str:
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    load = "load %.2f %.2f %.2f" % os.getloadavg()
+    load = "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     return (f"{now}  {platform.node()}  {os.cpu_count()} CPUs  {load}  torch {torch.__version__}  "
             f"cpuprof {cpuprof.__version__}")
 

@@ -103,6 +103,7 @@ py::dict snapshot() {
   out["hook_ns"] = snap.hook_ns;
   out["sampler_cpu_ns"] = snap.sampler_cpu_ns;
   out["sampler_ticks"] = snap.sampler_ticks;
+  out["samples"] = snap.samples;
   out["dispatch_tids"] = snap.dispatch_tids;
   out["threads_beyond_limit"] = snap.threads_beyond_limit;
   out["op_capacity"] = snap.op_capacity;
@@ -177,6 +178,32 @@ py::dict snapshot() {
   spans["dropped"] = sp.dropped;
   out["spans"] = spans;
   return out;
+}
+
+// Regions straight into the session, without a RecordFunction: a Python record_function costs
+// ~8 µs per use, this ~0.3 µs. `id` tells concurrent regions apart until they end.
+void region_begin(const std::string& name, uintptr_t id) {
+  Session& session = Session::instance();
+  if (!session.enter()) return;
+  Session::Guard guard{session};
+  const int64_t enter_ns = now_ns();
+  DispatchState* state = session.dispatch_state();
+  if (state == nullptr) {
+    session.count_unattributed();
+    return;
+  }
+  session.begin_op(state, enter_ns, id, hash_name(name.c_str()), true, [&](OpEntry& entry) {
+    strncpy(entry.name, name.c_str(), sizeof(entry.name) - 1);
+  });
+}
+
+void region_end(uintptr_t id) {
+  Session& session = Session::instance();
+  if (!session.enter()) return;
+  Session::Guard guard{session};
+  const int64_t enter_ns = now_ns();
+  DispatchState* state = session.dispatch_state();
+  if (state != nullptr) session.end_op(state, enter_ns, id);
 }
 
 // Deterministic native workloads for tests: known CPU time, known page counts.
@@ -256,6 +283,8 @@ PYBIND11_MODULE(_native, m) {
         py::arg("sample_interval_us") = 1000, py::arg("op_capacity") = 2048, py::arg("span_capacity") = 0,
         py::arg("max_threads") = kMaxThreads, py::arg("sysfs_root") = "/sys");
   m.def("stop", &stop_session);
+  m.def("region_begin", &region_begin, py::arg("name"), py::arg("id"));
+  m.def("region_end", &region_end, py::arg("id"));
   m.def("running", [] { return Session::instance().running(); });
   m.def("snapshot", &snapshot);
   m.def("now_ns", &now_ns);

@@ -14,12 +14,6 @@ namespace {
 
 at::CallbackHandle g_handle = 0;
 
-uint64_t hash_string(const char* s) {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: short names, no allocation
-  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 0x100000001b3ULL;
-  return h;
-}
-
 // Sizes that can be read without throwing or calling into Python: nested tensors, symbolic
 // shapes (torch.compile) and Python-dispatch subclasses are keyed as "[?]".
 bool plain_sizes(const at::Tensor& t) {
@@ -147,14 +141,14 @@ std::unique_ptr<at::ObserverContext> on_begin(const at::RecordFunction& fn) {
   const bool is_region = fn.scope() == at::RecordScope::USER_SCOPE;
   bool shapes = session.record_shapes() && !is_region;
   const char* name = fn.name();
-  uint64_t hash = hash_string(name);
+  uint64_t hash = hash_name(name);
   if (shapes) {
     // An exception must not escape: torch would log it, skip our begin and still call our end.
     try {
       hash = hash_inputs(hash, fn);
     } catch (...) {
       shapes = false;
-      hash = mix_hash(hash_string(name), 0x7c);
+      hash = mix_hash(hash_name(name), 0x7c);
     }
   }
   session.begin_op(state, enter_ns, reinterpret_cast<uintptr_t>(&fn), hash, is_region, [&](OpEntry& entry) {

@@ -1,13 +1,11 @@
-// The sampler thread: finds new threads, keeps per-thread totals, and in sampled mode charges
-// counter deltas to the op that is running.
+// The sampler thread: finds new threads, adds to the team the ones that start working, and
+// takes the final read that ends every thread's totals.
 //
-// In sampled mode the op path only publishes which op is on top of each dispatching thread's
-// stack; every `interval` this thread reads all threads' counters once (one read() per thread)
-// and gives each thread's delta to an op: a dispatching thread's own delta to its own innermost
-// op, an OpenMP worker's delta to the op most recently begun on any dispatching thread (the op
-// whose parallel region the worker is serving), and anything seen while no op runs to
-// "[outside ATen ops]". The attribution is statistical, like any sampling profiler: an op much
-// shorter than the interval is charged only in proportion to how often it is caught running.
+// It never reads a thread that is in the team while the session runs: reading the counters of
+// a thread running on another CPU costs that CPU an interrupt (about 10 µs in a VM), and waking
+// up on a machine whose CPUs the OpenMP team fills stalls the whole team. The team is read by
+// the dispatching threads themselves (see Session::sample). Threads outside the team are idle,
+// and reading an idle thread's counters is cheap.
 #pragma once
 
 #include <atomic>
@@ -24,15 +22,16 @@ class Session;
 
 class Sampler {
  public:
-  Sampler(Session& session, int interval_us, bool attribute);
+  static constexpr int kIntervalUs = 10000;
+  explicit Sampler(Session& session);
   ~Sampler();
   // Starts the thread and waits until it has opened counters on every existing thread.
   void start();
-  // Stops the thread after one last read, so totals end exactly at stop().
+  // Stops the thread after one last read of every thread, so totals end exactly at stop().
   void stop();
   int64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
   uint64_t ticks() const { return ticks_.load(std::memory_order_relaxed); }
-  // Cumulative counts of a thread slot at the last tick (frozen after stop()).
+  // Cumulative counts of a thread slot at the final read (valid after stop()).
   const uint64_t* last_values(int slot) const { return last_[slot]; }
   uint32_t scaled(int slot) const { return scaled_[slot]; }
   uint32_t counted(int slot) const { return counted_[slot]; }
@@ -40,11 +39,8 @@ class Sampler {
  private:
   void run();
   void tick(bool final_tick);
-  void attribute(int n_slots);
 
   Session& session_;
-  const int interval_us_;
-  const bool attribute_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -54,7 +50,6 @@ class Sampler {
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<uint64_t> ticks_{0};
   uint64_t last_[kMaxThreads][kMaxEvents] = {};
-  uint64_t delta_[kMaxThreads][kMaxEvents] = {};
   uint32_t scaled_[kMaxThreads] = {};
   uint32_t counted_[kMaxThreads] = {};
 };

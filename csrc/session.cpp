@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
@@ -124,11 +125,15 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   no_state_.store(0);
   unmatched_.store(0);
   truncated_ = 0;
+  samples_.store(0);
+  sample_interval_ns_ = static_cast<int64_t>(std::max(config.sample_interval_us, 50)) * 1000;
+  std::memset(sample_last_, 0, sizeof(sample_last_));  // counters open at zero
   generation_.fetch_add(1);
   registry_.configure(events_, 0);
-  sampler_ = std::make_unique<Sampler>(*this, config.sample_interval_us, config.mode == CountingMode::Sampled);
+  sampler_ = std::make_unique<Sampler>(*this);
   sampler_->start();
   started_ns_ = now_ns();
+  next_sample_ns_.store(started_ns_ + sample_interval_ns_);
   stopped_ns_ = 0;
   running_.store(true, std::memory_order_seq_cst);
   if (on_started) on_started();
@@ -150,6 +155,9 @@ void Session::stop(void (*on_stopping)()) {
     truncated_ += std::min(pool_[i]->local_depth, kMaxDepth);
     pool_[i]->depth.store(0, std::memory_order_release);
   }
+  // What the team did since the last sample has no op to go to: it closes the books as
+  // "outside", so that ops plus outside add up to the threads' totals.
+  if (config_.mode == CountingMode::Sampled) sample(nullptr, -1, stopped_ns_);
   sampler_->stop();  // final read: thread totals end here
   registry_.close_all();
 }
@@ -237,7 +245,9 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
     span->dur_ns = dur;
     std::memset(span_counters, 0, sizeof(uint64_t) * state->spans.n_events());
   }
-  if (config_.mode == CountingMode::Exact) {
+  if (config_.mode == CountingMode::Sampled) {
+    maybe_sample(state, d, enter_ns);  // this op is the innermost one running at this instant
+  } else {
     const int n_events = static_cast<int>(events_.size());
     const size_t stride = static_cast<size_t>(n_slots_) * n_events;
     uint64_t* now_counts = state->start_counts.get() + kMaxDepth * stride;  // scratch row
@@ -277,6 +287,52 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
   const int64_t exit_ns = now_ns();
   state->hook_ns.store(state->hook_ns.load(std::memory_order_relaxed) + (exit_ns - enter_ns),
                        std::memory_order_relaxed);
+}
+
+void Session::charge(uint32_t entry, const DispatchState* state, int innermost, int slot, int event,
+                     uint64_t delta) {
+  table_.counter(entry, slot, event, true).fetch_add(delta, std::memory_order_relaxed);
+  if (innermost < 0) {
+    table_.counter(entry, slot, event, false).fetch_add(delta, std::memory_order_relaxed);
+    return;
+  }
+  for (int d = 0; d <= innermost; ++d) {
+    const uint32_t e = state->frames[d].entry;
+    bool seen = false;  // an entry on the stack twice (recursion) is charged once inclusively
+    for (int k = 0; k < d && !seen; ++k) seen = state->frames[k].entry == e;
+    if (!seen) table_.counter(e, slot, event, false).fetch_add(delta, std::memory_order_relaxed);
+  }
+}
+
+void Session::sample(DispatchState* state, int innermost, int64_t now) {
+  bool expected = false;
+  if (!sampling_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return;
+  next_sample_ns_.store(now + sample_interval_ns_, std::memory_order_relaxed);
+  if (innermost >= kMaxDepth) innermost = kMaxDepth - 1;
+  const uint32_t entry = state != nullptr && innermost >= 0 ? state->frames[innermost].entry : kOutsideEntry;
+  // This thread and the threads that serve no op of their own (OpenMP workers): theirs is the
+  // work of the op running here. Other dispatching threads are read when they sample.
+  const int own = state != nullptr ? state->slot : -1;
+  uint64_t team = team_mask_.load(std::memory_order_relaxed) & ~dispatch_mask_.load(std::memory_order_relaxed);
+  if (own >= 0 && own < 64) team |= 1ULL << own;
+  if (state == nullptr) team = team_mask_.load(std::memory_order_relaxed);  // the final flush
+  const int n_events = static_cast<int>(events_.size());
+  const int registered = std::min(registry_.size(), n_slots_);
+  uint64_t values[kMaxEvents];
+  for (int slot = 0; slot < registered; ++slot) {
+    if (!((team >> slot) & 1ULL)) continue;
+    uint32_t scaled = 0, counted = 0;
+    registry_.slot(slot).counters.read(values, &scaled, &counted);
+    for (int e = 0; e < n_events; ++e) {
+      if (!((counted >> e) & 1u) || values[e] <= sample_last_[slot][e]) continue;
+      const uint64_t delta = values[e] - sample_last_[slot][e];
+      sample_last_[slot][e] = values[e];
+      charge(entry, state, state != nullptr ? innermost : -1, slot, e, delta);
+    }
+  }
+  table_.entry(entry).samples.fetch_add(1, std::memory_order_relaxed);
+  samples_.fetch_add(1, std::memory_order_relaxed);
+  sampling_.store(false, std::memory_order_release);
 }
 
 std::vector<ThreadSnapshot> Session::thread_snapshots() const {
@@ -323,6 +379,7 @@ SessionSnapshot Session::snapshot() {
   out.hook_ns = hook_ns();
   out.sampler_cpu_ns = sampler_cpu_ns();
   out.sampler_ticks = sampler_ticks();
+  out.samples = samples_.load();
   const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
   for (int i = 0; i < n_states; ++i) {
     if (pool_[i]->ready.load(std::memory_order_acquire)) out.dispatch_tids.push_back(pool_[i]->tid);

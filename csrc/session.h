@@ -32,8 +32,9 @@ enum class CountingMode : uint8_t {
   // Reads every thread's counters at every op boundary: exact per-op deltas, ~2 read()s per
   // thread per op.
   Exact = 0,
-  // Ops only take timestamps; the sampler reads all threads every interval and charges each
-  // delta to the op running at that moment. Statistical per op, near-free on the op path.
+  // Ops take timestamps; at the first op boundary after each interval the dispatching thread
+  // reads the team's counters once and charges the deltas to the op running at that moment.
+  // Statistical per op, exact per thread, one read() per team thread per interval.
   Sampled = 1,
 };
 
@@ -104,7 +105,7 @@ struct SessionSnapshot {
   int64_t started_ns, stopped_ns, now_ns;
   uint64_t ops_seen, too_deep, unattributed_ops, unmatched_ends, truncated;
   int64_t hook_ns, sampler_cpu_ns;
-  uint64_t sampler_ticks;
+  uint64_t sampler_ticks, samples;
   std::vector<pid_t> dispatch_tids;
   int threads_beyond_limit;
   int op_capacity;
@@ -199,7 +200,7 @@ class Session {
   ThreadRegistry& mutable_registry() { return registry_; }
   OpTable& mutable_table() { return table_; }
   DispatchState* pool_state(int i) { return pool_[i].get(); }
-  // Exact mode reads only threads that have done work since the session started (the "team"):
+  // Both modes read only threads that have done work since the session started (the "team"):
   // a read() costs ~1 µs here, and processes carry threads that never run (signal handlers,
   // idle pools). The sampler adds a thread the tick after it first does anything.
   void join_team(int slot) {
@@ -210,6 +211,13 @@ class Session {
   // for other threads' ops, and the sampler never charges them to another thread's op.
   uint64_t dispatch_mask() const { return dispatch_mask_.load(std::memory_order_relaxed); }
   void after_fork_in_child();
+  // Sampled mode: called at op boundaries; when the interval has passed, reads the team and
+  // charges the deltas to frame `innermost` of `state` (its stack below it inclusively), or to
+  // "[outside ATen ops]" when innermost < 0. Cheap when not due: one load and a compare.
+  void maybe_sample(DispatchState* state, int innermost, int64_t now) {
+    if (now < next_sample_ns_.load(std::memory_order_relaxed)) return;
+    sample(state, innermost, now);
+  }
 
  private:
   Session() = default;
@@ -217,6 +225,8 @@ class Session {
   // outside the op on the calling thread's clock.
   void read_all(uint64_t* out, uint64_t team, int own, bool own_first);
   std::vector<ThreadSnapshot> thread_snapshots_locked() const;
+  void sample(DispatchState* state, int innermost, int64_t now);
+  void charge(uint32_t entry, const DispatchState* state, int innermost, int slot, int event, uint64_t delta);
 
   SessionConfig config_;
   std::vector<EventSpec> events_;
@@ -235,6 +245,12 @@ class Session {
   std::atomic<uint64_t> no_state_{0};
   std::atomic<uint64_t> unmatched_{0};
   uint64_t truncated_ = 0;
+  // Sampled mode. One thread samples at a time (the try-lock), so the last values need no more.
+  alignas(64) std::atomic<int64_t> next_sample_ns_{0};
+  std::atomic<bool> sampling_{false};
+  int64_t sample_interval_ns_ = 0;
+  std::atomic<uint64_t> samples_{0};
+  uint64_t sample_last_[kMaxThreads][kMaxEvents] = {};
   bool cpu_clock_event_[kMaxEvents] = {};  // task-clock / cpu-clock: nanoseconds of CPU
   int n_slots_ = 0;  // thread slots in the op table and in exact-mode snapshots
   int64_t started_ns_ = 0;
@@ -244,6 +260,12 @@ class Session {
 };
 
 // --- inline per-op path --------------------------------------------------------------------
+
+inline uint64_t hash_name(const char* s) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: short names, no allocation
+  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 0x100000001b3ULL;
+  return h;
+}
 
 inline uint64_t mix_hash(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -275,7 +297,9 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uin
   frame.child_ns = 0;
   state->stack[d].store(entry, std::memory_order_relaxed);
   state->depth.store(d + 1, std::memory_order_release);
-  if (config_.mode == CountingMode::Exact) {
+  if (config_.mode == CountingMode::Sampled) {
+    maybe_sample(state, d - 1, enter_ns);  // before this op: the time so far was its parent's
+  } else {
     const size_t stride = static_cast<size_t>(n_slots_) * events_.size();
     const uint64_t own = state->slot >= 0 && state->slot < 64 ? 1ULL << state->slot : 0;
     frame.team = (team_mask_.load(std::memory_order_relaxed) & ~dispatch_mask_.load(std::memory_order_relaxed)) | own;

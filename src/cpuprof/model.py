@@ -110,8 +110,9 @@ class Overhead:
 
     hook_ns: int  # time inside cpuprof's op callbacks, on the dispatching threads
     ops: int
-    sampler_cpu_ns: int  # CPU time of the sampler thread
+    sampler_cpu_ns: int  # CPU time of the sampler thread (thread discovery, final totals)
     sampler_ticks: int
+    samples: int = 0  # sampled mode: team reads taken at op boundaries
     method: str = "self-timed callbacks; torch's own RecordFunction dispatch is not included"
 
     @property

@@ -19,7 +19,7 @@ RATIOS = (
     ("branch miss%", "branch-misses", "branch-instructions", 100.0),
 )
 CPU_EVENT = "task-clock"
-MIN_SAMPLES = 10
+MIN_SAMPLES = 30  # ~18% relative error (1/sqrt(n)): below it a ratio is noise
 # Counted events shown as plain totals per op, in this order when present.
 COUNT_COLUMNS = (
     ("ctx-sw", "context-switches"),
@@ -80,8 +80,8 @@ def source_line(profile: Profile) -> str:
     if c.mode == "exact":
         how = "read from every thread at every op boundary (exact per op)"
     else:
-        how = (f"read from every thread every {c.sample_interval_us} µs and charged to the op running "
-               "at that moment (statistical per op; exact per thread)")
+        how = (f"read from the team at the first op boundary after every {c.sample_interval_us} µs and "
+               "charged to the op running then (statistical per op; exact per thread)")
     kinds = sorted({e.kind for e in c.events})
     return f"counters: {', '.join(c.event_names)} ({'/'.join(kinds)} events), {how}"
 
@@ -129,8 +129,9 @@ def _overhead(profile: Profile, out: TextIO) -> None:
         return
     hook_pct = 100.0 * o.hook_ns / wall
     sampler_pct = 100.0 * o.sampler_cpu_ns / wall
-    out.write(f"  overhead: op hook {fmt_ns(o.hook_ns)} ({hook_pct:.2f}% of wall, {o.per_op_ns:.0f} ns/op); "
-              f"sampler thread {fmt_ns(o.sampler_cpu_ns)} CPU ({sampler_pct:.2f}% of one CPU)\n")
+    samples = f", {o.samples:,} samples" if profile.collection.mode == "sampled" else ""
+    out.write(f"  overhead: op hook {fmt_ns(o.hook_ns)} ({hook_pct:.2f}% of wall, {o.per_op_ns:.0f} ns/op{samples}); "
+              f"thread-discovery thread {fmt_ns(o.sampler_cpu_ns)} CPU ({sampler_pct:.2f}% of one CPU)\n")
 
 
 def _threads(profile: Profile, out: TextIO) -> None:
