@@ -22,7 +22,7 @@ class Session;
 
 class Sampler {
  public:
-  static constexpr int kIntervalUs = 10000;
+  static constexpr int kIntervalUs = 20000;  // as often as it rescans for new threads
   explicit Sampler(Session& session);
   ~Sampler();
   // Starts the thread and waits until it has opened counters on every existing thread.
