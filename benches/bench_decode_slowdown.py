@@ -9,7 +9,7 @@ the first --warmup left out) under each variant, interleaved round after round w
 rotated every round, because the machine is small, shared and noisy:
 
   none              no profiler; the model's region factory is the default no-op
-  cpuprof sampled   cpuprof.profile(mode="sampled"), events "default", sample interval 2000 µs,
+  cpuprof sampled   cpuprof.profile(mode="sampled"), events "default", sample interval 4000 µs (the default),
                     record_shapes=True, and model.region = cpuprof.region (what `cpuprof decode`
                     does when it profiles)
   cpuprof exact     the same with mode="exact" (every thread's counters read at every op boundary)
@@ -17,16 +17,16 @@ rotated every round, because the machine is small, shared and noisy:
 
 ``--breakdown`` adds variants that tell the parts of sampled mode's cost apart: regions alone
 (model.region = cpuprof.region, no profiler), sampled mode without regions, and sampled mode
-with a 10x longer sample interval (less sampler-thread CPU).
+with a 10x longer sample interval (fewer team reads).
 
 The profiler is started just before run_decode and stopped after it, as the CLI's child does;
 tokens/s is run_decode's (measured decode steps only). The figure reported for each variant is
 the median over rounds of (variant tokens/s ÷ that round's "none" tokens/s), with its min–max;
 "decode time" is the inverse, so "+2.0%" means each token took 2% longer. For cpuprof variants
 the table also shows cpuprof's own overhead accounting, as shares of the profiled wall time:
-its callbacks on the dispatching thread (overhead.hook_ns; this excludes torch's RecordFunction
-work) and the sampler thread's CPU time (overhead.sampler_cpu_ns, which competes with the two
-OpenMP threads for the two cores).
+its callbacks on the dispatching thread (overhead.hook_ns, sampled mode's team reads included;
+this excludes torch's RecordFunction work) and the thread-discovery thread's CPU time
+(overhead.sampler_cpu_ns, which competes with the two OpenMP threads for the two cores).
 
 --cli: instead runs the whole command line, `python -m cpuprof decode --preset P --json --out DIR`
 against the same with `--no-profile` (and with `--mode exact` if asked via --variants), as
@@ -111,7 +111,7 @@ class Variant:
     kind: str  # none | cpuprof | torch
     mode: str = "sampled"
     regions: bool = False
-    sample_interval_us: int = 2000
+    sample_interval_us: int = 4000
     tps: list[float] = field(default_factory=list)
     ratio: list[float] = field(default_factory=list)  # tokens/s ÷ the same round's none
     p50_ms: list[float] = field(default_factory=list)  # median step latency of each run
@@ -311,7 +311,8 @@ def report(args: argparse.Namespace, variants: list[Variant]) -> None:
     print()
     print("vs none: median over rounds of tokens/s ÷ that round's none; decode time: the same as time per")
     print("token (+ = slower). hook ns/op, hook % wall, sampler % wall: cpuprof's self-measured overhead")
-    print("(its callbacks on the dispatching thread; the sampler thread's CPU time) over the profiled wall time;")
+    print("(its callbacks on the dispatching thread, sampled-mode team reads included; the thread-discovery")
+    print("thread's CPU) over the profiled wall time;")
     print("µs/tick: sampler CPU time per tick.")
     print("ops/fwd: ops seen ÷ forward passes (prefill + decode steps). best vs best: the variant's fastest run ÷")
     print("none's fastest (noise here only ever slows a run down, so the fastest runs are the least disturbed).")
@@ -372,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-interval-us", type=int, default=None,
                         help="sample interval of sampled-slow (default 10x --sample-interval-us)")
     parser.add_argument("--events", default="default", help="cpuprof events (default: default)")
-    parser.add_argument("--sample-interval-us", type=int, default=2000, help="cpuprof sampler period (default 2000)")
+    parser.add_argument("--sample-interval-us", type=int, default=4000,
+                        help="cpuprof sampled-mode interval (default 4000)")
     parser.add_argument("--no-shapes", dest="record_shapes", action="store_false",
                         help="cpuprof without record_shapes (default: on)")
     args = parser.parse_args(argv)

@@ -280,7 +280,7 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("raw"), py::arg("time_enabled"), py::arg("time_running"));
   m.def("start", &start_session, py::arg("events"), py::arg("mode") = "sampled", py::arg("record_shapes") = true,
-        py::arg("sample_interval_us") = 1000, py::arg("op_capacity") = 2048, py::arg("span_capacity") = 0,
+        py::arg("sample_interval_us") = 4000, py::arg("op_capacity") = 2048, py::arg("span_capacity") = 0,
         py::arg("max_threads") = kMaxThreads, py::arg("sysfs_root") = "/sys");
   m.def("stop", &stop_session);
   m.def("region_begin", &region_begin, py::arg("name"), py::arg("id"));

@@ -42,7 +42,7 @@ struct SessionConfig {
   std::vector<std::string> events;
   CountingMode mode = CountingMode::Sampled;
   bool record_shapes = true;
-  int sample_interval_us = 1000;
+  int sample_interval_us = 4000;
   int op_capacity = 2048;
   size_t span_capacity = 0;
   int max_threads = kMaxThreads;

@@ -18,7 +18,7 @@ def start(
     events: list[str],
     mode: str = "sampled",
     record_shapes: bool = True,
-    sample_interval_us: int = 1000,
+    sample_interval_us: int = 4000,
     op_capacity: int = 2048,
     span_capacity: int = 0,
     max_threads: int = 64,

@@ -130,7 +130,7 @@ class profile:
         *,
         mode: str = "sampled",
         record_shapes: bool = True,
-        sample_interval_us: int = 1000,
+        sample_interval_us: int = 4000,
         op_capacity: int = 2048,
         timeline: int = 0,
         max_threads: int = 64,

@@ -57,7 +57,7 @@ class DecodeOptions:
     profile: bool = True
     events: str = "default"
     mode: str = "sampled"
-    sample_interval_us: int = 2000
+    sample_interval_us: int = 4000
     record_shapes: bool = True
     timeline: int = 0
     out: str | None = None

@@ -52,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--mode", default="sampled", choices=("sampled", "exact"),
                    help="sampled: counters charged to ops by a sampler (low overhead, default); "
                         "exact: read at every op boundary")
-    c.add_argument("--sample-interval-us", type=int, default=2000, help="sampler period (default 2000)")
+    c.add_argument("--sample-interval-us", type=int, default=4000,
+                   help="sampled mode: read the team at the first op boundary after every N µs (default 4000)")
     c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by input shapes")
     c.add_argument("--timeline", type=int, default=0, metavar="N",
                    help="keep the last N op spans of each dispatching thread (default 0)")
