@@ -131,8 +131,14 @@ def prepare(options: DecodeOptions) -> tuple[launcher.ResolvedLaunch, dict[str, 
         max_seq = options.prompt_len + options.new_tokens
         if max_seq > cfg.max_seq:
             raise UsageError(f"--prompt-len + --new-tokens = {max_seq} exceeds the model's context of {cfg.max_seq}")
-        check_memory(cfg, DTYPE_BYTES[options.dtype], options.batch, max_seq,
-                     available_bytes=_available_memory(resolved.mem_nodes))
+        try:
+            check_memory(cfg, DTYPE_BYTES[options.dtype], options.batch, max_seq,
+                         available_bytes=_available_memory(resolved.mem_nodes))
+        except UsageError as exc:
+            if not resolved.mem_nodes:
+                raise
+            nodes = ",".join(map(str, resolved.mem_nodes))
+            raise UsageError(f"{exc} (free memory of node(s) {nodes}, where --numa binds it)") from exc
         cfg_dict = asdict(cfg)
     config = {
         "options": asdict(options),

@@ -404,3 +404,14 @@ def test_exact_mode_region_open_before_workers_joined_sees_them():
 def test_capacity_out_of_range_is_a_usage_error():
     with pytest.raises(cpuprof.errors.UsageError, match="op_capacity must be in 16..1048576"):
         cpuprof.profile(op_capacity=1 << 22)
+
+
+def test_regions_cost_nothing_without_a_profile_and_record_function_scopes_count():
+    with cpuprof.region("unprofiled"):  # no session: a no-op, no error
+        torch.ones(2) + 1
+    with cpuprof.profile(SOFTWARE, warn=False) as prof:
+        with torch.profiler.record_function("rf_scope"):
+            torch.ones(2) + 1
+    add = next(op for op in prof.profile.ops if op.name == "aten::add")
+    assert add.region == "rf_scope"
+    assert not any(op.name == "unprofiled" for op in prof.profile.ops)
