@@ -47,6 +47,7 @@ void Sampler::run() {
   registry.set_excluded(static_cast<pid_t>(syscall(SYS_gettid)));
   registry.scan();
   last_scan_ns_ = now_ns();
+  join_threads_that_ran();
   tick(false);  // baseline for telling which threads start working
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -64,12 +65,21 @@ void Sampler::run() {
   }
 }
 
+void Sampler::join_threads_that_ran() {
+  const ThreadRegistry& registry = session_.registry();
+  const int n_slots = registry.size();
+  for (int slot = 0; slot < n_slots && slot < 64; ++slot) {
+    if (registry.slot(slot).has_run) session_.join_team(slot);
+  }
+}
+
 void Sampler::tick(bool final_tick) {
   ThreadRegistry& registry = session_.mutable_registry();
   const int64_t now = now_ns();
   if (!final_tick && now - last_scan_ns_ > kRescanNs) {
     registry.scan();
     last_scan_ns_ = now;
+    join_threads_that_ran();
   }
   const int n_slots = registry.size();
   const int n_events = registry.n_events();

@@ -39,6 +39,7 @@ class Sampler {
  private:
   void run();
   void tick(bool final_tick);
+  void join_threads_that_ran();
 
   Session& session_;
   std::thread thread_;

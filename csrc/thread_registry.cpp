@@ -52,6 +52,17 @@ int ThreadRegistry::add_locked(pid_t tid) {
     if (got > 0 && slot.name[got - 1] == '\n') slot.name[got - 1] = '\0';
     ::close(fd);
   }
+  // sum_exec_runtime from schedstat: a thread that has already run (an OpenMP worker of an
+  // earlier parallel region) joins the team at once, not after its next burst of work is seen.
+  snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+  slot.has_run = false;
+  fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char text[64] = {0};
+    // More than a thread spends being created: a worker that has done real work.
+    if (::read(fd, text, sizeof(text) - 1) > 0) slot.has_run = strtoull(text, nullptr, 10) > 1000000;
+    ::close(fd);
+  }
   slot.opened_ns = now_ns();
   slot.counters.open(tid, events_, &slot.open_errno);
   size_.store(n + 1, std::memory_order_release);

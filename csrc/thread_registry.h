@@ -26,6 +26,7 @@ struct ThreadSlot {
   char name[16] = {0};
   int64_t opened_ns = 0;  // when counting started for this thread
   int open_errno = 0;     // non-zero when some event failed to open on this thread
+  bool has_run = false;   // had used >1 ms of CPU before counting started (an existing OpenMP worker)
   ThreadCounters counters;
 };
 
