@@ -348,8 +348,9 @@ std::vector<ThreadSnapshot> Session::thread_snapshots_locked() const {
     const ThreadSlot& s = registry_.slot(slot);
     ThreadSnapshot snap{s.tid, s.name, s.opened_ns, s.open_errno, {}, 0, 0};
     snap.totals.resize(n_events);
-    if (running_.load() && s.counters.is_open()) {
-      s.counters.read(snap.totals.data(), &snap.scaled, &snap.counted);
+    if (running_.load()) {
+      // Live counters; the sampler's arrays belong to its thread until stop() has joined it.
+      if (s.counters.is_open()) s.counters.read(snap.totals.data(), &snap.scaled, &snap.counted);
     } else if (sampler_) {
       std::copy(sampler_->last_values(slot), sampler_->last_values(slot) + n_events, snap.totals.begin());
       snap.scaled = sampler_->scaled(slot);
