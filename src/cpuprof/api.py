@@ -311,7 +311,9 @@ def build_profile(snap: dict[str, Any], meta: dict[str, Any], dropped: list[Drop
             op=spans_data["entry"][order].tolist(), thread=spans_data["thread_slot"][order].tolist(),
             depth=spans_data["depth"][order].tolist(), start_ns=spans_data["start_ns"][order].tolist(),
             dur_ns=spans_data["dur_ns"][order].tolist(),
-            counters=spans_data["counters"][order, : len(names)].tolist(),
+            # Per-span counter deltas exist only where every op boundary was read (exact mode).
+            counters=(spans_data["counters"][order, : len(names)].tolist() if snap["mode"] == "exact"
+                      else [[] for _ in range(len(order))]),
         )
     profile = Profile(
         meta=meta,

@@ -138,7 +138,8 @@ class Limits:
 
 @dataclass
 class Spans:
-    """The optional timeline: columnar, oldest first; counters are summed over threads."""
+    """The optional timeline: columnar, in the order the spans ended. ``counters`` are each span's
+    inclusive deltas summed over the team, in event order (exact mode; empty lists in sampled mode)."""
 
     op: list[int]
     thread: list[int]

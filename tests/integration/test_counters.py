@@ -415,3 +415,18 @@ def test_regions_cost_nothing_without_a_profile_and_record_function_scopes_count
     add = next(op for op in prof.profile.ops if op.name == "aten::add")
     assert add.region == "rf_scope"
     assert not any(op.name == "unprofiled" for op in prof.profile.ops)
+
+
+@pytest.mark.parametrize("mode", ["exact", "sampled"])
+def test_timeline_spans_carry_counters_only_in_exact_mode(mode):
+    with cpuprof.profile(SOFTWARE, mode=mode, timeline=50, warn=False) as prof:
+        with cpuprof.region("spin"):
+            nat.spin_for_ns(20_000_000)
+    spans = prof.profile.spans
+    spin_id = region_op(prof.profile, "spin").id
+    index = spans.op.index(spin_id)
+    assert spans.dur_ns[index] >= 20_000_000
+    if mode == "exact":
+        assert spans.counters[index][0] >= 18_000_000  # task-clock of the spin
+    else:
+        assert spans.counters[index] == []
