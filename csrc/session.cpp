@@ -255,18 +255,16 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
     const uint64_t* start = state->start_counts.get() + d * stride;
     const uint64_t* children = state->child_counts.get() + d * stride;
     uint64_t* parent = d > 0 ? state->child_counts.get() + (d - 1) * stride : nullptr;
-    const size_t own_first = state->slot >= 0 && state->slot < n_slots_ ? static_cast<size_t>(state->slot) * n_events : stride;
     for (size_t i = 0; i < stride; ++i) {
       const int slot = static_cast<int>(i / n_events);
       const int event = static_cast<int>(i % n_events);
       uint64_t incl;
       if ((frame.team >> slot) & 1ULL) {
         incl = now_counts[i] > start[i] ? now_counts[i] - start[i] : 0;
-        // This thread's CPU clocks also ran during the nested ops' callbacks (our reads); that
-        // time is known exactly, so it is taken out, as it is from the wall time.
-        if (i >= own_first && i < own_first + n_events && cpu_clock_event_[event]) {
-          incl = incl > static_cast<uint64_t>(hook_inside) ? incl - hook_inside : 0;
-        }
+        // CPU clocks also ran during the nested ops' callbacks (our reads): on this thread, and
+        // on the team's workers, which spin between parallel regions while the dispatching
+        // thread is in our hook. That time is known exactly; it is taken out, as from the wall.
+        if (cpu_clock_event_[event]) incl = incl > static_cast<uint64_t>(hook_inside) ? incl - hook_inside : 0;
       } else {
         // A thread that joined the team after this op began was read only by its children:
         // what they saw is what this op can claim.
