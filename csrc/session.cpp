@@ -264,7 +264,11 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
         // CPU clocks also ran during the nested ops' callbacks (our reads): on this thread, and
         // on the team's workers, which spin between parallel regions while the dispatching
         // thread is in our hook. That time is known exactly; it is taken out, as from the wall.
-        if (cpu_clock_event_[event]) incl = incl > static_cast<uint64_t>(hook_inside) ? incl - hook_inside : 0;
+        // Never below what the children claimed: a worker asleep during our hook spent nothing.
+        if (cpu_clock_event_[event]) {
+          incl = incl > static_cast<uint64_t>(hook_inside) ? incl - hook_inside : 0;
+          if (incl < children[i]) incl = children[i];
+        }
       } else {
         // A thread that joined the team after this op began was read only by its children:
         // what they saw is what this op can claim.
