@@ -104,6 +104,11 @@ py::dict snapshot() {
   out["sampler_cpu_ns"] = snap.sampler_cpu_ns;
   out["sampler_ticks"] = snap.sampler_ticks;
   out["samples"] = snap.samples;
+  py::list scaled_events;
+  for (int e = 0; e < n_events; ++e) {
+    if ((snap.scaled_events >> e) & 1u) scaled_events.append(snap.events[e].name);
+  }
+  out["scaled_events"] = scaled_events;
   out["dispatch_tids"] = snap.dispatch_tids;
   out["threads_beyond_limit"] = snap.threads_beyond_limit;
   out["op_capacity"] = snap.op_capacity;
@@ -272,6 +277,15 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: the next `count` perf_event_open calls fail with `errno` (count < 0: all; errno 0 clears).");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
         "Test hook: report groups as running this fraction of their enabled time (0 clears).");
+  m.def(
+      "scale_delta",
+      [](std::tuple<uint64_t, uint64_t, uint64_t> before, std::tuple<uint64_t, uint64_t, uint64_t> after) {
+        ScaledCount c = scale_delta({std::get<0>(before), std::get<1>(before), std::get<2>(before)},
+                                    {std::get<0>(after), std::get<1>(after), std::get<2>(after)});
+        return py::make_tuple(c.value, c.scaled, c.ran);
+      },
+      py::arg("before"), py::arg("after"),
+      "(raw, time_enabled, time_running) at two reads -> (scaled delta, scaled, ran)");
   m.def(
       "scale_count",
       [](uint64_t raw, uint64_t enabled, uint64_t running) {

@@ -461,6 +461,19 @@ ScaledCount scale_count(uint64_t raw, uint64_t time_enabled, uint64_t time_runni
   return out;
 }
 
+ScaledCount scale_delta(const RawCount& before, const RawCount& after) {
+  ScaledCount out;
+  const uint64_t raw = after.raw > before.raw ? after.raw - before.raw : 0;
+  const uint64_t enabled = after.enabled > before.enabled ? after.enabled - before.enabled : 0;
+  const uint64_t running = after.running > before.running ? after.running - before.running : 0;
+  if (enabled == 0) {  // no time passed for this group: whatever it counted, unscaled
+    out.ran = raw > 0;
+    out.value = static_cast<double>(raw);
+    return out;
+  }
+  return scale_count(raw, enabled, running);
+}
+
 void inject_running_fraction(double fraction) { g_running_fraction.store(fraction); }
 double injected_running_fraction() { return g_running_fraction.load(std::memory_order_relaxed); }
 

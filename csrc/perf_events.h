@@ -74,6 +74,19 @@ struct ScaledCount {
 };
 ScaledCount scale_count(uint64_t raw, uint64_t time_enabled, uint64_t time_running);
 
+// One event's reading: its raw count and its group's enabled/running times, all cumulative.
+struct RawCount {
+  uint64_t raw = 0;
+  uint64_t enabled = 0;
+  uint64_t running = 0;
+};
+
+// The count between two readings, scaled for multiplexing as perf stat -I does: by the enabled
+// and running time of that interval, not of the whole run. A difference of cumulative scaled
+// counts is wrong when the running fraction changes (it can even go negative). An interval in
+// which the group never ran is unknown: `ran` is false and the value 0.
+ScaledCount scale_delta(const RawCount& before, const RawCount& after);
+
 // For tests of the scaling path on machines without a PMU (software events never multiplex):
 // reports time_running as this fraction of time_enabled and the raw values scaled down to
 // match, as the kernel would for a group that was scheduled that fraction of the time.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -109,7 +110,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
     // new[] without value-initialisation: pages are touched only by threads that use them, and
     // sizing everything here keeps allocation off the op path entirely.
     if (config.mode == CountingMode::Exact) {
-      state->start_counts.reset(new uint64_t[kMaxDepth * stride + stride]);
+      state->start_counts.reset(new RawCount[kMaxDepth * stride + stride]);
       state->child_counts.reset(new uint64_t[kMaxDepth * stride]);
     } else {
       state->start_counts.reset();
@@ -128,6 +129,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   samples_.store(0);
   sample_interval_ns_ = static_cast<int64_t>(std::max(config.sample_interval_us, 50)) * 1000;
   std::memset(sample_last_, 0, sizeof(sample_last_));  // counters open at zero
+  scaled_events_.store(0);
   generation_.fetch_add(1);
   registry_.configure(events_, 0);
   sampler_ = std::make_unique<Sampler>(*this);
@@ -185,23 +187,24 @@ DispatchState* Session::dispatch_state() {
   return state;
 }
 
-void Session::read_all(uint64_t* out, uint64_t team, int own, bool own_first) {
+void Session::read_all(RawCount* out, uint64_t team, int own, bool own_first) {
   const int n_events = static_cast<int>(events_.size());
   const int registered = std::min(registry_.size(), n_slots_);
-  uint32_t scaled = 0, counted = 0;
+  uint32_t counted = 0;
   const bool read_own = own >= 0 && own < registered && ((team >> own) & 1ULL);
-  if (read_own && own_first) registry_.slot(own).counters.read(out + own * n_events, &scaled, &counted);
+  if (read_own && own_first) registry_.slot(own).counters.read_raw(out + own * n_events, &counted);
   for (int slot = 0; slot < registered; ++slot) {
     if (slot == own && read_own) continue;
     if ((team >> slot) & 1ULL) {
-      registry_.slot(slot).counters.read(out + slot * n_events, &scaled, &counted);
+      registry_.slot(slot).counters.read_raw(out + slot * n_events, &counted);
     } else {
-      std::memset(out + slot * n_events, 0, sizeof(uint64_t) * n_events);
+      // Not read at begin, not read at end: a zero delta, never a false one.
+      std::fill_n(out + slot * n_events, n_events, RawCount{});
     }
   }
-  if (read_own && !own_first) registry_.slot(own).counters.read(out + own * n_events, &scaled, &counted);
+  if (read_own && !own_first) registry_.slot(own).counters.read_raw(out + own * n_events, &counted);
   // Slots opened later start counting from zero, so zero is their value at this instant.
-  std::memset(out + registered * n_events, 0, sizeof(uint64_t) * (n_slots_ - registered) * n_events);
+  std::fill_n(out + registered * n_events, (n_slots_ - registered) * n_events, RawCount{});
 }
 
 void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
@@ -250,9 +253,9 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
   } else {
     const int n_events = static_cast<int>(events_.size());
     const size_t stride = static_cast<size_t>(n_slots_) * n_events;
-    uint64_t* now_counts = state->start_counts.get() + kMaxDepth * stride;  // scratch row
+    RawCount* now_counts = state->start_counts.get() + kMaxDepth * stride;  // scratch row
     read_all(now_counts, frame.team, state->slot, /*own_first=*/true);
-    const uint64_t* start = state->start_counts.get() + d * stride;
+    const RawCount* start = state->start_counts.get() + d * stride;
     const uint64_t* children = state->child_counts.get() + d * stride;
     uint64_t* parent = d > 0 ? state->child_counts.get() + (d - 1) * stride : nullptr;
     for (size_t i = 0; i < stride; ++i) {
@@ -260,7 +263,9 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
       const int event = static_cast<int>(i % n_events);
       uint64_t incl;
       if ((frame.team >> slot) & 1ULL) {
-        incl = now_counts[i] > start[i] ? now_counts[i] - start[i] : 0;
+        const ScaledCount delta = scale_delta(start[i], now_counts[i]);
+        incl = static_cast<uint64_t>(std::llround(delta.value));
+        if (delta.scaled) scaled_events_.fetch_or(1u << event, std::memory_order_relaxed);
         // CPU clocks also ran during the nested ops' callbacks (our reads): on this thread, and
         // on the team's workers, which spin between parallel regions while the dispatching
         // thread is in our hook. That time is known exactly; it is taken out, as from the wall.
@@ -320,16 +325,18 @@ void Session::sample(DispatchState* state, int innermost, int64_t now) {
   if (state == nullptr) team = team_mask_.load(std::memory_order_relaxed);  // the final flush
   const int n_events = static_cast<int>(events_.size());
   const int registered = std::min(registry_.size(), n_slots_);
-  uint64_t values[kMaxEvents];
+  RawCount values[kMaxEvents];
   for (int slot = 0; slot < registered; ++slot) {
     if (!((team >> slot) & 1ULL)) continue;
-    uint32_t scaled = 0, counted = 0;
-    registry_.slot(slot).counters.read(values, &scaled, &counted);
+    uint32_t counted = 0;
+    registry_.slot(slot).counters.read_raw(values, &counted);
     for (int e = 0; e < n_events; ++e) {
-      if (!((counted >> e) & 1u) || values[e] <= sample_last_[slot][e]) continue;
-      const uint64_t delta = values[e] - sample_last_[slot][e];
+      if (!((counted >> e) & 1u)) continue;
+      const ScaledCount delta = scale_delta(sample_last_[slot][e], values[e]);
       sample_last_[slot][e] = values[e];
-      charge(entry, state, state != nullptr ? innermost : -1, slot, e, delta);
+      if (delta.scaled) scaled_events_.fetch_or(1u << e, std::memory_order_relaxed);
+      const uint64_t value = static_cast<uint64_t>(std::llround(delta.value));
+      if (value) charge(entry, state, state != nullptr ? innermost : -1, slot, e, value);
     }
   }
   table_.entry(entry).samples.fetch_add(1, std::memory_order_relaxed);
@@ -383,6 +390,7 @@ SessionSnapshot Session::snapshot() {
   out.sampler_cpu_ns = sampler_cpu_ns();
   out.sampler_ticks = sampler_ticks();
   out.samples = samples_.load();
+  out.scaled_events = scaled_events_.load();
   const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
   for (int i = 0; i < n_states; ++i) {
     if (pool_[i]->ready.load(std::memory_order_acquire)) out.dispatch_tids.push_back(pool_[i]->tid);

@@ -106,6 +106,7 @@ struct SessionSnapshot {
   uint64_t ops_seen, too_deep, unattributed_ops, unmatched_ends, truncated;
   int64_t hook_ns, sampler_cpu_ns;
   uint64_t sampler_ticks, samples;
+  uint32_t scaled_events;  // bitmask: events whose per-op deltas were scaled for multiplexing
   std::vector<pid_t> dispatch_tids;
   int threads_beyond_limit;
   int op_capacity;
@@ -133,7 +134,7 @@ struct DispatchState {
   Frame frames[kMaxDepth];
   // Exact mode: per frame, every thread's counters at the op's start, and the inclusive deltas
   // of its children ([depth][slot][event]).
-  std::unique_ptr<uint64_t[]> start_counts;
+  std::unique_ptr<RawCount[]> start_counts;
   std::unique_ptr<uint64_t[]> child_counts;
   SpanRing spans;  // sized when a thread takes this state: allocation once per thread, not per op
 };
@@ -223,7 +224,7 @@ class Session {
   Session() = default;
   // Reads the team's counters; `own` is read first or last so that the other reads' cost falls
   // outside the op on the calling thread's clock.
-  void read_all(uint64_t* out, uint64_t team, int own, bool own_first);
+  void read_all(RawCount* out, uint64_t team, int own, bool own_first);
   std::vector<ThreadSnapshot> thread_snapshots_locked() const;
   void sample(DispatchState* state, int innermost, int64_t now);
   void charge(uint32_t entry, const DispatchState* state, int innermost, int slot, int event, uint64_t delta);
@@ -250,7 +251,8 @@ class Session {
   std::atomic<bool> sampling_{false};
   int64_t sample_interval_ns_ = 0;
   std::atomic<uint64_t> samples_{0};
-  uint64_t sample_last_[kMaxThreads][kMaxEvents] = {};
+  RawCount sample_last_[kMaxThreads][kMaxEvents] = {};
+  std::atomic<uint32_t> scaled_events_{0};  // events whose per-op deltas were scaled
   bool cpu_clock_event_[kMaxEvents] = {};  // task-clock / cpu-clock: nanoseconds of CPU
   int n_slots_ = 0;  // thread slots in the op table and in exact-mode snapshots
   int64_t started_ns_ = 0;

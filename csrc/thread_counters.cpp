@@ -56,14 +56,13 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
   return opened;
 }
 
-bool ThreadCounters::read(uint64_t* values, uint32_t* scaled, uint32_t* counted) const {
+bool ThreadCounters::read_raw(RawCount* values, uint32_t* counted) const {
   // Layout of a PERF_FORMAT_GROUP read without IDs: nr, time_enabled, time_running, value[nr].
   uint64_t buffer[3 + kMaxEvents];
-  *scaled = 0;
   *counted = 0;
   // Every output is written: an event that failed to open here, or a failed read, is zero and
   // not counted, never whatever the caller's buffer held.
-  for (int i = 0; i < n_events_; ++i) values[i] = 0;
+  for (int i = 0; i < n_events_; ++i) values[i] = RawCount{};
   const double fraction = injected_running_fraction();
   bool any = false;
   for (int g = 0; g < n_groups_; ++g) {
@@ -71,25 +70,30 @@ bool ThreadCounters::read(uint64_t* values, uint32_t* scaled, uint32_t* counted)
     ssize_t got = ::read(group.leader_fd, buffer, sizeof(uint64_t) * (3 + group.n));
     if (got < static_cast<ssize_t>(sizeof(uint64_t) * 3)) continue;
     uint64_t nr = buffer[0] < static_cast<uint64_t>(group.n) ? buffer[0] : group.n;
-    uint64_t enabled = buffer[1];
+    const uint64_t enabled = buffer[1];
     uint64_t running = buffer[2];
+    if (fraction > 0.0 && fraction < 1.0) running = static_cast<uint64_t>(static_cast<double>(enabled) * fraction);
     for (uint64_t k = 0; k < nr; ++k) {
       uint64_t raw = buffer[3 + k];
-      if (fraction > 0.0 && fraction < 1.0) {
-        running = static_cast<uint64_t>(static_cast<double>(enabled) * fraction);
-        raw = static_cast<uint64_t>(static_cast<double>(raw) * fraction);
-      }
-      ScaledCount count = scale_count(raw, enabled, running);
-      int index = group.event_index[k];
-      if (!count.ran) {
-        values[index] = 0;
-        continue;
-      }
-      values[index] = static_cast<uint64_t>(std::llround(count.value));
+      if (fraction > 0.0 && fraction < 1.0) raw = static_cast<uint64_t>(static_cast<double>(raw) * fraction);
+      const int index = group.event_index[k];
+      values[index] = RawCount{raw, enabled, running};
+      if (running == 0) continue;  // never scheduled yet: not counted
       *counted |= 1u << index;
-      if (count.scaled) *scaled |= 1u << index;
       any = true;
     }
+  }
+  return any;
+}
+
+bool ThreadCounters::read(uint64_t* values, uint32_t* scaled, uint32_t* counted) const {
+  RawCount raw[kMaxEvents];
+  *scaled = 0;
+  const bool any = read_raw(raw, counted);
+  for (int i = 0; i < n_events_; ++i) {
+    const ScaledCount count = scale_count(raw[i].raw, raw[i].enabled, raw[i].running);
+    values[i] = count.ran ? static_cast<uint64_t>(std::llround(count.value)) : 0;
+    if (count.scaled) *scaled |= 1u << i;
   }
   return any;
 }

@@ -31,6 +31,8 @@ class ThreadCounters {
   // Cumulative values since open(), scaled for multiplexing. `scaled` and `counted` are bitmasks
   // over event indices. Allocation-free: called on the per-op path in exact mode.
   bool read(uint64_t* values, uint32_t* scaled, uint32_t* counted) const;
+  // The raw readings, for deltas scaled per interval (scale_delta). `counted` as above.
+  bool read_raw(RawCount* values, uint32_t* counted) const;
 
   void close();
   bool is_open() const { return n_groups_ > 0; }

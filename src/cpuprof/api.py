@@ -321,7 +321,7 @@ def build_profile(snap: dict[str, Any], meta: dict[str, Any], dropped: list[Drop
         collection=Collection(
             mode=snap["mode"], events=[EventInfo(**e) for e in snap["events"]],
             record_shapes=snap["record_shapes"], sample_interval_us=snap["sample_interval_us"],
-            started_ns=snap["started_ns"], stopped_ns=stopped_ns,
+            started_ns=snap["started_ns"], stopped_ns=stopped_ns, scaled_events=snap["scaled_events"],
         ),
         threads=threads,
         ops=ops,

@@ -47,6 +47,7 @@ class Collection:
     sample_interval_us: int
     started_ns: int
     stopped_ns: int
+    scaled_events: list[str] = field(default_factory=list)  # per-op deltas scaled (multiplexing)
 
     @property
     def wall_ns(self) -> int:

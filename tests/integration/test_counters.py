@@ -243,6 +243,12 @@ def test_multiplexed_counts_are_scaled_and_marked():
     assert nat.scale_count(1000, 200, 100) == (2000.0, True, True)
     assert nat.scale_count(1000, 100, 100) == (1000.0, False, True)
     assert nat.scale_count(1000, 100, 0) == (0.0, False, False)
+    # Deltas are scaled by the interval's own enabled/running times, as perf stat -I does. Here
+    # the group ran all of the first 100 ns and half of the next 200: 500 raw counts in the
+    # second interval are 1000. The difference of cumulative scaled counts would say 1250.
+    assert nat.scale_delta((0, 0, 0), (1000, 100, 100)) == (1000.0, False, True)
+    assert nat.scale_delta((1000, 100, 100), (1500, 300, 200)) == (1000.0, True, True)
+    assert nat.scale_delta((1000, 100, 100), (1000, 200, 100)) == (0.0, False, False)  # never ran: unknown
     nat.inject_running_fraction(0.5)
     with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
         with cpuprof.region("spin"):
@@ -251,6 +257,7 @@ def test_multiplexed_counts_are_scaled_and_marked():
             cpu = time.thread_time_ns() - before
     me = prof.profile.threads[own_slot(prof.profile)]
     assert "task-clock" in me.scaled
+    assert "task-clock" in prof.profile.collection.scaled_events  # the per-op deltas too
     spin = region_op(prof.profile, "spin")
     # raw counts halved, then scaled back by enabled/running: the estimate is the true value
     assert spin.counters_incl["task-clock"][own_slot(prof.profile)] == pytest.approx(cpu, rel=0.1)

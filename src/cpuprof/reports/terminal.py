@@ -247,7 +247,7 @@ def _limits(profile: Profile, out: TextIO) -> None:
         notes.append(f"counted in user mode only (kernel mode refused by perf_event_paranoid): {', '.join(user_only)}")
     if lim.threads_beyond_limit:
         notes.append(f"{lim.threads_beyond_limit} threads beyond the 64 monitored were not counted")
-    scaled = sorted({e for t in profile.threads for e in t.scaled})
+    scaled = sorted({e for t in profile.threads for e in t.scaled} | set(profile.collection.scaled_events))
     if scaled:
         notes.append(f"multiplexed (scaled by time_enabled/time_running): {', '.join(scaled)}")
     for note in notes:
