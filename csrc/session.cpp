@@ -187,7 +187,7 @@ DispatchState* Session::dispatch_state() {
   return state;
 }
 
-void Session::read_all(RawCount* out, uint64_t team, int own, bool own_first) {
+int Session::read_all(RawCount* out, uint64_t team, int own, bool own_first) {
   const int n_events = static_cast<int>(events_.size());
   const int registered = std::min(registry_.size(), n_slots_);
   uint32_t counted = 0;
@@ -203,8 +203,7 @@ void Session::read_all(RawCount* out, uint64_t team, int own, bool own_first) {
     }
   }
   if (read_own && !own_first) registry_.slot(own).counters.read_raw(out + own * n_events, &counted);
-  // Slots opened later start counting from zero, so zero is their value at this instant.
-  std::fill_n(out + registered * n_events, (n_slots_ - registered) * n_events, RawCount{});
+  return registered;
 }
 
 void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
@@ -254,16 +253,20 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
     const int n_events = static_cast<int>(events_.size());
     const size_t stride = static_cast<size_t>(n_slots_) * n_events;
     RawCount* now_counts = state->start_counts.get() + kMaxDepth * stride;  // scratch row
-    read_all(now_counts, frame.team, state->slot, /*own_first=*/true);
+    const int registered_now = read_all(now_counts, frame.team, state->slot, /*own_first=*/true);
     const RawCount* start = state->start_counts.get() + d * stride;
     const uint64_t* children = state->child_counts.get() + d * stride;
     uint64_t* parent = d > 0 ? state->child_counts.get() + (d - 1) * stride : nullptr;
-    for (size_t i = 0; i < stride; ++i) {
+    // Slots registered after this op began started counting from zero, inside the op.
+    const size_t used = static_cast<size_t>(registered_now) * n_events;
+    const size_t read_at_begin = static_cast<size_t>(frame.registered) * n_events;
+    const RawCount zero{};
+    for (size_t i = 0; i < used; ++i) {
       const int slot = static_cast<int>(i / n_events);
       const int event = static_cast<int>(i % n_events);
       uint64_t incl;
       if ((frame.team >> slot) & 1ULL) {
-        const ScaledCount delta = scale_delta(start[i], now_counts[i]);
+        const ScaledCount delta = scale_delta(i < read_at_begin ? start[i] : zero, now_counts[i]);
         incl = static_cast<uint64_t>(std::llround(delta.value));
         if (delta.scaled) scaled_events_.fetch_or(1u << event, std::memory_order_relaxed);
         // CPU clocks also ran during the nested ops' callbacks (our reads): on this thread, and

@@ -64,6 +64,7 @@ struct Frame {
   int64_t child_ns;       // inclusive time of direct children
   int64_t hook_ns_at_start;
   uint64_t team;  // exact mode: thread slots read at begin, and so at end
+  int registered; // exact mode: slots that existed at begin; later ones started at zero
 };
 
 // Everything a report needs, copied out under the lifecycle lock so that no reader ever touches
@@ -224,7 +225,8 @@ class Session {
   Session() = default;
   // Reads the team's counters; `own` is read first or last so that the other reads' cost falls
   // outside the op on the calling thread's clock.
-  void read_all(RawCount* out, uint64_t team, int own, bool own_first);
+  // Returns how many slots it wrote (the registered ones); the rest of `out` is left alone.
+  int read_all(RawCount* out, uint64_t team, int own, bool own_first);
   std::vector<ThreadSnapshot> thread_snapshots_locked() const;
   void sample(DispatchState* state, int innermost, int64_t now);
   void charge(uint32_t entry, const DispatchState* state, int innermost, int slot, int event, uint64_t delta);
@@ -305,7 +307,7 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uin
     const size_t stride = static_cast<size_t>(n_slots_) * events_.size();
     const uint64_t own = state->slot >= 0 && state->slot < 64 ? 1ULL << state->slot : 0;
     frame.team = (team_mask_.load(std::memory_order_relaxed) & ~dispatch_mask_.load(std::memory_order_relaxed)) | own;
-    read_all(state->start_counts.get() + d * stride, frame.team, state->slot, /*own_first=*/false);
+    frame.registered = read_all(state->start_counts.get() + d * stride, frame.team, state->slot, /*own_first=*/false);
     std::memset(state->child_counts.get() + d * stride, 0, stride * sizeof(uint64_t));
   }
   const int64_t begin_ns = now_ns();
