@@ -49,54 +49,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import gc
 import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _common import machine_line, median, render_table, rotated, span
 
 # torch.profiler (kineto) prints STAGE/USDT lines at every start/stop below log level 6 (set to override).
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 TARGET_PCT = 3.0
-
-
-# -- small helpers (kept inline so the script stands alone) ------------------------------------
-def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
-
-
-def span(values: Sequence[float], fmt: str = "{:.2f}") -> str:
-    return f"{fmt.format(min(values))}–{fmt.format(max(values))}" if values else "-"
-
-
-def rotated(items: Sequence, k: int) -> list:
-    k = k % len(items)
-    return list(items[k:]) + list(items[:k])
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
-
-
-def machine_line() -> str:
-    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    load = "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    return f"{now}  {platform.node()}  {os.cpu_count()} CPUs  {load}"
 
 
 def pct_slower(ratio: float) -> float:

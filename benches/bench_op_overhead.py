@@ -62,52 +62,21 @@ Run
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import os
 import platform
-import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # torch.profiler (kineto) prints STAGE/USDT lines at every start/stop below log level 6 (set to override).
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 import torch  # noqa: E402
+from _common import machine_line, median, render_table, rotated, span  # noqa: E402
 
 import cpuprof  # noqa: E402
-
-
-# -- small helpers (kept inline so the script stands alone) ------------------------------------
-def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
-
-
-def span(values: Sequence[float], fmt: str = "{:.0f}") -> str:
-    return f"{fmt.format(min(values))}–{fmt.format(max(values))}" if values else "-"
-
-
-def rotated(items: Sequence, k: int) -> list:
-    k = k % len(items)
-    return list(items[k:]) + list(items[:k])
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
-
-
-def machine_line() -> str:
-    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    load = "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    return (f"{now}  {platform.node()}  {os.cpu_count()} CPUs  {load}  torch {torch.__version__}  "
-            f"cpuprof {cpuprof.__version__}")
 
 
 # -- what one perf_event group read() costs here ------------------------------------------------
@@ -295,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} rounds (+{args.warmup_rounds} warm-up), variants interleaved, order rotated")
     print(f"cpuprof events: {','.join(cpuprof.events.resolve(args.events))}; "
           f"sample interval {args.sample_interval_us} µs")
-    print(machine_line())
+    print(f"{machine_line()}  torch {torch.__version__}  cpuprof {cpuprof.__version__}")
     if read_cost:
         print(f"perf_event group read() of 4 software events (best of 3, ctypes call overhead subtracted): "
               f"{read_cost['own']:.0f} ns on the calling thread, {read_cost['asleep']:.0f} ns on a sleeping "
@@ -323,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([
             v.name,
             f"{median(v.ns_per_op):.0f}",
-            span(v.ns_per_op),
+            span(v.ns_per_op, "{:.0f}"),
             "-" if is_base else f"{added:+.0f}",
             "-" if is_base else f"{median(v.ns_per_op) / base_med:.2f}x",
             "-" if v.kind in ("none",) or torch_added <= 0 else f"{added / torch_added:.2f}",
