@@ -129,6 +129,8 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   samples_.store(0);
   sample_interval_ns_ = static_cast<int64_t>(std::max(config.sample_interval_us, 50)) * 1000;
   std::memset(sample_last_, 0, sizeof(sample_last_));  // counters open at zero
+  std::memset(sample_carry_, 0, sizeof(sample_carry_));
+  std::memset(sample_read_ns_, 0, sizeof(sample_read_ns_));
   scaled_events_.store(0);
   generation_.fetch_add(1);
   registry_.configure(events_, 0);
@@ -317,7 +319,13 @@ void Session::charge(uint32_t entry, const DispatchState* state, int innermost, 
 void Session::sample(DispatchState* state, int innermost, int64_t now) {
   bool expected = false;
   if (!sampling_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return;
-  next_sample_ns_.store(now + sample_interval_ns_, std::memory_order_relaxed);
+  // Deadlines stay on a fixed grid. Every deadline passed since the last sample fell inside the
+  // op running now (an op boundary after any of them would have sampled), so this op is owed
+  // one interval for each of them: a 30 ms op is charged 30 ms, not 4.
+  const int64_t due = next_sample_ns_.load(std::memory_order_relaxed);
+  const int64_t crossed = due <= now ? 1 + (now - due) / sample_interval_ns_ : 1;
+  next_sample_ns_.store(due + crossed * sample_interval_ns_, std::memory_order_relaxed);
+  const int64_t covered = crossed * sample_interval_ns_;
   if (innermost >= kMaxDepth) innermost = kMaxDepth - 1;
   const uint32_t entry = state != nullptr && innermost >= 0 ? state->frames[innermost].entry : kOutsideEntry;
   // This thread and the threads that serve no op of their own (OpenMP workers): theirs is the
@@ -333,16 +341,29 @@ void Session::sample(DispatchState* state, int innermost, int64_t now) {
     if (!((team >> slot) & 1ULL)) continue;
     uint32_t counted = 0;
     registry_.slot(slot).counters.read_raw(values, &counted);
+    const int64_t gap = now - (sample_read_ns_[slot] ? sample_read_ns_[slot] : started_ns_);
     for (int e = 0; e < n_events; ++e) {
       if (!((counted >> e) & 1u)) continue;
       const ScaledCount delta = scale_delta(sample_last_[slot][e], values[e]);
       sample_last_[slot][e] = values[e];
       if (delta.scaled) scaled_events_.fetch_or(1u << e, std::memory_order_relaxed);
-      const uint64_t value = static_cast<uint64_t>(std::llround(delta.value));
+      // A sample lands at the first op boundary after a deadline, so it tends to end a long
+      // op, and its gap then also covers ops before the deadline: charging the whole gap to it
+      // would favour long ops. It is charged the deadlines' share of the gap at the gap's
+      // average rate; the rest carries to the next sample (and at stop to "outside"), so the
+      // totals still add up.
+      const uint64_t available = static_cast<uint64_t>(std::llround(delta.value)) + sample_carry_[slot][e];
+      uint64_t value = available;
+      if (state != nullptr && gap > covered) {
+        value = static_cast<uint64_t>(static_cast<double>(available) * covered / gap);
+      }
+      sample_carry_[slot][e] = available - value;
       if (value) charge(entry, state, state != nullptr ? innermost : -1, slot, e, value);
     }
+    sample_read_ns_[slot] = now;
   }
-  table_.entry(entry).samples.fetch_add(1, std::memory_order_relaxed);
+  // The deadlines this op was caught running at: the weight behind its statistical counts.
+  table_.entry(entry).samples.fetch_add(static_cast<uint64_t>(crossed), std::memory_order_relaxed);
   samples_.fetch_add(1, std::memory_order_relaxed);
   sampling_.store(false, std::memory_order_release);
 }

@@ -254,6 +254,8 @@ class Session {
   int64_t sample_interval_ns_ = 0;
   std::atomic<uint64_t> samples_{0};
   RawCount sample_last_[kMaxThreads][kMaxEvents] = {};
+  uint64_t sample_carry_[kMaxThreads][kMaxEvents] = {};  // counted, not yet charged to an op
+  int64_t sample_read_ns_[kMaxThreads] = {};             // when each slot was last read
   std::atomic<uint32_t> scaled_events_{0};  // events whose per-op deltas were scaled
   bool cpu_clock_event_[kMaxEvents] = {};  // task-clock / cpu-clock: nanoseconds of CPU
   int n_slots_ = 0;  // thread slots in the op table and in exact-mode snapshots

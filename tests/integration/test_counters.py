@@ -437,3 +437,19 @@ def test_timeline_spans_carry_counters_only_in_exact_mode(mode):
         assert spans.counters[index][0] >= 18_000_000  # task-clock of the spin
     else:
         assert spans.counters[index] == []
+
+
+def test_sampled_charges_follow_time_for_long_and_short_ops():
+    """Samples land at the first boundary after a deadline, which favours long ops unless the
+    estimator corrects for it: each region's charged CPU should match its own wall time."""
+    with cpuprof.profile(SOFTWARE, mode="sampled", sample_interval_us=4000, warn=False) as prof:
+        for _ in range(15):
+            with cpuprof.region("long"):
+                nat.spin_for_ns(30_000_000)
+            for _ in range(6):
+                with cpuprof.region("short"):
+                    nat.spin_for_ns(1_000_000)
+    for name, tolerance in (("long", 0.15), ("short", 0.35)):
+        r = region_op(prof.profile, name)
+        charged = r.self_total("task-clock")
+        assert charged == pytest.approx(r.self_ns, rel=tolerance), (name, charged, r.self_ns)
