@@ -104,9 +104,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
     state->tid = 0;
     state->slot = -1;
     state->local_depth = 0;
-    state->depth.store(0);
     state->hook_ns.store(0);
-    state->last_begin_ns.store(0);
     // new[] without value-initialisation: pages are touched only by threads that use them, and
     // sizing everything here keeps allocation off the op path entirely.
     if (config.mode == CountingMode::Exact) {
@@ -152,12 +150,10 @@ void Session::stop(void (*on_stopping)()) {
   // Callbacks that entered before the flag flipped finish before anything is torn down.
   while (in_flight_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   stopped_ns_ = now_ns();
-  // Ops still open on any thread end here for the sampler: its last tick must not charge them
-  // counts they will never get a call or a time for.
+  // Ops still open on any thread get no call and no time: counted, so the report says so.
   const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
   for (int i = 0; i < n_states; ++i) {
     truncated_ += std::min(pool_[i]->local_depth, kMaxDepth);
-    pool_[i]->depth.store(0, std::memory_order_release);
   }
   // What the team did since the last sample has no op to go to: it closes the books as
   // "outside", so that ops plus outside add up to the threads' totals.
@@ -295,7 +291,6 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
   if (span) state->spans.publish();
   frame.done = true;
   while (state->local_depth > 0 && state->frames[state->local_depth - 1].done) --state->local_depth;
-  state->depth.store(state->local_depth, std::memory_order_release);
   const int64_t exit_ns = now_ns();
   state->hook_ns.store(state->hook_ns.load(std::memory_order_relaxed) + (exit_ns - enter_ns),
                        std::memory_order_relaxed);

@@ -121,16 +121,13 @@ struct SessionSnapshot {
 };
 
 // Per dispatching thread (a thread that runs ATen ops). Owned by that thread on the op path;
-// `depth` and `stack` are also read by the sampler, hence atomic.
+// other threads read it only once `ready`, and only its atomics and its span ring.
 struct DispatchState {
   // Set (release) once tid and slot are written: other threads read a state only when ready.
   std::atomic<bool> ready{false};
   pid_t tid = 0;
   int slot = -1;  // registry slot of this thread
   int local_depth = 0;  // may exceed kMaxDepth; frames beyond it are not recorded
-  std::atomic<int> depth{0};
-  std::atomic<uint32_t> stack[kMaxDepth];
-  std::atomic<int64_t> last_begin_ns{0};
   std::atomic<int64_t> hook_ns{0};
   Frame frames[kMaxDepth];
   // Exact mode: per frame, every thread's counters at the op's start, and the inclusive deltas
@@ -196,12 +193,9 @@ class Session {
   int64_t hook_ns() const;
   int64_t sampler_cpu_ns() const;
   uint64_t sampler_ticks() const;
-  int dispatch_threads() const { return pool_used_.load(std::memory_order_relaxed); }
 
   // Used by the sampler.
   ThreadRegistry& mutable_registry() { return registry_; }
-  OpTable& mutable_table() { return table_; }
-  DispatchState* pool_state(int i) { return pool_[i].get(); }
   // Both modes read only threads that have done work since the session started (the "team"):
   // a read() costs ~1 µs here, and processes carry threads that never run (signal handlers,
   // idle pools). The sampler adds a thread the tick after it first does anything.
@@ -301,8 +295,6 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uin
   frame.entry = entry;
   frame.child_region = is_region ? entry : parent_region;
   frame.child_ns = 0;
-  state->stack[d].store(entry, std::memory_order_relaxed);
-  state->depth.store(d + 1, std::memory_order_release);
   if (config_.mode == CountingMode::Sampled) {
     maybe_sample(state, d - 1, enter_ns);  // before this op: the time so far was its parent's
   } else {
@@ -314,7 +306,6 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uin
   }
   const int64_t begin_ns = now_ns();
   frame.start_ns = begin_ns;
-  state->last_begin_ns.store(begin_ns, std::memory_order_relaxed);
   const int64_t hook = state->hook_ns.load(std::memory_order_relaxed) + (begin_ns - enter_ns);
   state->hook_ns.store(hook, std::memory_order_relaxed);
   frame.hook_ns_at_start = hook;
