@@ -162,16 +162,16 @@ def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
             p = prof.profile
             wall = max(1, p.collection.stopped_ns - p.collection.started_ns)
             extra = {"hook_pct": 100.0 * p.overhead.hook_ns / wall,
-                     "sampler_pct": 100.0 * p.overhead.sampler_cpu_ns / wall,
+                     "sampler_pct": 100.0 * p.overhead.discovery_cpu_ns / wall,
                      "hook_ns_per_op": p.overhead.per_op_ns,
                      "ops_per_forward": p.overhead.ops / (args.new_tokens + 1),
-                     "tick_us": p.overhead.sampler_cpu_ns / max(1, p.overhead.sampler_ticks) / 1e3}
+                     "tick_us": p.overhead.discovery_cpu_ns / max(1, p.overhead.discovery_ticks) / 1e3}
             if not dropped_said and prof.dropped:
                 names = ", ".join(d.name for d in prof.dropped)
                 print(f"(cpuprof dropped {names}: {prof.dropped[0].reason})", file=sys.stderr)
                 dropped_said = True
         model.region = no_region
-        extra["p50_ms"] = result.p50_ms
+        extra["p50_ms"] = result.figures.p50_ms
         return result.tokens_per_s, extra
 
     interleave(args, variants, one)
@@ -203,21 +203,19 @@ def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
         if proc.returncode != 0:
             raise SystemExit(f"bench_decode_slowdown: {' '.join(cmd)} failed ({proc.returncode}): "
                              f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
-        try:
-            data = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            data = json.loads((out / "profile.json").read_text())
+        data = json.loads((out / "profile.json").read_text())
         shutil.rmtree(out, ignore_errors=True)
         extra: dict[str, float] = {}
         if v.kind == "cpuprof":
             o, c = data["overhead"], data["collection"]
             wall = max(1, c["stopped_ns"] - c["started_ns"])
-            extra = {"hook_pct": 100.0 * o["hook_ns"] / wall, "sampler_pct": 100.0 * o["sampler_cpu_ns"] / wall,
+            extra = {"hook_pct": 100.0 * o["hook_ns"] / wall, "sampler_pct": 100.0 * o["discovery_cpu_ns"] / wall,
                      "hook_ns_per_op": o["hook_ns"] / max(1, o["ops"]),
                      "ops_per_forward": o["ops"] / (args.new_tokens + 1),
-                     "tick_us": o["sampler_cpu_ns"] / max(1, o["sampler_ticks"]) / 1e3}
-        extra["p50_ms"] = float(data["workload"]["p50_ms"])
-        return float(data["workload"]["tokens_per_s"]), extra
+                     "tick_us": o["discovery_cpu_ns"] / max(1, o["discovery_ticks"]) / 1e3}
+        figures = data["workload"]["figures"]
+        extra["p50_ms"] = float(figures["p50_ms"])
+        return float(figures["tokens_per_s"]), extra
 
     try:
         interleave(args, variants, one)

@@ -207,7 +207,7 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
         p = prof.profile
         extra["hook_per_op"] = p.overhead.per_op_ns
         extra["ops_per_iter"] = p.overhead.ops / args.n
-        extra["sampler_pct"] = 100.0 * p.overhead.sampler_cpu_ns / elapsed
+        extra["sampler_pct"] = 100.0 * p.overhead.discovery_cpu_ns / elapsed
         extra["threads_counted"] = sum(1 for t in p.threads if t.counters.get("task-clock", 0) > 0)
     else:
         from torch.profiler import ProfilerActivity

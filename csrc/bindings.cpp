@@ -1,5 +1,6 @@
-// The only file that knows about Python. Everything here converts between the C++ core and
-// plain Python objects; no accounting happens on this side.
+// The only file that knows about Python: typed views of the core's results, and its entry points.
+// No accounting happens on this side; every class here mirrors a C++ struct field for field
+// (see cpuprof/_native.pyi).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,32 +10,24 @@
 #include <cerrno>
 #include <cstring>
 
-#include "op_hook.h"
-#include "perf_events.h"
-#include "session.h"
+#include "common/clock.h"
+#include "core/session.h"
+#include "common/limits.h"
+#include "perf/perf_events.h"
+#include "sources/op_hook.h"
+#include "sources/regions.h"
 
 namespace py = pybind11;
 using namespace cpuprof;
 
 namespace {
 
-py::dict probe_to_dict(const ProbeResult& p) {
-  py::dict d;
-  d["name"] = p.name;
-  d["ok"] = p.ok;
-  d["errno"] = p.err;
-  d["errno_name"] = p.err ? std::string(strerrorname_np(p.err) ? strerrorname_np(p.err) : "") : "";
-  d["reason"] = p.reason;
-  d["kind"] = p.kind;
-  return d;
-}
-
 void install_hook_with_shapes() { install_op_hook(true); }
 void install_hook_without_shapes() { install_op_hook(false); }
 
-py::list start_session(const std::vector<std::string>& events, const std::string& mode, bool record_shapes,
-                       int sample_interval_us, int op_capacity, size_t span_capacity, int max_threads,
-                       const std::string& sysfs_root) {
+std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, const std::string& mode,
+                                        bool record_shapes, int sample_interval_us, int op_capacity,
+                                        size_t span_capacity, int max_threads, const std::string& sysfs_root) {
   SessionConfig config;
   config.events = events;
   if (mode == "exact") {
@@ -50,20 +43,8 @@ py::list start_session(const std::vector<std::string>& events, const std::string
   config.span_capacity = span_capacity;
   config.max_threads = max_threads;
   config.sysfs_root = sysfs_root;
-  std::vector<DroppedEvent> dropped;
-  {
-    py::gil_scoped_release release;  // the sampler's first scan takes a moment
-    dropped = Session::instance().start(config, record_shapes ? install_hook_with_shapes : install_hook_without_shapes);
-  }
-  py::list out;
-  for (const DroppedEvent& d : dropped) {
-    py::dict item;
-    item["name"] = d.name;
-    item["errno"] = d.err;
-    item["reason"] = d.reason;
-    out.append(item);
-  }
-  return out;
+  py::gil_scoped_release release;  // the discovery thread's first scan takes a moment
+  return Session::instance().start(config, record_shapes ? install_hook_with_shapes : install_hook_without_shapes);
 }
 
 void stop_session() {
@@ -71,168 +52,42 @@ void stop_session() {
   Session::instance().stop(remove_op_hook);
 }
 
-py::dict snapshot() {
-  SessionSnapshot snap;
-  {
-    py::gil_scoped_release release;  // copied under the session's lock, converted after
-    snap = Session::instance().snapshot();
-  }
-  const int n_events = static_cast<int>(snap.events.size());
-  py::dict out;
-  py::list events;
-  for (const EventSpec& e : snap.events) {
-    py::dict item;
-    item["name"] = e.name;
-    item["kind"] = event_kind_name(e.kind);
-    item["user_only"] = e.exclude_kernel && !e.exclude_user;
-    events.append(item);
-  }
-  out["events"] = events;
-  out["mode"] = snap.mode == CountingMode::Exact ? "exact" : "sampled";
-  out["record_shapes"] = snap.record_shapes;
-  out["sample_interval_us"] = snap.sample_interval_us;
-  out["running"] = snap.running;
-  out["started_ns"] = snap.started_ns;
-  out["stopped_ns"] = snap.stopped_ns;
-  out["now_ns"] = snap.now_ns;
-  out["ops_seen"] = snap.ops_seen;
-  out["too_deep"] = snap.too_deep;
-  out["unattributed_ops"] = snap.unattributed_ops;
-  out["unmatched_ends"] = snap.unmatched_ends;
-  out["truncated_ops"] = snap.truncated;
-  out["hook_ns"] = snap.hook_ns;
-  out["sampler_cpu_ns"] = snap.sampler_cpu_ns;
-  out["sampler_ticks"] = snap.sampler_ticks;
-  out["samples"] = snap.samples;
-  py::list scaled_events;
-  for (int e = 0; e < n_events; ++e) {
-    if ((snap.scaled_events >> e) & 1u) scaled_events.append(snap.events[e].name);
-  }
-  out["scaled_events"] = scaled_events;
-  out["dispatch_tids"] = snap.dispatch_tids;
-  out["threads_beyond_limit"] = snap.threads_beyond_limit;
-  out["op_capacity"] = snap.op_capacity;
-  out["ops_overflowed"] = snap.ops_overflowed;
-  out["memory_bytes"] = snap.memory_bytes;
+SessionSnapshot take_snapshot() {
+  py::gil_scoped_release release;  // copied under the session's lock
+  return Session::instance().snapshot();
+}
 
-  py::list thread_list;
-  for (const ThreadSnapshot& t : snap.threads) {
-    py::dict item;
-    item["tid"] = t.tid;
-    item["name"] = t.name;
-    item["opened_ns"] = t.opened_ns;
-    item["open_errno"] = t.open_errno;
-    item["totals"] = t.totals;
-    py::list scaled, counted;
-    for (int e = 0; e < n_events; ++e) {
-      scaled.append(bool((t.scaled >> e) & 1u));
-      counted.append(bool((t.counted >> e) & 1u));
-    }
-    item["scaled"] = scaled;
-    item["counted"] = counted;
-    thread_list.append(item);
-  }
-  out["threads"] = thread_list;
-
-  py::list entries;
-  for (const EntrySnapshot& e : snap.entries) {
-    py::list incl, self;  // [slot][event]
-    for (int slot = 0; slot < snap.n_slots; ++slot) {
-      py::list incl_row, self_row;
-      for (int ev = 0; ev < n_events; ++ev) {
-        incl_row.append(e.incl[slot * n_events + ev]);
-        self_row.append(e.self[slot * n_events + ev]);
-      }
-      incl.append(incl_row);
-      self.append(self_row);
-    }
-    py::dict item;
-    item["index"] = e.index;
-    item["kind"] = e.kind == EntryKind::Op ? "op" : e.kind == EntryKind::Region ? "region" : "special";
-    item["name"] = e.name;
-    item["shapes"] = e.shapes;
-    item["region"] = e.region;
-    item["calls"] = e.calls;
-    item["incl_ns"] = e.incl_ns;
-    item["self_ns"] = e.self_ns;
-    item["max_ns"] = e.max_ns;
-    item["samples"] = e.samples;
-    item["counters_incl"] = incl;
-    item["counters_self"] = self;
-    entries.append(item);
-  }
-  out["entries"] = entries;
-
-  const SpanSnapshot& sp = snap.spans;
-  const py::ssize_t n_spans = static_cast<py::ssize_t>(sp.entry.size());
-  const int width = std::max(n_events, 1);
-  py::array_t<uint64_t> counters({n_spans, static_cast<py::ssize_t>(width)});
-  auto co = counters.mutable_unchecked<2>();
-  for (py::ssize_t k = 0; k < n_spans; ++k) {
-    for (int ev = 0; ev < width; ++ev) co(k, ev) = ev < n_events ? sp.counters[k * n_events + ev] : 0;
-  }
-  py::dict spans;
-  spans["entry"] = py::array_t<uint32_t>(n_spans, sp.entry.data());
-  spans["thread_slot"] = py::array_t<int32_t>(n_spans, sp.thread_slot.data());
-  spans["depth"] = py::array_t<int32_t>(n_spans, sp.depth.data());
-  spans["start_ns"] = py::array_t<int64_t>(n_spans, sp.start_ns.data());
-  spans["dur_ns"] = py::array_t<int64_t>(n_spans, sp.dur_ns.data());
-  spans["counters"] = counters;
-  spans["written"] = sp.written;
-  spans["capacity"] = snap.span_capacity;
-  spans["dropped"] = sp.dropped;
-  out["spans"] = spans;
+template <typename T>
+py::array_t<T> array(const std::vector<T>& values, std::vector<py::ssize_t> shape) {
+  py::array_t<T> out(shape);
+  if (!values.empty()) std::memcpy(out.mutable_data(), values.data(), values.size() * sizeof(T));
   return out;
 }
 
-// Regions straight into the session, without a RecordFunction: a Python record_function costs
-// ~8 µs per use, this ~0.3 µs. `id` tells concurrent regions apart until they end.
-void region_begin(const std::string& name, uintptr_t id) {
-  Session& session = Session::instance();
-  if (!session.enter()) return;
-  Session::Guard guard{session};
-  const int64_t enter_ns = now_ns();
-  DispatchState* state = session.dispatch_state();
-  if (state == nullptr) {
-    session.count_unattributed();
-    return;
-  }
-  session.begin_op(state, enter_ns, id, hash_name(name.c_str()), true, [&](OpEntry& entry) {
-    strncpy(entry.name, name.c_str(), sizeof(entry.name) - 1);
-  });
+py::array_t<uint64_t> counters(const SessionSnapshot& s, const std::vector<uint64_t>& flat) {
+  return array(flat, {static_cast<py::ssize_t>(s.entries.size()), static_cast<py::ssize_t>(s.counter_threads.size()),
+                      static_cast<py::ssize_t>(s.events.size())});
 }
 
-void region_end(uintptr_t id) {
-  Session& session = Session::instance();
-  if (!session.enter()) return;
-  Session::Guard guard{session};
-  const int64_t enter_ns = now_ns();
-  DispatchState* state = session.dispatch_state();
-  if (state != nullptr) session.end_op(state, enter_ns, id);
-}
-
-// Deterministic native workloads for tests: known CPU time, known page counts.
-double spin_for_ns(int64_t ns) {
-  py::gil_scoped_release release;
-  const int64_t end = now_ns() + ns;
-  volatile double x = 1.0;
-  while (now_ns() < end) {
-    for (int i = 0; i < 1000; ++i) x = x * 1.0000001 + 1e-9;
-  }
-  return x;
-}
-
-int64_t touch_fresh_pages(int64_t n_pages) {
-  py::gil_scoped_release release;
-  const long page = sysconf(_SC_PAGESIZE);
-  char* memory = static_cast<char*>(aligned_alloc(page, static_cast<size_t>(n_pages) * page));
-  if (memory == nullptr) throw std::bad_alloc();
-  // aligned_alloc of a large block is a fresh mmap: every first touch is a page fault.
-  for (int64_t i = 0; i < n_pages; ++i) memory[i * page] = static_cast<char>(i);
-  int64_t sum = 0;
-  for (int64_t i = 0; i < n_pages; ++i) sum += memory[i * page];
-  free(memory);
-  return sum;
+py::dict limits() {
+  py::dict d;
+  d["kMaxEvents"] = kMaxEvents;
+  d["kMaxDepth"] = kMaxDepth;
+  d["kMaxDispatchThreads"] = kMaxDispatchThreads;
+  d["kDefaultMaxThreads"] = kDefaultMaxThreads;
+  d["kMaxThreadsLimit"] = kMaxThreadsLimit;
+  d["kDefaultOpCapacity"] = kDefaultOpCapacity;
+  d["kMinOpCapacity"] = kMinOpCapacity;
+  d["kMaxOpCapacity"] = kMaxOpCapacity;
+  d["kMaxSpanCapacity"] = kMaxSpanCapacity;
+  d["kDefaultSampleIntervalUs"] = kDefaultSampleIntervalUs;
+  d["kMinSampleIntervalUs"] = kMinSampleIntervalUs;
+  d["kDiscoveryIntervalUs"] = kDiscoveryIntervalUs;
+  d["kJoinedWorkerCpuNs"] = kJoinedWorkerCpuNs;
+  d["kMaxKeyInputs"] = kMaxKeyInputs;
+  d["kMaxKeyDims"] = kMaxKeyDims;
+  d["kMaxOpNameBytes"] = kMaxOpNameBytes;
+  return d;
 }
 
 }  // namespace
@@ -240,38 +95,133 @@ int64_t touch_fresh_pages(int64_t n_pages) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "cpuprof's C++ core: perf_event_open counters around every ATen op, on every thread.";
   m.attr("built_torch_version") = CPUPROF_TORCH_VERSION;
-  m.attr("max_events") = kMaxEvents;
-  m.attr("max_threads") = kMaxThreads;
-  m.attr("max_depth") = kMaxDepth;
+  m.attr("limits") = limits();
+
+  py::class_<DroppedEvent>(m, "DroppedEvent")
+      .def_readonly("name", &DroppedEvent::name)
+      .def_readonly("errno", &DroppedEvent::err)
+      .def_readonly("reason", &DroppedEvent::reason);
+  py::class_<ProbeResult>(m, "ProbeResult")
+      .def_readonly("name", &ProbeResult::name)
+      .def_readonly("ok", &ProbeResult::ok)
+      .def_readonly("errno", &ProbeResult::err)
+      .def_property_readonly("errno_name",
+                             [](const ProbeResult& p) {
+                               const char* name = p.err ? strerrorname_np(p.err) : nullptr;
+                               return std::string(name ? name : "");
+                             })
+      .def_readonly("reason", &ProbeResult::reason)
+      .def_readonly("kind", &ProbeResult::kind)
+      .def_readonly("user_only", &ProbeResult::user_only);
+  py::class_<ParseResult>(m, "ParseResult")
+      .def_readonly("ok", &ParseResult::ok)
+      .def_readonly("error", &ParseResult::error)
+      .def_property_readonly("kind", [](const ParseResult& r) { return std::string(event_kind_name(r.spec.kind)); })
+      .def_property_readonly("type", [](const ParseResult& r) { return r.spec.type; })
+      .def_property_readonly("config", [](const ParseResult& r) { return r.spec.config; })
+      .def_property_readonly("config1", [](const ParseResult& r) { return r.spec.config1; })
+      .def_property_readonly("config2", [](const ParseResult& r) { return r.spec.config2; })
+      .def_property_readonly("exclude_kernel", [](const ParseResult& r) { return r.spec.exclude_kernel; })
+      .def_property_readonly("exclude_user", [](const ParseResult& r) { return r.spec.exclude_user; });
+
+  py::class_<EventSnapshot>(m, "EventSnapshot")
+      .def_readonly("name", &EventSnapshot::name)
+      .def_readonly("kind", &EventSnapshot::kind)
+      .def_readonly("user_only", &EventSnapshot::user_only);
+  py::class_<InputSnapshot>(m, "InputSnapshot")
+      .def_readonly("kind", &InputSnapshot::kind)
+      .def_readonly("dtype", &InputSnapshot::dtype)
+      .def_readonly("sizes", &InputSnapshot::sizes)
+      .def_readonly("strides", &InputSnapshot::strides)
+      .def_readonly("list_len", &InputSnapshot::list_len);
+  py::class_<EntrySnapshot>(m, "EntrySnapshot")
+      .def_readonly("index", &EntrySnapshot::index)
+      .def_readonly("kind", &EntrySnapshot::kind)
+      .def_readonly("name", &EntrySnapshot::name)
+      .def_readonly("region", &EntrySnapshot::region)
+      .def_readonly("has_inputs", &EntrySnapshot::has_inputs)
+      .def_readonly("inputs_truncated", &EntrySnapshot::inputs_truncated)
+      .def_readonly("inputs", &EntrySnapshot::inputs)
+      .def_readonly("calls", &EntrySnapshot::calls)
+      .def_readonly("incl_ns", &EntrySnapshot::incl_ns)
+      .def_readonly("self_ns", &EntrySnapshot::self_ns)
+      .def_readonly("max_ns", &EntrySnapshot::max_ns)
+      .def_readonly("samples", &EntrySnapshot::samples);
+  py::class_<ThreadSnapshot>(m, "ThreadSnapshot")
+      .def_readonly("tid", &ThreadSnapshot::tid)
+      .def_readonly("name", &ThreadSnapshot::name)
+      .def_readonly("opened_ns", &ThreadSnapshot::opened_ns)
+      .def_readonly("open_errno", &ThreadSnapshot::open_errno)
+      .def_readonly("in_team", &ThreadSnapshot::in_team)
+      .def_readonly("dispatch", &ThreadSnapshot::dispatch)
+      .def_readonly("totals", &ThreadSnapshot::totals)
+      .def_readonly("scaled", &ThreadSnapshot::scaled)
+      .def_readonly("counted", &ThreadSnapshot::counted)
+      .def_readonly("cpu_ns_at_open", &ThreadSnapshot::cpu_ns_at_open)
+      .def_readonly("run_delay_ns_at_open", &ThreadSnapshot::run_delay_ns_at_open)
+      .def_readonly("cpu_ns_at_stop", &ThreadSnapshot::cpu_ns_at_stop)
+      .def_readonly("run_delay_ns_at_stop", &ThreadSnapshot::run_delay_ns_at_stop);
+  py::class_<SpanSnapshot>(m, "SpanSnapshot")
+      .def_property_readonly("entry", [](const SpanSnapshot& s) {
+        return array(s.entry, {static_cast<py::ssize_t>(s.entry.size())});
+      })
+      .def_property_readonly("thread_slot", [](const SpanSnapshot& s) {
+        return array(s.thread_slot, {static_cast<py::ssize_t>(s.thread_slot.size())});
+      })
+      .def_property_readonly("depth", [](const SpanSnapshot& s) {
+        return array(s.depth, {static_cast<py::ssize_t>(s.depth.size())});
+      })
+      .def_property_readonly("start_ns", [](const SpanSnapshot& s) {
+        return array(s.start_ns, {static_cast<py::ssize_t>(s.start_ns.size())});
+      })
+      .def_property_readonly("dur_ns", [](const SpanSnapshot& s) {
+        return array(s.dur_ns, {static_cast<py::ssize_t>(s.dur_ns.size())});
+      })
+      .def_readonly("written", &SpanSnapshot::written)
+      .def_readonly("dropped", &SpanSnapshot::dropped);
+  py::class_<SessionSnapshot>(m, "SessionSnapshot")
+      .def_readonly("events", &SessionSnapshot::events)
+      .def_readonly("mode", &SessionSnapshot::mode)
+      .def_readonly("record_shapes", &SessionSnapshot::record_shapes)
+      .def_readonly("sample_interval_us", &SessionSnapshot::sample_interval_us)
+      .def_readonly("running", &SessionSnapshot::running)
+      .def_readonly("started_ns", &SessionSnapshot::started_ns)
+      .def_readonly("stopped_ns", &SessionSnapshot::stopped_ns)
+      .def_readonly("now_ns", &SessionSnapshot::now_ns)
+      .def_readonly("ops_seen", &SessionSnapshot::ops_seen)
+      .def_readonly("too_deep", &SessionSnapshot::too_deep)
+      .def_readonly("unattributed_ops", &SessionSnapshot::unattributed_ops)
+      .def_readonly("unmatched_ends", &SessionSnapshot::unmatched_ends)
+      .def_readonly("truncated_ops", &SessionSnapshot::truncated_ops)
+      .def_readonly("hook_ns", &SessionSnapshot::hook_ns)
+      .def_readonly("discovery_cpu_ns", &SessionSnapshot::discovery_cpu_ns)
+      .def_readonly("discovery_ticks", &SessionSnapshot::discovery_ticks)
+      .def_readonly("samples", &SessionSnapshot::samples)
+      .def_readonly("scaled_events", &SessionSnapshot::scaled_events)
+      .def_readonly("dispatch_tids", &SessionSnapshot::dispatch_tids)
+      .def_readonly("max_threads", &SessionSnapshot::max_threads)
+      .def_readonly("threads_beyond_limit", &SessionSnapshot::threads_beyond_limit)
+      .def_readonly("op_capacity", &SessionSnapshot::op_capacity)
+      .def_readonly("ops_overflowed", &SessionSnapshot::ops_overflowed)
+      .def_readonly("memory_bytes", &SessionSnapshot::memory_bytes)
+      .def_readonly("span_capacity", &SessionSnapshot::span_capacity)
+      .def_readonly("threads", &SessionSnapshot::threads)
+      .def_readonly("entries", &SessionSnapshot::entries)
+      .def_readonly("counter_threads", &SessionSnapshot::counter_threads)
+      .def_property_readonly("counters_self", [](const SessionSnapshot& s) { return counters(s, s.counters_self); })
+      .def_property_readonly("counters_incl", [](const SessionSnapshot& s) { return counters(s, s.counters_incl); })
+      .def_readonly("spans", &SessionSnapshot::spans)
+      .def_property_readonly("span_counters", [](const SessionSnapshot& s) {
+        const auto n = static_cast<py::ssize_t>(s.spans.entry.size());
+        return array(s.spans.counters, {n, static_cast<py::ssize_t>(s.events.size())});
+      });
 
   m.def("generic_event_names", &generic_event_names);
-  m.def(
-      "parse_event",
-      [](const std::string& name, const std::string& sysfs_root) {
-        ParseResult r = parse_event(name, sysfs_root);
-        py::dict d;
-        d["ok"] = r.ok;
-        d["error"] = r.error;
-        d["kind"] = event_kind_name(r.spec.kind);
-        d["type"] = r.spec.type;
-        d["config"] = r.spec.config;
-        d["config1"] = r.spec.config1;
-        d["config2"] = r.spec.config2;
-        d["exclude_kernel"] = r.spec.exclude_kernel;
-        d["exclude_user"] = r.spec.exclude_user;
-        return d;
-      },
-      py::arg("name"), py::arg("sysfs_root") = "/sys");
-  m.def(
-      "probe_event",
-      [](const std::string& name, const std::string& sysfs_root) { return probe_to_dict(probe_event(name, sysfs_root)); },
-      py::arg("name"), py::arg("sysfs_root") = "/sys");
+  m.def("parse_event", &parse_event, py::arg("name"), py::arg("sysfs_root") = "/sys");
+  m.def("probe_event", &probe_event, py::arg("name"), py::arg("sysfs_root") = "/sys");
   m.def(
       "open_error_reason",
-      [](int err, const std::string& name) {
-        ParseResult r = parse_event(name);
-        return open_error_reason(err, r.spec);
-      },
+      [](int err, const std::string& name) { return open_error_reason(err, parse_event(name).spec); },
       py::arg("errno"), py::arg("name"));
   m.def("inject_open_errno", &inject_open_errno, py::arg("errno"), py::arg("count") = -1,
         "Test hook: the next `count` perf_event_open calls fail with `errno` (count < 0: all; errno 0 clears).");
@@ -293,16 +243,14 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(c.value, c.scaled, c.ran);
       },
       py::arg("raw"), py::arg("time_enabled"), py::arg("time_running"));
-  m.def("start", &start_session, py::arg("events"), py::arg("mode") = "sampled", py::arg("record_shapes") = true,
-        py::arg("sample_interval_us") = 4000, py::arg("op_capacity") = 2048, py::arg("span_capacity") = 0,
-        py::arg("max_threads") = kMaxThreads, py::arg("sysfs_root") = "/sys");
+  m.def("start", &start_session, py::arg("events"), py::arg("mode"), py::arg("record_shapes"),
+        py::arg("sample_interval_us"), py::arg("op_capacity"), py::arg("span_capacity"), py::arg("max_threads"),
+        py::arg("sysfs_root") = "/sys");
   m.def("stop", &stop_session);
   m.def("region_begin", &region_begin, py::arg("name"), py::arg("id"));
   m.def("region_end", &region_end, py::arg("id"));
   m.def("running", [] { return Session::instance().running(); });
-  m.def("snapshot", &snapshot);
+  m.def("snapshot", &take_snapshot);
   m.def("now_ns", &now_ns);
   m.def("gettid", [] { return static_cast<int>(syscall(SYS_gettid)); });
-  m.def("spin_for_ns", &spin_for_ns, py::arg("ns"));
-  m.def("touch_fresh_pages", &touch_fresh_pages, py::arg("n_pages"));
 }

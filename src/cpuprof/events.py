@@ -7,6 +7,7 @@ a PMU and on a VM without one.
 
 from __future__ import annotations
 
+from .defaults import MAX_EVENTS
 from .errors import UsageError
 
 # task-clock comes first everywhere: it is the CPU time every report is built on, and it is a
@@ -27,8 +28,6 @@ PRESETS: dict[str, tuple[str, ...]] = {
     ),
     "branches": ("task-clock", "cycles", "instructions", "branch-instructions", "branch-misses"),
 }
-
-MAX_EVENTS = 16
 
 
 def resolve(spec: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -62,5 +61,5 @@ def validate_names(names: list[str], native) -> None:
     """
     for name in names:
         parsed = native.parse_event(name)
-        if not parsed["ok"]:
-            raise UsageError(f"{parsed['error']}; presets: {', '.join(PRESETS)}")
+        if not parsed.ok:
+            raise UsageError(f"{parsed.error}; presets: {', '.join(PRESETS)}")

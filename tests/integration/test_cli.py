@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cpuprof.machine.topology import read_topology
 from cpuprof.model import Profile
-from cpuprof.topology import read_topology
 
 TOPOLOGY = read_topology()
 CPUS = TOPOLOGY.online_cpus
@@ -26,38 +26,43 @@ def cpuprof(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedP
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
-    lines = [line for line in result.stderr.splitlines()
-             if line.strip() and not line.startswith("cpuprof: warning:")]
+    """The one error line; anything else on stderr is cpuprof's own progress or warning lines."""
     assert "Traceback" not in result.stderr, result.stderr
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("cpuprof: error: ")
-    return lines[0]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert all(line.startswith("cpuprof: ") for line in lines), result.stderr
+    errors = [line for line in lines if line.startswith("cpuprof: error: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
 
 
 def test_decode_tiny_end_to_end(tmp_path: Path):
     threads = min(2, len(CPUS))
     result = cpuprof("decode", *TINY, "--threads", str(threads), "--numa", "0", "--out", str(tmp_path), "--json")
     assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    profile = Profile.from_dict(data)
-    assert profile.status["complete"]
+    report = json.loads(result.stdout)  # the report's tables as data; the location goes to stderr
+    assert report["format"] == "cpuprof-report"
+    assert f"profile saved in {tmp_path}" in result.stderr
+    profile = Profile.load(tmp_path)
+    assert profile.status.complete
     node0 = set(TOPOLOGY.node(0).cpus)
-    in_force = profile.settings["in_force"]
+    in_force = profile.settings.in_force
     # pinning read back from /proc inside the child: every thread inside node 0's CPUs
-    assert all(set(t["affinity"]) <= node0 for t in in_force["threads"])
-    assert in_force["mempolicy"] == {"mode": "bind", "nodes": [0]}
-    assert in_force["torch"]["num_threads"] == threads
-    assert profile.settings["warnings"] == []
+    assert all(set(t.affinity) <= node0 for t in in_force.threads)
+    assert in_force.mempolicy.mode == "bind" and in_force.mempolicy.nodes == [0]
+    assert in_force.torch.num_threads == threads
+    assert profile.settings.warnings == []
     # tokens/s agrees with the wall time of the decode loop
     wl = profile.workload
-    measured = wl["new_tokens"] - wl["warmup_steps"]
-    assert wl["tokens_per_s"] == pytest.approx(wl["batch"] * measured / wl["decode_wall_s"], rel=0.10)
-    assert len(wl["step_latencies_s"]) == wl["new_tokens"]
-    # ops were profiled across the team, and the saved profile re-renders
+    measured = wl.new_tokens - wl.warmup_steps
+    assert wl.figures.tokens_per_s == pytest.approx(wl.batch * measured / wl.decode_wall_s, rel=0.10)
+    assert len(wl.step_latencies_s) == wl.new_tokens
+    # ops were profiled across the team, and the saved profile re-renders in every format
     assert any(op.name == "aten::mm" for op in profile.ops)
-    assert Profile.load(tmp_path).to_dict() == data
-    report = cpuprof("report", str(tmp_path))
-    assert report.returncode == 0 and "tokens/s" in report.stdout and "aten::mm" in report.stdout
+    ops = next(s for s in report["sections"] if s["id"] == "ops")["tables"][0]["rows"]
+    assert any(row["op"] == "aten::mm" for row in ops)
+    for fmt, words in (("terminal", "Top ops"), ("markdown", "## Top ops"), ("json", '"cpuprof-report"')):
+        again = cpuprof("report", str(tmp_path), "--format", fmt)
+        assert again.returncode == 0 and words in again.stdout and "tokens/s" in again.stdout
 
 
 def test_decode_pinned_to_one_cpu_reads_back_that_cpu(tmp_path: Path):
@@ -65,10 +70,11 @@ def test_decode_pinned_to_one_cpu_reads_back_that_cpu(tmp_path: Path):
     result = cpuprof("decode", *TINY, "--cpus", str(cpu), "--threads", "1", "--no-profile", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     profile = Profile.load(tmp_path)
-    threads = profile.settings["in_force"]["threads"]
-    assert threads and all(t["affinity"] == [cpu] and t["last_cpu"] == cpu for t in threads)
-    assert profile.collection.mode == "off"
-    assert "not profiled" in result.stdout
+    threads = profile.settings.in_force.threads
+    assert threads and all(t.affinity == [cpu] and t.last_cpu == cpu for t in threads)
+    assert not profile.profiled
+    assert "not profiled (--no-profile)" in result.stdout
+    assert f"results (not profiled) saved in {tmp_path}" in result.stdout
 
 
 def test_decode_with_intel_openmp(tmp_path: Path):
@@ -76,8 +82,8 @@ def test_decode_with_intel_openmp(tmp_path: Path):
     if result.returncode == 2 and "intel-openmp" in result.stderr:
         pytest.skip("intel-openmp is not installed in this environment")
     assert result.returncode == 0, result.stderr
-    active = Profile.load(tmp_path).settings["in_force"]["openmp"]["active"]
-    assert active["runtime"] == "libiomp5"
+    active = Profile.load(tmp_path).settings.in_force.openmp.active
+    assert active.runtime == "libiomp5" and active.ompt
 
 
 @pytest.mark.parametrize("args, words", [
@@ -131,8 +137,8 @@ def test_ctrl_c_leaves_partial_profile(tmp_path: Path):
     assert "Traceback" not in err
     assert "decoding was interrupted; the profile measured so far" in err
     profile = Profile.load(tmp_path)
-    assert not profile.status["complete"] and "interrupted by SIGINT" in profile.status["reason"]
-    assert profile.workload["steps_done"] > 0
+    assert not profile.status.complete and "interrupted by SIGINT" in profile.status.reason
+    assert profile.workload.steps_done > 0 and profile.workload.figures is not None
     assert any(op.name == "aten::mm" for op in profile.ops)
     assert "PARTIAL" in out
 
@@ -149,8 +155,8 @@ def test_killed_child_keeps_last_checkpoint(tmp_path: Path):
     line = one_line_error(subprocess.CompletedProcess([], 1, out, err))
     assert "killed by SIGKILL" in line and "the profile measured so far" in line
     profile = Profile.load(tmp_path)
-    assert not profile.status["complete"] and "checkpoint" in profile.status["reason"]
-    assert profile.workload["steps_done"] > 0
+    assert not profile.status.complete and "checkpoint" in profile.status.reason
+    assert profile.workload.steps_done > 0
 
 
 def test_report_of_truncated_or_foreign_file(tmp_path: Path):
@@ -168,11 +174,15 @@ def test_doctor(tmp_path: Path):
     assert text.returncode == 0, text.stderr
     for words in ("CPU ", "NUMA", "perf_event_paranoid", "PMU", "OpenMP", "py-spy", "task-clock"):
         assert words in text.stdout
+    assert "for OpenMP thread statistics" not in text.stdout  # no report shows them yet
     data = json.loads(cpuprof("doctor", "--json").stdout)
     status = {e["name"]: e for e in data["events"]}
     assert status["task-clock"]["ok"]
     if not data["hardware_pmu"]:
         assert not status["cycles"]["ok"] and "PMU" in status["cycles"]["reason"]
+    # doctor and --omp intel use the same search for libiomp5
+    if data["intel_openmp"]:
+        assert "not installed" not in text.stdout
 
 
 def test_unknown_command_and_option():
@@ -181,3 +191,81 @@ def test_unknown_command_and_option():
     result = cpuprof("decode", "--thread", "2", "--presetx")
     assert result.returncode == 2
     one_line_error(result)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: d / "file", "exists and is not a directory"),
+    (lambda d: d / "file" / "sub", "is not a directory"),
+    (lambda d: Path("/proc/cpuprof-out"), "cannot write there"),
+])
+def test_out_paths_are_checked_before_anything_runs(tmp_path: Path, make, words):
+    (tmp_path / "file").write_text("x")
+    out = make(tmp_path)
+    result = cpuprof("decode", "--preset", "tiny", "--out", str(out))
+    assert result.returncode == 2
+    assert words in one_line_error(result) and f"--out {out}" in result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["decode", "--top", "0"], "expected a positive whole number"),
+    (["report", "x", "--top", "-1"], "expected a positive whole number"),
+    (["report", "x", "--format", "html"], "invalid choice: 'html'"),
+    (["decode", "--timeline", "-5"], "expected 0 or more"),
+])
+def test_bad_numbers_and_choices_are_usage_errors(args, words):
+    result = cpuprof(*args)
+    assert result.returncode == 2 and words in one_line_error(result)
+
+
+def test_help_explains_every_option():
+    text = cpuprof("decode", "--help").stdout
+    for flag in ("--top-k", "--seed", "--mode", "--timeline", "--format"):
+        block = text.split(flag, 1)[1].split("\n  --", 1)[0]
+        assert len(block.strip()) > 10, flag
+    assert "sampler thread" not in text
+
+
+def test_progress_reaches_logs_when_not_a_terminal(tmp_path: Path):
+    """stderr is a pipe here, as in CI: the run says what it is doing, in whole lines."""
+    result = cpuprof("decode", *TINY, "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("cpuprof: ")]
+    assert any(line.startswith("cpuprof: built tiny") for line in lines)
+    assert any("decoding: step" in line for line in lines)
+    assert any("tokens/s after" in line for line in lines)
+    assert "\r" not in result.stderr
+
+
+def _busy_competitor(cpu: int) -> subprocess.Popen:
+    code = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+            "end = time.time() + 60\nwhile time.time() < end: pass\n")
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+RUN_QUEUE = ["decode", "--preset", "tiny", "--max-seq", "1024", "--prompt-len", "8", "--new-tokens", "600",
+             "--warmup", "2",
+             "--threads", "1", "--format", "json"]
+
+
+def _warnings(result: subprocess.CompletedProcess) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["warnings"]
+
+
+def test_run_queue_delay_is_warned_about_only_when_a_cpu_is_shared(tmp_path: Path):
+    cpu = CPUS[-1]
+    quiet = _warnings(cpuprof(*RUN_QUEUE, "--cpus", str(cpu), "--out", str(tmp_path / "quiet")))
+    assert not any("waited for a CPU" in w for w in quiet), quiet
+    competitor = _busy_competitor(cpu)
+    try:
+        time.sleep(0.2)
+        shared = _warnings(cpuprof(*RUN_QUEUE, "--cpus", str(cpu), "--out", str(tmp_path / "shared")))
+    finally:
+        competitor.kill()
+        competitor.wait()
+    waiting = [w for w in shared if "waited for a CPU" in w]
+    assert waiting, shared
+    profile = Profile.load(tmp_path / "shared")
+    dispatch = next(t for t in profile.threads if t.role == "dispatch")
+    # Two busy tasks on one CPU: the decode thread waits for about half of the time.
+    assert dispatch.run_delay_ns > 0.2 * profile.collection.wall_ns

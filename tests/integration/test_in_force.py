@@ -7,32 +7,43 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 import cpuprof
-from cpuprof import numa
-from cpuprof.in_force import compare, parse_task_stat, read_in_force
-from cpuprof.launcher import LaunchSettings, ResolvedLaunch, validate
-from cpuprof.topology import read_topology
+from cpuprof.launch.environment import LaunchSettings, ResolvedLaunch, validate
+from cpuprof.launch.in_force import compare, parse_task_stat, read_in_force
+from cpuprof.machine import numa
+from cpuprof.machine.topology import read_topology
+from cpuprof.model import (
+    AllocatorInfo,
+    InForce,
+    MemPolicy,
+    OpenMPInfo,
+    OpenMPRuntime,
+    Requested,
+    ThreadPlacement,
+    WeightPages,
+)
+from cpuprof.model.codec import from_json, to_json
 
 SRC = str(Path(cpuprof.__path__[0]).parent)
 
 CHILD = """
 import json, torch
-from cpuprof.in_force import read_in_force
+from cpuprof.launch.in_force import read_in_force
+from cpuprof.model.codec import to_json
 weight = torch.randn(1024, 1024)
 for _ in range(3):
     torch.mm(weight, weight)  # starts the OpenMP worker threads
-print(json.dumps(read_in_force([weight, weight.t()])))
+print(json.dumps(to_json(read_in_force([weight, weight.t()]))))
 """
 
 
 def launch(
     settings: LaunchSettings, extra_env: dict[str, str] | None = None, pin: bool = True
-) -> tuple[ResolvedLaunch, dict[str, Any]]:
+) -> tuple[ResolvedLaunch, InForce]:
     """Run CHILD under ``settings``; ``pin=False`` skips the pre-exec hook (a mis-configuration)."""
     resolved = validate(settings, read_topology())
     env = resolved.child_env()
@@ -47,7 +58,7 @@ def launch(
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    return resolved, json.loads(result.stdout)
+    return resolved, from_json(InForce, json.loads(result.stdout))
 
 
 def pinned(omp: str) -> LaunchSettings:
@@ -58,22 +69,23 @@ def pinned(omp: str) -> LaunchSettings:
 @pytest.mark.parametrize(("omp", "runtime"), [("gnu", "libgomp"), ("intel", "libiomp5")])
 def test_child_runs_as_requested(omp: str, runtime: str) -> None:
     resolved, state = launch(pinned(omp))
-    threads = state["threads"]
+    threads = state.threads
     assert len(threads) >= 2  # the main thread and at least one OpenMP worker
-    assert all(thread["affinity"] == [0] for thread in threads), threads
-    assert all(thread["last_cpu"] == 0 for thread in threads)
-    assert state["mempolicy"] == {"mode": "bind", "nodes": [0]}
-    assert state["openmp"]["active"]["runtime"] == runtime
-    loaded = {entry["runtime"] for entry in state["openmp"]["loaded"]}
+    assert all(thread.affinity == [0] for thread in threads), threads
+    assert all(thread.last_cpu == 0 for thread in threads)
+    assert state.mempolicy == MemPolicy(mode="bind", nodes=[0])
+    assert state.openmp.active.runtime == runtime
+    assert state.openmp.active.ompt == (omp == "intel")
+    loaded = {entry.runtime for entry in state.openmp.loaded}
     # torch's libgomp stays mapped under the Intel runtime (it is a dependency), but interposed.
     assert loaded == ({"libgomp"} if omp == "gnu" else {"libgomp", "libiomp5"})
     if omp == "intel":
-        assert state["openmp"]["active"]["path"] == resolved.omp_library
-    assert state["torch"]["num_threads"] == 2
-    assert state["env"]["OMP_NUM_THREADS"] == "2"
-    pages = state["weight_pages"]
-    assert pages["pages_total"] >= 1024 * 1024 * 4 // pages["page_size"]  # the transpose shares the storage
-    assert set(pages["nodes"]) == {"0"}
+        assert state.openmp.active.path == resolved.omp_library
+    assert state.torch.num_threads == 2
+    assert state.env["OMP_NUM_THREADS"] == "2"
+    pages = state.weight_pages
+    assert pages.pages_total >= 1024 * 1024 * 4 // pages.page_size  # the transpose shares the storage
+    assert set(pages.nodes) == {0}
     assert compare(resolved.requested(), state) == []
 
 
@@ -111,12 +123,12 @@ def test_parse_task_stat(line: str, expected: tuple[str, str, int]) -> None:
 
 def test_read_in_force_here() -> None:
     state = read_in_force()
-    assert state["pid"] == os.getpid()
-    main = next(t for t in state["threads"] if t["tid"] == os.getpid())
-    assert main["affinity"] == sorted(os.sched_getaffinity(0))
-    assert main["state"] == "R"
-    assert state["weight_pages"] is None
-    json.dumps(state)
+    assert state.pid == os.getpid()
+    main = next(t for t in state.threads if t.tid == os.getpid())
+    assert main.affinity == sorted(os.sched_getaffinity(0))
+    assert main.state == "R"
+    assert state.weight_pages is None
+    assert from_json(InForce, json.loads(json.dumps(to_json(state)))) == state
 
 
 def test_page_nodes_samples_and_counts_untouched_pages() -> None:
@@ -150,29 +162,19 @@ def test_set_mempolicy_error_names_the_call() -> None:
 
 # --- compare on hand-made states --------------------------------------------------
 
-REQUESTED = {
-    "threads": 2,
-    "cpus": [0],
-    "omp": "gnu",
-    "allocator": "jemalloc",
-    "mempolicy": {"mode": "bind", "nodes": [0]},
-    "env": {},
-}
+REQUESTED = Requested(threads=2, cpus=[0], bind="close", places="cores", omp="gnu", omp_library=None,
+                      allocator="jemalloc", allocator_library="/c/libjemalloc.so.2",
+                      mempolicy=MemPolicy(mode="bind", nodes=[0]), env={})
 
 
 def test_compare_weight_pages_allocator_and_runtime() -> None:
-    state = {
-        "threads": [
-            {"tid": 5, "name": "python", "affinity": [0, 1]},
-            {"tid": 6, "name": "w", "affinity": [0, 1]},
-        ],
-        "mempolicy": {"mode": "bind", "nodes": [0]},
-        "openmp": {"loaded": [], "active": None},
-        "allocators": [],
-        "torch": None,
-        "env": {},
-        "weight_pages": {"nodes": {"0": 5, "1": 3}, "not_present": 2},
-    }
+    state = InForce(
+        pid=1,
+        threads=[ThreadPlacement(5, "python", "R", [0, 1], 0), ThreadPlacement(6, "w", "S", [0, 1], 1)],
+        mempolicy=MemPolicy(mode="bind", nodes=[0]),
+        openmp=OpenMPInfo(),
+        weight_pages=WeightPages(nodes={0: 5, 1: 3}, not_present=2),
+    )
     assert compare(REQUESTED, state) == [
         "affinity: thread(s) 5 (python), 6 (w) may run on CPU(s) 1, outside the requested 0",
         "OpenMP: asked gnu (libgomp) but no OpenMP runtime is loaded",
@@ -182,17 +184,13 @@ def test_compare_weight_pages_allocator_and_runtime() -> None:
 
 
 def test_compare_both_runtimes_without_an_active_one() -> None:
-    state = {
-        "openmp": {
-            "loaded": [
-                {"runtime": "libgomp", "path": "/a/libgomp.so.1"},
-                {"runtime": "libiomp5", "path": "/b/libiomp5.so"},
-            ],
-            "active": None,
-        },
-        "allocators": [{"allocator": "jemalloc", "path": "/c/libjemalloc.so.2"}],
-        "mempolicy": {"error": "get_mempolicy() failed: Function not implemented"},
-    }
+    state = InForce(
+        pid=1, threads=[],
+        openmp=OpenMPInfo(loaded=[OpenMPRuntime("libgomp", "/a/libgomp.so.1", False),
+                                  OpenMPRuntime("libiomp5", "/b/libiomp5.so", True)], active=None),
+        allocators=[AllocatorInfo("jemalloc", "/c/libjemalloc.so.2")],
+        mempolicy=MemPolicy(mode="unknown", error="get_mempolicy() failed: Function not implemented"),
+    )
     assert compare(REQUESTED, state) == [
         "OpenMP: asked gnu (libgomp); libgomp (/a/libgomp.so.1), libiomp5 (/b/libiomp5.so) are loaded "
         "and which one serves OpenMP calls is unknown",

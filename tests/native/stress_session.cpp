@@ -1,14 +1,16 @@
-// Stress of the session's per-op path against the sampler and start/stop, built with a sanitizer
-// by tests/integration/test_native_sanitizers.py. Several threads run nested "ops" through
-// Session::begin_op/end_op (what the RecordFunction callbacks do) while the main thread starts
-// and stops sessions in both modes; the sampler thread attributes and rescans all the while.
+// Stress of the session's per-op path against the discovery thread and start/stop, built with a
+// sanitizer by tests/integration/test_native_sanitizers.py. Several threads run nested "ops"
+// through the same entry point the RecordFunction hook uses (with_op_stack, begin_op, end_op)
+// while the main thread starts and stops sessions in both counting modes, with small thread
+// slots and a small op table, and other threads take snapshots all the while.
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
 
-#include "session.h"
+#include "core/session.h"
+#include "sources/op_source.h"
 
 using namespace cpuprof;
 
@@ -20,24 +22,23 @@ void run_ops(int id, std::atomic<uint64_t>* ops) {
   char name[32];
   snprintf(name, sizeof(name), "op%d", id);
   while (!g_done.load(std::memory_order_relaxed)) {
-    Session& session = Session::instance();
     for (int depth = 0; depth < 3; ++depth) {
-      if (!session.enter()) break;
-      DispatchState* state = session.dispatch_state();
-      if (state) {
-        session.begin_op(state, now_ns(), 7 + depth, 1000 + id * 10 + depth, depth == 0, [&](OpEntry& e) {
+      with_op_stack(Boundary::Begin, [&](Session& session, DispatchState& state, int64_t enter_ns) {
+        session.begin_op(&state, enter_ns, 7 + depth, 1000 + id * 10 + depth, depth == 0, [&](OpEntry& e) {
           strncpy(e.name, name, sizeof(e.name) - 1);
+          InputWriter w(e);
+          const int64_t sizes[2] = {id + 1, depth + 1}, strides[2] = {depth + 1, 1};
+          w.tensor("f32", 2, sizes, strides);
+          w.scalar(InputKind::Int);
         });
-      }
-      session.leave();
+      });
     }
     volatile double x = 0;
     for (int i = 0; i < 2000; ++i) x = x + i * 0.5;
     for (int depth = 2; depth >= 0; --depth) {
-      if (!session.enter()) break;
-      DispatchState* state = session.dispatch_state();
-      if (state) session.end_op(state, now_ns(), 7 + depth);
-      session.leave();
+      with_op_stack(Boundary::End, [&](Session& session, DispatchState& state, int64_t enter_ns) {
+        session.end_op(&state, enter_ns, 7 + depth);
+      });
     }
     ops->fetch_add(1, std::memory_order_relaxed);
   }
@@ -60,6 +61,8 @@ int main() {
   config.op_capacity = 32;
   for (int round = 0; round < 12; ++round) {
     config.mode = round % 2 ? CountingMode::Exact : CountingMode::Sampled;
+    // Alternate between more slots than threads and fewer (threads beyond them are counted).
+    config.max_threads = round % 3 == 2 ? 3 : 70;
     Session::instance().start(config);
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
     std::thread checkpoint([] { (void)Session::instance().snapshot(); });  // a checkpoint while running
@@ -68,11 +71,11 @@ int main() {
     std::thread late_snapshot([] { (void)Session::instance().snapshot(); });  // races the stop
     Session::instance().stop();
     late_snapshot.join();
-    const OpTable& table = Session::instance().table();
+    const SessionSnapshot snap = Session::instance().snapshot();
     uint64_t calls = 0;
-    for (int i = 0; i < table.capacity(); ++i) calls += table.entry(i).calls.load();
+    for (const EntrySnapshot& e : snap.entries) calls += e.calls;
     if (calls == 0) {
-      fprintf(stderr, "round %d recorded no op calls\n", round);
+      fprintf(stderr, "round %d recorded no op calls (ops_seen %llu unattributed %llu unmatched %llu too_deep %llu truncated %llu entries %zu dispatch %zu threads %zu)\n", round, (unsigned long long)snap.ops_seen, (unsigned long long)snap.unattributed_ops, (unsigned long long)snap.unmatched_ends, (unsigned long long)snap.too_deep, (unsigned long long)snap.truncated_ops, snap.entries.size(), snap.dispatch_tids.size(), snap.threads.size());
       return 1;
     }
   }

@@ -68,30 +68,30 @@ def test_validate_names_names_the_typo():
 ])
 def test_generic_names(name, type_, config):
     parsed = nat.parse_event(name)
-    assert parsed["ok"], parsed["error"]
-    assert (parsed["type"], parsed["config"]) == (type_, config)
+    assert parsed.ok, parsed.error
+    assert (parsed.type, parsed.config) == (type_, config)
 
 
 def test_modifiers_restrict_mode():
     user = nat.parse_event("cycles:u")
-    assert user["ok"] and user["exclude_kernel"] and not user["exclude_user"]
+    assert user.ok and user.exclude_kernel and not user.exclude_user
     kernel = nat.parse_event("instructions:k")
-    assert kernel["exclude_user"] and not kernel["exclude_kernel"]
+    assert kernel.exclude_user and not kernel.exclude_kernel
 
 
 def test_pmu_terms_placed_by_sysfs_format(fake_sysfs):
     parsed = nat.parse_event("cpu/event=0x3c,umask=0x01,cmask=2/", str(fake_sysfs))
-    assert parsed["ok"], parsed["error"]
-    assert parsed["type"] == 4
-    assert parsed["config"] == 0x3C | 0x01 << 8 | 2 << 24
+    assert parsed.ok, parsed.error
+    assert parsed.type == 4
+    assert parsed.config == 0x3C | 0x01 << 8 | 2 << 24
 
 
 def test_pmu_alias_and_split_bit_ranges(fake_sysfs):
     alias = nat.parse_event("cpu/mem-loads/", str(fake_sysfs))
-    assert alias["ok"], alias["error"]
-    assert alias["config"] == 0xCD | 0x1 << 8 and alias["config1"] == 3
+    assert alias.ok, alias.error
+    assert alias.config == 0xCD | 0x1 << 8 and alias.config1 == 3
     split = nat.parse_event("cpu/split=0xab/", str(fake_sysfs))
-    assert split["config"] == 0xB | 0xA << 32  # low nibble to bits 0-3, high nibble to 32-35
+    assert split.config == 0xB | 0xA << 32  # low nibble to bits 0-3, high nibble to 32-35
 
 
 @pytest.mark.parametrize("name, message", [
@@ -105,10 +105,10 @@ def test_pmu_alias_and_split_bit_ranges(fake_sysfs):
 ])
 def test_bad_event_names_say_why(fake_sysfs, name, message):
     parsed = nat.parse_event(name, str(fake_sysfs))
-    assert not parsed["ok"]
-    assert message in parsed["error"]
+    assert not parsed.ok
+    assert message in parsed.error
 
 
 def test_tracepoint_id_from_tracefs(fake_sysfs):
     parsed = nat.parse_event("sched:sched_switch", str(fake_sysfs))
-    assert parsed["ok"] and parsed["type"] == PERF_TYPE_TRACEPOINT and parsed["config"] == 321
+    assert parsed.ok and parsed.type == PERF_TYPE_TRACEPOINT and parsed.config == 321

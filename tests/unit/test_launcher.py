@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cpuprof import launcher
 from cpuprof.errors import UsageError
-from cpuprof.launcher import (
+from cpuprof.launch import environment as launcher
+from cpuprof.launch.environment import (
     GOMP_SPINS_PER_MS,
     LaunchSettings,
     parse_blocktime,
@@ -20,7 +20,9 @@ from cpuprof.launcher import (
     parse_threads,
     validate,
 )
-from cpuprof.topology import Topology, format_cpulist, read_topology
+from cpuprof.machine import libraries, openmp
+from cpuprof.machine.topology import Topology, format_cpulist, read_topology
+from cpuprof.model import MemPolicy, Requested
 
 VENV_IOMP = str(Path(sys.prefix, "lib", "libiomp5.so"))
 
@@ -256,9 +258,9 @@ def no_system_libraries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path
     prefix = tmp_path / "prefix"
     (prefix / "lib").mkdir(parents=True)
     monkeypatch.setattr(launcher.sys, "prefix", str(prefix))
-    monkeypatch.setattr(launcher, "_python_lib_dirs", lambda: [prefix / "lib"])
-    monkeypatch.setattr(launcher, "_ldconfig_libraries", lambda: ())
-    monkeypatch.setattr(launcher, "_system_lib_dirs", lambda: [])
+    monkeypatch.setattr(openmp, "python_lib_dirs", lambda: [prefix / "lib"])
+    monkeypatch.setattr(libraries, "ldconfig_libraries", lambda: ())
+    monkeypatch.setattr(libraries, "system_lib_dirs", lambda: [])
     return prefix
 
 
@@ -285,12 +287,12 @@ def test_allocator_found_is_preloaded_after_openmp(fake: Topology, no_system_lib
     (no_system_libraries / "lib" / "libiomp5.so").touch()
     resolved = validate_fake(LaunchSettings(threads=1, omp="intel", allocator="jemalloc"), fake)
     assert resolved.env["LD_PRELOAD"] == f"{no_system_libraries}/lib/libiomp5.so:{jemalloc}"
-    assert resolved.requested()["allocator_library"] == str(jemalloc)
+    assert resolved.requested().allocator_library == str(jemalloc)
 
 
 def test_ldconfig_cache_is_parsed() -> None:
     """This machine's libgomp is in the ldconfig cache (it is a dependency of gcc)."""
-    names = dict(launcher._ldconfig_libraries())
+    names = dict(libraries.ldconfig_libraries())
     if "libgomp.so.1" not in names:
         pytest.skip("libgomp.so.1 is not in this machine's ldconfig cache")
     assert Path(names["libgomp.so.1"]).name == "libgomp.so.1"
@@ -345,18 +347,24 @@ def test_child_env_owns_threads_binding_and_preloads(fake: Topology) -> None:
 
 def test_requested(fake: Topology) -> None:
     resolved = validate_fake(LaunchSettings(threads=2, numa=1, omp="intel", bind="spread"), fake)
-    assert resolved.requested() == {
-        "threads": 2,
-        "cpus": [4, 5, 6, 7, 12, 13, 14, 15],
-        "bind": "spread",
-        "places": None,
-        "omp": "intel",
-        "omp_library": VENV_IOMP,
-        "allocator": "default",
-        "allocator_library": None,
-        "mempolicy": {"mode": "bind", "nodes": [1]},
-        "env": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "KMP_AFFINITY": "granularity=fine,scatter"},
-    }
+    assert resolved.requested() == Requested(
+        threads=2, cpus=[4, 5, 6, 7, 12, 13, 14, 15], bind="spread", places=None, omp="intel",
+        omp_library=VENV_IOMP, allocator="default", allocator_library=None,
+        mempolicy=MemPolicy(mode="bind", nodes=[1]),
+        env={"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "KMP_AFFINITY": "granularity=fine,scatter"},
+    )
+
+
+def test_threads_default_to_the_cpu_set(fake: Topology) -> None:
+    resolved = validate_fake(LaunchSettings(numa=1), fake)
+    assert resolved.settings.threads == 8 and resolved.env["OMP_NUM_THREADS"] == "8"
+
+
+def test_doctor_and_launcher_find_the_same_intel_runtime(fake: Topology) -> None:
+    """One search: doctor can never say "not installed" while --omp intel works, or the reverse."""
+    found = openmp.find_intel_openmp()
+    resolved = validate_fake(LaunchSettings(threads=1, omp="intel"), fake)
+    assert found is not None and resolved.omp_library == str(found)
 
 
 def test_preexec_pins_and_binds_the_child(real: Topology) -> None:

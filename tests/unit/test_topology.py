@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cpuprof.errors import CpuprofError
-from cpuprof.topology import format_cpulist, parse_cpulist, read_topology
+from cpuprof.machine.topology import Topology, format_cpulist, parse_cpulist, read_topology
+from cpuprof.model.codec import from_json, to_json
 
 GIB_KB = 64 * 1024 * 1024  # 64 GiB in kB
 
@@ -108,32 +109,34 @@ def test_two_socket_tree(two_socket: Path) -> None:
     assert topo.cores(node0.cpus) == [[0, 8], [1, 9], [2, 10], [3, 11]]
     assert topo.cores([1, 9, 4]) == [[1, 9], [4]]
     cpu9 = topo.cpus[9]
-    assert (cpu9.node, cpu9.package_id, cpu9.core_id, cpu9.siblings) == (0, 0, 1, (1, 9))
+    assert (cpu9.node, cpu9.package_id, cpu9.core_id, cpu9.siblings) == (0, 0, 1, [1, 9])
     assert topo.cpus[12].package_id == 1
     assert topo.node(1) is node1
     with pytest.raises(KeyError):
         topo.node(7)
 
 
-def test_to_dict_is_json(two_socket: Path) -> None:
-    data = json.loads(json.dumps(read_topology(two_socket).to_dict()))
-    assert data["online_cpus"] == "0-15"
+def test_topology_round_trips_through_the_profile_codec(two_socket: Path) -> None:
+    topo = read_topology(two_socket)
+    data = json.loads(json.dumps(to_json(topo)))
+    assert data["online_cpus"] == list(range(16))
     assert data["nodes"][1] == {
         "id": 1,
-        "cpus": "4-7,12-15",
+        "cpus": [4, 5, 6, 7, 12, 13, 14, 15],
         "mem_total_bytes": 64 * 2**30,
         "mem_free_bytes": 32 * 2**30,
         "distances": {"0": 21, "1": 10},
     }
-    assert data["cpus"][0]["siblings"] == "0,8"
-    assert data["physical_cores"] == 8
+    assert data["cpus"][0]["siblings"] == [0, 8]
+    back = from_json(Topology, data)
+    assert back == topo and back.physical_cores == 8 and back.node(1).distances == {0: 21, 1: 10}
 
 
 def test_offline_cpu_leaves_nodes_and_siblings(two_socket: Path) -> None:
     (two_socket / "sys/devices/system/cpu/online").write_text("0-14\n")
     topo = read_topology(two_socket)
     assert 15 not in topo.node(1).cpus
-    assert topo.cpus[7].siblings == (7,)
+    assert topo.cpus[7].siblings == [7]
     assert topo.physical_cores == 8
 
 
@@ -180,4 +183,4 @@ def test_this_machine() -> None:
     assert topo.sockets >= 1
     # Every online CPU sits in exactly one node.
     assert sorted(cpu for node in topo.nodes for cpu in node.cpus) == topo.online_cpus
-    json.dumps(topo.to_dict())
+    json.dumps(to_json(topo))

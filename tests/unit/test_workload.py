@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,7 +125,7 @@ def test_build_is_deterministic_per_seed_and_reports_progress():
     b = build_model(TINY, torch.float32, seed=1)
     c = build_model(TINY, torch.float32, seed=2)
     assert calls == [(1, 2), (2, 2)]
-    assert all(torch.equal(x, y) for x, y in zip(a.parameter_tensors(), b.parameter_tensors()))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameter_tensors(), b.parameter_tensors(), strict=True))
     assert not torch.equal(a.layers[0].mlp.up_proj, c.layers[0].mlp.up_proj)
 
 
@@ -142,7 +141,7 @@ def test_kv_cached_decode_matches_full_forward(tiny_fp32):
     model.reset_cache(2, 12)
     cached = [model(ids[:, :5], 0)]
     cached += [model(ids[:, pos : pos + 1], pos) for pos in range(5, 12)]
-    for end, logits in zip(range(5, 13), cached):
+    for end, logits in zip(range(5, 13), cached, strict=True):
         model.reset_cache(2, 12)
         torch.testing.assert_close(logits, model(ids[:, :end], 0), rtol=1e-4, atol=1e-4)
     # A multi-token chunk after cached positions needs the explicit causal mask.
@@ -206,13 +205,13 @@ def test_throughput_agrees_with_latencies_and_wall_time(tiny_fp32):
     assert result.tokens_per_s == pytest.approx(2 * len(measured) / sum(measured), rel=1e-9)
     assert result.decode_wall_s == pytest.approx(sum(measured), rel=0.10)
     assert result.ttft_s > 0
-    assert result.p50_ms <= result.p90_ms <= result.p99_ms <= max(measured) * 1e3
+    f = result.figures
+    assert f.measured_steps == 37 and f.p50_ms <= f.p90_ms <= f.p99_ms <= max(measured) * 1e3
     assert [s[0] for s in steps] == list(range(40)) and {s[2] for s in steps} == {40}
     assert [s[1] for s in steps] == result.step_latencies_s
     # Averaged over the contexts of the measured steps, per token of the batch of 2.
     first, last = TINY.bytes_read_per_token(4, 8 + 4, 2), TINY.bytes_read_per_token(4, 8 + 40, 2)
     assert first < result.bytes_read_per_token < last
-    json.dumps(result.to_dict())
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from .. import decode
-from ..reports import terminal
+from .. import defaults
+from ..launch import environment, parent
+from ..launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
+from ..reports import FORMATS, render
+from ..workload.dtypes import DTYPE_NAMES
+from .common import non_negative_int, positive_float, positive_int
 
 # Model-shape overrides: flag -> ModelConfig field.
 OVERRIDES = {"layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
              "ffn": "ffn", "vocab": "vocab", "max_seq": "max_seq"}
+PRESET_NAMES = ("llama-3.2-1b", "llama-3.1-8b", "tiny")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,18 +26,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "in a child process configured before torch loads, profiles every ATen op across every "
                     "thread, and reports throughput, latency, the settings in force and where the time goes.")
     w = p.add_argument_group("workload")
-    w.add_argument("--preset", default="llama-3.2-1b", help="llama-3.2-1b (default), llama-3.1-8b or tiny")
+    w.add_argument("--preset", default="llama-3.2-1b", help=f"{', '.join(PRESET_NAMES)} (default llama-3.2-1b)")
     for flag in OVERRIDES:
         w.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=int, metavar="N",
                        help=f"override the preset's {flag.replace('_', ' ')}")
-    w.add_argument("--dtype", default="bf16", help="bf16 (default) or fp32")
+    w.add_argument("--dtype", default="bf16", help=f"{' or '.join(DTYPE_NAMES)} (default bf16)")
     w.add_argument("--prompt-len", type=int, default=32, help="prompt tokens for prefill (default 32)")
     w.add_argument("--new-tokens", type=int, default=32, help="decode steps (default 32)")
     w.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     w.add_argument("--warmup", type=int, default=2, help="decode steps left out of tokens/s (default 2)")
     w.add_argument("--sampling", default="greedy", help="greedy (default) or topk")
-    w.add_argument("--top-k", type=int, default=50)
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--top-k", type=positive_int, default=50,
+                   help="with --sampling topk: sample among the k most likely tokens (default 50)")
+    w.add_argument("--seed", type=int, default=0,
+                   help="seed of the random weights, the prompt and top-k sampling (default 0)")
     w.add_argument("--hf", metavar="PATH", help="decode a local Hugging Face checkpoint (needs transformers)")
     launch = p.add_argument_group("launch: threads, pinning, OpenMP, NUMA")
     launch.add_argument("--threads", help="OpenMP/torch threads (default: every CPU of the chosen set)")
@@ -42,53 +48,82 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--bind", default="close", help="close (default), spread or none")
     launch.add_argument("--omp", default="gnu", help="gnu (torch's libgomp, default) or intel (libiomp5, preloaded)")
     launch.add_argument("--blocktime", metavar="MS",
-                        help="ms an idle OpenMP thread spins (KMP_BLOCKTIME / GOMP_SPINCOUNT)")
+                        help="ms an idle OpenMP thread spins before sleeping (KMP_BLOCKTIME / GOMP_SPINCOUNT)")
     launch.add_argument("--allocator", default="default", help="default, jemalloc or tcmalloc (preloaded)")
     launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
     c = p.add_argument_group("profiling")
     c.add_argument("--no-profile", dest="profile", action="store_false",
                    help="decode without the profiler (a baseline)")
-    c.add_argument("--events", default="default", help="events and presets, comma separated (default: default)")
-    c.add_argument("--mode", default="sampled", choices=("sampled", "exact"),
-                   help="sampled: counters charged to ops by a sampler (low overhead, default); "
-                        "exact: read at every op boundary")
-    c.add_argument("--sample-interval-us", type=int, default=4000,
-                   help="sampled mode: read the team at the first op boundary after every N µs (default 4000)")
-    c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by input shapes")
-    c.add_argument("--timeline", type=int, default=0, metavar="N",
-                   help="keep the last N op spans of each dispatching thread (default 0)")
+    c.add_argument("--events", default=defaults.DEFAULT_EVENTS,
+                   help="events and presets, comma separated (default: default)")
+    c.add_argument("--mode", default=defaults.DEFAULT_MODE, choices=defaults.MODES,
+                   help="sampled (default): the team's counters are read at the first op boundary after each "
+                        "interval and charged to the op running then (low overhead, statistical per op); "
+                        "exact: read at every op boundary (exact per op, costly)")
+    c.add_argument("--sample-interval-us", type=positive_int, default=defaults.SAMPLE_INTERVAL_US,
+                   help=f"sampled mode: the interval in µs (default {defaults.SAMPLE_INTERVAL_US}, "
+                        f"at least {defaults.MIN_SAMPLE_INTERVAL_US})")
+    c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by their inputs")
+    c.add_argument("--timeline", type=non_negative_int, default=0, metavar="N",
+                   help="keep the last N op spans of each op-running thread (default 0)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="where the profile is saved (default cpuprof-out/decode-<time>)")
-    o.add_argument("--json", action="store_true", help="print the profile as JSON instead of the report")
-    o.add_argument("--top", type=int, default=15, help="ops listed in the report (default 15)")
-    o.add_argument("--checkpoint-s", type=float, default=5.0, metavar="S",
-                   help="save the profile so far every S seconds while decoding (default 5)")
+    o.add_argument("--format", default="terminal", choices=FORMATS,
+                   help="the report on stdout: terminal (default), markdown or json")
+    o.add_argument("--json", action="store_true", help="same as --format json")
+    o.add_argument("--top", type=positive_int, default=defaults.TOP_OPS,
+                   help=f"ops listed in the report (default {defaults.TOP_OPS})")
+    o.add_argument("--checkpoint-s", type=positive_float, default=defaults.CHECKPOINT_S, metavar="S",
+                   help=f"save the profile so far every S seconds while decoding (default {defaults.CHECKPOINT_S:g})")
     p.set_defaults(run=run)
 
 
-def options_from_args(args: argparse.Namespace) -> decode.DecodeOptions:
+def options_from_args(args: argparse.Namespace) -> DecodeOptions:
+    """The CLI's strings parsed into typed options (UsageError, one line, for anything malformed)."""
     overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
-    return decode.DecodeOptions(
-        preset=args.preset, overrides=overrides, dtype=args.dtype, prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens, batch=args.batch, warmup=args.warmup, sampling=args.sampling,
-        top_k=args.top_k, seed=args.seed, hf=args.hf, threads=args.threads, numa=args.numa, cpus=args.cpus,
-        bind=args.bind, omp=args.omp, blocktime=args.blocktime, allocator=args.allocator,
-        oversubscribe=args.oversubscribe, profile=args.profile, events=args.events, mode=args.mode,
-        sample_interval_us=args.sample_interval_us, record_shapes=args.record_shapes, timeline=args.timeline,
+    topology = None
+    cpus = None
+    if args.cpus is not None:
+        from ..machine.topology import read_topology
+
+        topology = read_topology()
+        cpus = environment.parse_cpus(args.cpus, topology)
+    launch = environment.LaunchSettings(
+        threads=environment.parse_threads(args.threads) if args.threads is not None else None,
+        numa=environment.parse_numa(args.numa) if args.numa is not None else None,
+        cpus=cpus, bind=args.bind, omp=args.omp,
+        blocktime_ms=environment.parse_blocktime(args.blocktime) if args.blocktime is not None else None,
+        allocator=args.allocator, oversubscribe=args.oversubscribe,
+    )
+    return DecodeOptions(
+        workload=WorkloadOptions(
+            preset=args.preset, overrides=overrides, dtype=args.dtype, prompt_len=args.prompt_len,
+            new_tokens=args.new_tokens, batch=args.batch, warmup=args.warmup, sampling=args.sampling,
+            top_k=args.top_k, seed=args.seed, hf=args.hf),
+        launch=launch,
+        profile=ProfileOptions(enabled=args.profile, events=args.events, mode=args.mode,
+                               sample_interval_us=args.sample_interval_us, record_shapes=args.record_shapes,
+                               timeline=args.timeline),
         out=args.out, checkpoint_s=args.checkpoint_s,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    out_dir = Path(options.out) if options.out else decode.default_out_dir()
-    outcome = decode.launch(options, out_dir)
+    if options.profile.sample_interval_us < defaults.MIN_SAMPLE_INTERVAL_US:
+        from ..errors import UsageError
+
+        raise UsageError(f"--sample-interval-us {options.profile.sample_interval_us}: use at least "
+                         f"{defaults.MIN_SAMPLE_INTERVAL_US}")
+    out_dir = Path(options.out) if options.out else parent.default_out_dir()
+    fmt = "json" if args.json else args.format
+    outcome = parent.launch(options, out_dir)
     if outcome.profile is not None:
-        if args.json:
-            json.dump(outcome.profile.to_dict(), sys.stdout, indent=1)
-            sys.stdout.write("\n")
-        else:
-            terminal.render(outcome.profile, sys.stdout, top=args.top)
-            sys.stdout.write(f"\nprofile saved in {outcome.out_dir}; re-render with: "
-                             f"python -m cpuprof report {outcome.out_dir}\n")
-    return decode.check_outcome(outcome)
+        render(outcome.profile, sys.stdout, format=fmt, top=args.top)
+        what = "profile" if outcome.profile.profiled else "results (not profiled)"
+        where = (f"{what} saved in {outcome.out_dir}; re-render with: python -m cpuprof report {outcome.out_dir}"
+                 + (" --format markdown" if fmt == "markdown" else ""))
+        # The report owns stdout in the data formats; the location goes to stderr there.
+        stream = sys.stdout if fmt == "terminal" else sys.stderr
+        stream.write(("\n" if fmt == "terminal" else "") + where + "\n")
+    return parent.check_outcome(outcome)

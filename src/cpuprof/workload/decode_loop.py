@@ -8,18 +8,18 @@ per-step timestamps account for the loop, i.e. that nothing big happens between 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from cpuprof.errors import UsageError
-from cpuprof.workload.presets import ModelConfig
+from ..errors import UsageError
+from ..model import StepFigures
+from .figures import step_figures
+from .presets import ModelConfig
 
 SAMPLING_MODES: tuple[str, ...] = ("greedy", "topk")
 
@@ -43,22 +43,24 @@ class DecodeResult:
     ttft_s: float
     step_latencies_s: list[float]
     warmup_steps: int
-    tokens_per_s: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
+    figures: StepFigures
     decode_wall_s: float
     #: Per sequence: the token from prefill, then one per decode step.
     generated_ids: list[list[int]]
     #: Analytic bytes read per generated token at the mean context of the measured steps.
     bytes_read_per_token: int
+    bytes_read_method: str = (
+        "analytic, from the model shape: every weight matrix once per step, the KV cache and an embedding row "
+        "per sequence, at the measured steps' mean context; divided by the batch"
+    )
 
     @property
     def measured_latencies_s(self) -> list[float]:
         return self.step_latencies_s[self.warmup_steps :]
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    @property
+    def tokens_per_s(self) -> float:
+        return self.figures.tokens_per_s
 
 
 def _validate(cfg: ModelConfig, prompt_len: int, new_tokens: int, batch: int, warmup: int,
@@ -146,8 +148,9 @@ def run_decode(
                     callback_ns += time.perf_counter_ns() - callback_start
         decode_wall_ns = time.perf_counter_ns() - measured_start - callback_ns
 
-    measured = np.array(latencies_ns[warmup:], dtype=np.float64) / 1e9
-    p50, p90, p99 = np.percentile(measured, [50, 90, 99]) * 1e3
+    latencies_s = [ns / 1e9 for ns in latencies_ns]
+    figures = step_figures(latencies_s, warmup, batch)
+    assert figures is not None  # _validate made new_tokens > warmup
     # Step i reads the cache for positions 0..prompt_len+i; average over the measured steps.
     contexts = range(prompt_len + warmup + 1, prompt_len + new_tokens + 1)
     dtype_bytes = model.dtype.itemsize
@@ -156,12 +159,9 @@ def run_decode(
         batch=batch,
         prompt_len=prompt_len,
         ttft_s=ttft_ns / 1e9,
-        step_latencies_s=[ns / 1e9 for ns in latencies_ns],
+        step_latencies_s=latencies_s,
         warmup_steps=warmup,
-        tokens_per_s=batch * len(measured) / float(measured.sum()),
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p99_ms=float(p99),
+        figures=figures,
         decode_wall_s=decode_wall_ns / 1e9,
         generated_ids=torch.cat(tokens, dim=1).tolist(),
         bytes_read_per_token=bytes_per_token,

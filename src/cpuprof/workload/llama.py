@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cpuprof.errors import UsageError
-from cpuprof.workload.presets import ModelConfig
+from ..errors import UsageError
+from .dtypes import DTYPE_NAMES, torch_dtype
+from .presets import ModelConfig
 
 #: A callable that names a block of the forward pass; the profiler attributes the ops run
 #: inside the returned context manager to that name.
@@ -33,7 +34,7 @@ RegionFactory = Callable[[str], contextlib.AbstractContextManager[object]]
 REGIONS: tuple[str, ...] = ("embed", "norm", "attention", "mlp", "lm_head")
 
 #: Element types the model can be built in: what CPU LLM inference actually uses.
-DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES: dict[str, torch.dtype] = {name: torch_dtype(name) for name in DTYPE_NAMES}
 
 _INIT_STD = 0.02
 
@@ -168,6 +169,8 @@ class LlamaModel(nn.Module):
         freqs = torch.outer(torch.arange(cfg.max_seq, dtype=torch.float32), inv_freq)
         angles = torch.cat((freqs, freqs), dim=-1)
         # Cast like transformers does, so the rotary multiply runs in the model dtype.
+        self.rope_cos: Tensor
+        self.rope_sin: Tensor
         self.register_buffer("rope_cos", angles.cos().to(dtype), persistent=False)
         self.register_buffer("rope_sin", angles.sin().to(dtype), persistent=False)
         self.cache_batch = 0
@@ -184,7 +187,7 @@ class LlamaModel(nn.Module):
         if not 1 <= length <= self.cfg.max_seq:
             raise ValueError(f"cache length {length} outside 1..{self.cfg.max_seq}")
         shape = (batch, self.cfg.kv_heads, length, self.cfg.head_dim)
-        for layer in self.layers:
+        for layer in self.decoder_layers():
             layer.attention.k_cache = None  # free the old cache before allocating the new one
             layer.attention.v_cache = None
             layer.attention.k_cache = torch.zeros(shape, dtype=self.dtype)
@@ -211,12 +214,15 @@ class LlamaModel(nn.Module):
         sin = self.rope_sin[start_pos : start_pos + seq]
         with region("embed"):
             x = F.embedding(input_ids, self.embed)
-        for layer in self.layers:
+        for layer in self.decoder_layers():
             x = layer(x, start_pos, cos, sin, region)
         with region("norm"):
             x = self.final_norm(x[:, -1:])  # only the last position's logits are needed
         with region("lm_head"):
             return F.linear(x, self.lm_head)[:, -1].float()
+
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return [layer for layer in self.layers if isinstance(layer, DecoderLayer)]
 
     def parameter_tensors(self) -> list[Tensor]:
         """Every weight tensor once (tied ones once), e.g. to ask where their pages live."""
@@ -249,7 +255,7 @@ def build_model(
     per_layer = [
         [layer.attention.q_proj, layer.attention.k_proj, layer.attention.v_proj, layer.attention.o_proj,
          layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj]
-        for layer in model.layers
+        for layer in model.decoder_layers()
     ]
     heads = [model.embed] if cfg.tied_embeddings else [model.embed, model.lm_head]
     with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:

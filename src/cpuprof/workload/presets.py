@@ -11,7 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from cpuprof.errors import CpuprofError, UsageError
+from ..errors import CpuprofError, UsageError
+from .dtypes import name_for_bytes
 
 #: The shape fields a user may change with ``--layers`` and friends.  ``max_seq`` is here
 #: too because it sizes the rotary tables and bounds prompt + generated tokens.
@@ -117,7 +118,7 @@ def resolve_config(preset: str, overrides: dict[str, int]) -> ModelConfig:
     for field, value in overrides.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"--{field.replace('_', '-')} must be a positive integer, got {value!r}")
-    cfg = dataclasses.replace(PRESETS[preset], **overrides)
+    cfg = dataclasses.replace(PRESETS[preset], **overrides)  # type: ignore[arg-type]  # int fields, checked above
     if cfg.hidden % cfg.heads:
         raise UsageError(
             f"hidden size {cfg.hidden} is not divisible by heads {cfg.heads}; choose heads dividing {cfg.hidden}"
@@ -164,11 +165,6 @@ def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
     raise CpuprofError(f"{meminfo} has no MemAvailable line; cannot check that the model fits")
 
 
-def dtype_name(dtype_bytes: int) -> str:
-    """The ``--dtype`` spelling for an element size, for messages."""
-    return {2: "bf16", 4: "fp32"}.get(dtype_bytes, f"{dtype_bytes}-byte")
-
-
 def check_memory(
     cfg: ModelConfig,
     dtype_bytes: int,
@@ -199,6 +195,6 @@ def check_memory(
     if remedies:
         advice = "; try " + (f"{', '.join(remedies[:-1])} or {remedies[-1]}" if len(remedies) > 1 else remedies[0])
     raise UsageError(
-        f"preset {cfg.name} needs about {needed / _GB:.1f} GB in {dtype_name(dtype_bytes)} "
+        f"preset {cfg.name} needs about {needed / _GB:.1f} GB in {name_for_bytes(dtype_bytes)} "
         f"but only {available / _GB:.1f} GB is available{advice}"
     )

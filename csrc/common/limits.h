@@ -1,0 +1,43 @@
+// Every default and limit of the core, in one place.
+//
+// Python never re-types these: the build reads this header (CMakeLists.txt extracts each
+// `constexpr ... kName = value;` line into cpuprof/_build_info.py, so the CLI can check options
+// without importing torch), and the extension exports the same values as `_native.limits`;
+// a test checks that the two agree. Keep one definition per line in that form.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cpuprof {
+
+// Events per session: one perf group read returns at most this many values.
+constexpr int kMaxEvents = 16;
+// Op nesting recorded per dispatching thread; deeper ops are timed as part of their parent.
+constexpr int kMaxDepth = 64;
+// Threads that run ATen ops (the "dispatching" threads) with their own op stack.
+constexpr int kMaxDispatchThreads = 64;
+// Thread slots per session: every thread of the process gets one, however it was created.
+// Sized at start; slots beyond it are counted, never silently lost.
+constexpr int kDefaultMaxThreads = 4096;
+constexpr int kMaxThreadsLimit = 65536;
+// Distinct op keys (name, inputs, region) kept; further keys fold into one counted entry.
+constexpr int kDefaultOpCapacity = 2048;
+constexpr int kMinOpCapacity = 16;
+constexpr int kMaxOpCapacity = 1048576;
+// Op spans kept per dispatching thread (the newest ones) for the timeline.
+constexpr int kMaxSpanCapacity = 16777216;
+// Sampled mode: the team is read at the first op boundary after each interval.
+constexpr int kDefaultSampleIntervalUs = 4000;
+constexpr int kMinSampleIntervalUs = 50;
+// How often the discovery thread looks for new threads.
+constexpr int kDiscoveryIntervalUs = 20000;
+// A thread found with more CPU time than this has already worked (an existing OpenMP worker)
+// and joins the team at once.
+constexpr int kJoinedWorkerCpuNs = 1000000;
+// Op keys: inputs described per op, and the dims (sizes and strides) they share.
+constexpr int kMaxKeyInputs = 16;
+constexpr int kMaxKeyDims = 48;
+constexpr int kMaxOpNameBytes = 96;
+
+}  // namespace cpuprof

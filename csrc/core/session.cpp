@@ -1,0 +1,219 @@
+#include "core/session.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+#include <thread>
+
+namespace cpuprof {
+
+namespace {
+
+struct ThreadBinding {
+  DispatchState* state = nullptr;
+  uint64_t generation = 0;
+};
+thread_local ThreadBinding t_binding;
+
+// perf opens one fd per event per thread; like perf, use the hard limit rather than fail at the
+// soft one (often 1024) and starve the profiled program of descriptors.
+void raise_fd_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+void check_config(const SessionConfig& config) {
+  if (config.op_capacity < kMinOpCapacity || config.op_capacity > kMaxOpCapacity)
+    throw std::invalid_argument("op_capacity must be between " + std::to_string(kMinOpCapacity) + " and " +
+                                std::to_string(kMaxOpCapacity));
+  if (config.span_capacity > static_cast<size_t>(kMaxSpanCapacity))
+    throw std::invalid_argument("span capacity must be at most " + std::to_string(kMaxSpanCapacity));
+  if (config.max_threads < 1 || config.max_threads > kMaxThreadsLimit)
+    throw std::invalid_argument("max_threads must be between 1 and " + std::to_string(kMaxThreadsLimit));
+  if (config.sample_interval_us < kMinSampleIntervalUs)
+    throw std::invalid_argument("sample interval must be at least " + std::to_string(kMinSampleIntervalUs) + " µs");
+}
+
+}  // namespace
+
+Session& Session::instance() {
+  static Session* session = [] {
+    Session* s = new Session();  // never destroyed: callbacks may outlive statics
+    pthread_atfork(nullptr, nullptr, [] { Session::instance().after_fork_in_child(); });
+    return s;
+  }();
+  return *session;
+}
+
+void Session::after_fork_in_child() {
+  // The child has none of the parent's other threads: no discovery thread, no callbacks in
+  // flight, maybe a mutex some other thread held at fork. Profiling simply stops in the child.
+  running_.store(false);
+  in_flight_.store(0);
+  (void)discovery_.release();  // its thread does not exist here; joining it would hang
+  new (&lifecycle_) std::mutex();
+  registry_.reset_after_fork();
+}
+
+std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_started)()) {
+  std::lock_guard<std::mutex> lock(lifecycle_);
+  if (running_.load()) throw std::runtime_error("a cpuprof session is already running");
+  check_config(config);
+  raise_fd_limit();
+  config_ = config;
+  ResolvedEvents resolved = resolve_events(config.events, config.sysfs_root);
+  const std::vector<EventSpec>& events = resolved.events;
+  const int n_events = static_cast<int>(events.size());
+  context_.events = events;
+  for (int e = 0; e < kMaxEvents; ++e) {
+    context_.cpu_clock_event[e] = e < n_events && events[e].kind == EventKind::Software &&
+                                  (events[e].config == PERF_COUNT_SW_TASK_CLOCK ||
+                                   events[e].config == PERF_COUNT_SW_CPU_CLOCK);
+  }
+  context_.scaled_events.store(0);
+  context_.registry = &registry_;
+  context_.table = &table_;
+  context_.team = &team_;
+  table_.init(config.op_capacity, config.max_threads, n_events);
+  team_.reset(config.max_threads);
+  for (int i = 0; i < kMaxDispatchThreads; ++i) {
+    if (!pool_[i]) pool_[i] = std::make_unique<DispatchState>();
+    DispatchState& state = *pool_[i];
+    state.ready.store(false);
+    state.index = i;
+    state.tid = 0;
+    state.slot = -1;
+    state.local_depth = 0;
+    state.hook_ns.store(0);
+    state.spans.init(config.span_capacity, n_events);
+  }
+  pool_used_.store(0);
+  ops_seen_.store(0);
+  too_deep_.store(0);
+  no_state_.store(0);
+  unmatched_.store(0);
+  truncated_ = 0;
+  generation_.fetch_add(1);
+  registry_.configure(events, config.max_threads);
+  discovery_ = std::make_unique<ThreadDiscovery>(registry_, team_, table_);
+  discovery_->start();
+  started_ns_ = now_ns();
+  stopped_ns_ = 0;
+  CountingOptions options;
+  options.mode = config.mode;
+  options.sample_interval_us = config.sample_interval_us;
+  options.n_dispatch_states = kMaxDispatchThreads;
+  options.max_slots = config.max_threads;
+  options.started_ns = started_ns_;
+  counting_ = make_counting_strategy(context_, options);
+  running_.store(true, std::memory_order_seq_cst);
+  if (on_started) on_started();
+  return resolved.dropped;
+}
+
+void Session::stop(void (*on_stopping)()) {
+  std::lock_guard<std::mutex> lock(lifecycle_);
+  if (!running_.load()) return;
+  if (on_stopping) on_stopping();
+  running_.store(false, std::memory_order_seq_cst);
+  // Callbacks that entered before the flag flipped finish before anything is torn down.
+  while (in_flight_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  stopped_ns_ = now_ns();
+  // Ops still open on any thread get no call and no time: counted, so the report says so.
+  const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
+  for (int i = 0; i < n_states; ++i) truncated_ += std::min(pool_[i]->local_depth, kMaxDepth);
+  counting_->stop(stopped_ns_);
+  discovery_->stop();  // final read: thread totals end here
+  registry_.close_all();
+}
+
+DispatchState* Session::dispatch_state() {
+  const uint64_t generation = generation_.load(std::memory_order_relaxed);
+  if (t_binding.generation == generation) return t_binding.state;
+  t_binding.generation = generation;
+  t_binding.state = nullptr;
+  const int index = pool_used_.fetch_add(1, std::memory_order_relaxed);
+  if (index >= kMaxDispatchThreads) {
+    pool_used_.store(kMaxDispatchThreads, std::memory_order_relaxed);
+    return nullptr;
+  }
+  DispatchState* state = pool_[index].get();
+  state->tid = static_cast<pid_t>(syscall(SYS_gettid));
+  // Counters for this thread now, not at the discovery thread's next scan, so its first ops count.
+  state->slot = registry_.ensure(state->tid);
+  if (state->slot >= 0) {
+    table_.reserve_slots(state->slot + 1);
+    team_.mark_dispatch(state->slot);
+    if (table_.slot_ready(state->slot)) team_.join(state->slot);
+  }
+  state->ready.store(true, std::memory_order_release);
+  t_binding.state = state;
+  return state;
+}
+
+void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
+  if (state->local_depth == 0) {
+    unmatched_.fetch_add(1, std::memory_order_relaxed);  // began before this session
+    return;
+  }
+  if (state->local_depth > kMaxDepth) {  // an end of an unrecorded deep op comes first
+    --state->local_depth;
+    return;
+  }
+  // Usually the top frame; asyncio tasks and generators can end an outer scope first.
+  int d = state->local_depth - 1;
+  while (d >= 0 && (state->frames[d].id != id || state->frames[d].done)) --d;
+  if (d < 0) {
+    unmatched_.fetch_add(1, std::memory_order_relaxed);  // began on another thread or session
+    return;
+  }
+  ops_seen_.fetch_add(1, std::memory_order_relaxed);
+  Frame& frame = state->frames[d];
+  const int64_t hook_inside = state->hook_ns.load(std::memory_order_relaxed) - frame.hook_ns_at_start;
+  const int64_t dur = std::max<int64_t>(0, enter_ns - frame.start_ns - hook_inside);
+  const int64_t self = std::max<int64_t>(0, dur - frame.child_ns);
+  if (d > 0) state->frames[d - 1].child_ns += dur;
+  OpEntry& entry = table_.entry(frame.entry);
+  entry.calls.fetch_add(1, std::memory_order_relaxed);
+  entry.incl_ns.fetch_add(static_cast<uint64_t>(dur), std::memory_order_relaxed);
+  entry.self_ns.fetch_add(static_cast<uint64_t>(self), std::memory_order_relaxed);
+  uint64_t seen_max = entry.max_ns.load(std::memory_order_relaxed);
+  while (static_cast<uint64_t>(dur) > seen_max &&
+         !entry.max_ns.compare_exchange_weak(seen_max, static_cast<uint64_t>(dur), std::memory_order_relaxed)) {
+  }
+  uint64_t* span_counters = nullptr;
+  SpanRecord* span = nullptr;
+  if (state->spans.enabled()) {
+    span = state->spans.claim(&span_counters);
+    span->entry = frame.entry;
+    span->thread_slot = state->slot;
+    span->depth = static_cast<uint16_t>(d);
+    span->start_ns = frame.start_ns;
+    span->dur_ns = dur;
+    std::fill_n(span_counters, state->spans.n_events(), 0);
+  }
+  counting_->end_op(*state, d, enter_ns, hook_inside, span_counters);
+  if (span) state->spans.publish();
+  frame.done = true;
+  while (state->local_depth > 0 && state->frames[state->local_depth - 1].done) --state->local_depth;
+  const int64_t exit_ns = now_ns();
+  state->hook_ns.store(state->hook_ns.load(std::memory_order_relaxed) + (exit_ns - enter_ns),
+                       std::memory_order_relaxed);
+}
+
+int64_t Session::hook_ns() const {
+  int64_t total = 0;
+  const int n = std::min(pool_used_.load(), kMaxDispatchThreads);
+  for (int i = 0; i < n; ++i) total += pool_[i]->hook_ns.load(std::memory_order_relaxed);
+  return total;
+}
+
+}  // namespace cpuprof

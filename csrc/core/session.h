@@ -1,0 +1,157 @@
+// One profiling session: its life cycle and the per-op path.
+//
+// A session owns the shared accounting state (the thread registry, the team, the op table, the
+// dispatching threads' op stacks), a counting strategy that decides how counters reach ops, and
+// the discovery thread. Sources (today the RecordFunction op hook and user regions) feed ops in
+// through begin_op/end_op, which are free of torch types so the accounting can be reasoned
+// about and stress-tested on its own. There is one session per process because RecordFunction
+// callbacks are plain function pointers with no user data.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "core/counting.h"
+#include "core/dispatch.h"
+#include "core/op_table.h"
+#include "core/snapshot.h"
+#include "core/team.h"
+#include "core/thread_discovery.h"
+#include "core/thread_registry.h"
+#include "common/limits.h"
+#include "perf/perf_events.h"
+
+namespace cpuprof {
+
+struct SessionConfig {
+  std::vector<std::string> events;
+  CountingMode mode = CountingMode::Sampled;
+  bool record_shapes = true;
+  int sample_interval_us = kDefaultSampleIntervalUs;
+  int op_capacity = kDefaultOpCapacity;
+  size_t span_capacity = 0;
+  int max_threads = kDefaultMaxThreads;
+  std::string sysfs_root = "/sys";
+};
+
+class Session {
+ public:
+  static Session& instance();
+
+  // Returns the events that were dropped (with reasons). Throws std::runtime_error when a
+  // session is already running, std::invalid_argument for a configuration out of range.
+  // `on_started` / `on_stopping` run under the lifecycle lock: the bindings install and remove
+  // the RecordFunction hook there, so a start and a stop can never interleave half-way.
+  std::vector<DroppedEvent> start(const SessionConfig& config, void (*on_started)() = nullptr);
+  void stop(void (*on_stopping)() = nullptr);
+  SessionSnapshot snapshot();  // snapshot.cpp
+  bool running() const { return running_.load(std::memory_order_acquire); }
+
+  // --- the per-op path ---------------------------------------------------------------------
+  // Returns false when the session is not running; otherwise the caller must call leave().
+  bool enter() {
+    in_flight_.fetch_add(1, std::memory_order_seq_cst);
+    if (running_.load(std::memory_order_seq_cst)) return true;
+    in_flight_.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  void leave() { in_flight_.fetch_sub(1, std::memory_order_release); }
+  // Leaves on every path out of a callback, exceptions included: a missed leave() would make
+  // stop() wait forever.
+  struct Guard {
+    Session& session;
+    ~Guard() { session.leave(); }
+  };
+  // The calling thread's op stack, created on its first op; null beyond kMaxDispatchThreads.
+  DispatchState* dispatch_state();
+  // `enter_ns` is when the callback was entered (so the hook's whole cost is kept out of the
+  // op's time); `id` identifies the op until it ends (the RecordFunction's address); `key_hash`
+  // covers name and inputs, the region and kind are mixed in here; `fill` describes a new entry.
+  template <typename Fill>
+  void begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uint64_t key_hash, bool is_region,
+                Fill&& fill);
+  void end_op(DispatchState* state, int64_t enter_ns, uintptr_t id);
+  bool record_shapes() const { return config_.record_shapes; }
+  // An op on a thread beyond kMaxDispatchThreads: timed by nobody, counted here.
+  void count_unattributed() { no_state_.fetch_add(1, std::memory_order_relaxed); }
+
+  const OpTable& table() const { return table_; }
+
+ private:
+  Session() = default;
+  void after_fork_in_child();
+  int64_t hook_ns() const;
+
+  SessionConfig config_;
+  CountingContext context_;
+  ThreadRegistry registry_;
+  TeamSet team_;
+  OpTable table_;
+  std::unique_ptr<CountingStrategy> counting_;
+  std::unique_ptr<ThreadDiscovery> discovery_;
+  std::unique_ptr<DispatchState> pool_[kMaxDispatchThreads];
+  std::atomic<int> pool_used_{0};
+  std::atomic<uint64_t> generation_{0};
+  // Read by every callback: on its own cache line, away from the counters callbacks bump.
+  alignas(64) std::atomic<bool> running_{false};
+  alignas(64) std::atomic<int> in_flight_{0};
+  alignas(64) std::atomic<uint64_t> ops_seen_{0};
+  std::atomic<uint64_t> too_deep_{0};
+  std::atomic<uint64_t> no_state_{0};
+  std::atomic<uint64_t> unmatched_{0};
+  uint64_t truncated_ = 0;
+  int64_t started_ns_ = 0;
+  int64_t stopped_ns_ = 0;
+  std::mutex lifecycle_;
+};
+
+// --- inline per-op path --------------------------------------------------------------------
+
+inline uint64_t hash_name(const char* s) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: short names, no allocation
+  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 0x100000001b3ULL;
+  return h;
+}
+
+inline uint64_t mix_hash(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+template <typename Fill>
+void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uint64_t key_hash, bool is_region,
+                       Fill&& fill) {
+  const int d = state->local_depth++;
+  if (d >= kMaxDepth) {
+    too_deep_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const uint32_t parent_region = d > 0 ? state->frames[d - 1].child_region : 0;
+  const uint64_t hash = mix_hash(mix_hash(key_hash, parent_region), is_region ? 2 : 1);
+  const uint32_t entry = table_.find_or_insert(hash, [&](OpEntry& e) {
+    e.kind = is_region ? EntryKind::Region : EntryKind::Op;
+    e.region = parent_region;
+    fill(e);
+  });
+  Frame& frame = state->frames[d];
+  frame.id = id;
+  frame.done = false;
+  frame.entry = entry;
+  frame.child_region = is_region ? entry : parent_region;
+  frame.child_ns = 0;
+  counting_->begin_op(*state, d, enter_ns);
+  const int64_t begin_ns = now_ns();
+  frame.start_ns = begin_ns;
+  const int64_t hook = state->hook_ns.load(std::memory_order_relaxed) + (begin_ns - enter_ns);
+  state->hook_ns.store(hook, std::memory_order_relaxed);
+  frame.hook_ns_at_start = hook;
+}
+
+}  // namespace cpuprof

@@ -1,0 +1,90 @@
+// What a session hands out: a typed copy of everything a report needs.
+//
+// Taken under the session's lifecycle lock, so no reader ever touches memory that start()
+// reallocates or descriptors that stop() closes. The bindings convert it to Python once, as
+// typed objects and arrays (see cpuprof/_native.pyi); nothing downstream unpicks dictionaries.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cpuprof {
+
+struct EventSnapshot {
+  std::string name;
+  std::string kind;        // software, hardware, hardware-cache, raw, pmu, tracepoint
+  bool user_only = false;  // kernel-mode counting was refused (perf_event_paranoid)
+};
+
+struct InputSnapshot {
+  std::string kind;   // tensor, tensor_list, none, int, float, bool, int_list, other, unknown_shape, undefined
+  std::string dtype;  // tensors: "bf16", "f32", ...
+  std::vector<int64_t> sizes, strides;
+  int list_len = 0;   // tensor_list: how many of the following inputs are its items
+};
+
+struct EntrySnapshot {
+  uint32_t index = 0;
+  std::string kind;  // op, region, special
+  std::string name;
+  uint32_t region = 0;  // index of the enclosing region's entry, 0 = none
+  bool has_inputs = false;
+  bool inputs_truncated = false;
+  std::vector<InputSnapshot> inputs;
+  uint64_t calls = 0, incl_ns = 0, self_ns = 0, max_ns = 0, samples = 0;
+};
+
+struct ThreadSnapshot {
+  pid_t tid = 0;
+  std::string name;
+  int64_t opened_ns = 0;
+  int open_errno = 0;
+  bool in_team = false;
+  bool dispatch = false;
+  std::vector<uint64_t> totals;  // per event
+  std::vector<bool> scaled, counted;
+  // From /proc/self/task/<tid>/schedstat, at open and at the final read (-1: unknown, e.g. the
+  // thread had exited before the session stopped).
+  int64_t cpu_ns_at_open = -1, run_delay_ns_at_open = -1;
+  int64_t cpu_ns_at_stop = -1, run_delay_ns_at_stop = -1;
+};
+
+struct SpanSnapshot {
+  std::vector<uint32_t> entry;
+  std::vector<int32_t> thread_slot, depth;
+  std::vector<int64_t> start_ns, dur_ns;
+  std::vector<uint64_t> counters;  // [span][event], flattened
+  uint64_t written = 0, dropped = 0;
+};
+
+struct SessionSnapshot {
+  std::vector<EventSnapshot> events;
+  std::string mode;
+  bool record_shapes = false;
+  int sample_interval_us = 0;
+  bool running = false;
+  int64_t started_ns = 0, stopped_ns = 0, now_ns = 0;
+  uint64_t ops_seen = 0, too_deep = 0, unattributed_ops = 0, unmatched_ends = 0, truncated_ops = 0;
+  int64_t hook_ns = 0, discovery_cpu_ns = 0;
+  uint64_t discovery_ticks = 0, samples = 0;
+  std::vector<std::string> scaled_events;  // per-op deltas scaled for multiplexing
+  std::vector<pid_t> dispatch_tids;
+  int max_threads = 0;
+  int threads_beyond_limit = 0;
+  int op_capacity = 0;
+  uint64_t ops_overflowed = 0;
+  size_t memory_bytes = 0;
+  size_t span_capacity = 0;
+  std::vector<ThreadSnapshot> threads;  // every registered thread, in slot order
+  std::vector<EntrySnapshot> entries;
+  // Per-op counters of the threads listed in `counter_threads` (indices into `threads`): the
+  // team. Flattened [entry][counter thread][event], in the order of `entries`.
+  std::vector<int> counter_threads;
+  std::vector<uint64_t> counters_self, counters_incl;
+  SpanSnapshot spans;
+};
+
+}  // namespace cpuprof

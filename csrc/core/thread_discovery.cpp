@@ -1,0 +1,89 @@
+#include "core/thread_discovery.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/clock.h"
+#include "common/limits.h"
+
+namespace cpuprof {
+
+ThreadDiscovery::ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table)
+    : registry_(registry), team_(team), table_(table) {}
+
+ThreadDiscovery::~ThreadDiscovery() { stop(); }
+
+void ThreadDiscovery::start() {
+  thread_ = std::thread([this] { run(); });
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait(lock, [this] { return ready_; });
+}
+
+void ThreadDiscovery::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_requested_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void ThreadDiscovery::scan() {
+  registry_.scan(tid_);
+  const int n = registry_.size();
+  table_.reserve_slots(n);
+  for (int slot = 0; slot < n; ++slot) {
+    if (registry_.slot(slot).has_run && table_.slot_ready(slot)) team_.join(slot);
+  }
+  last_scan_ns_ = now_ns();
+}
+
+void ThreadDiscovery::run() {
+  tid_ = static_cast<pid_t>(syscall(SYS_gettid));
+  scan();
+  tick(false);  // baseline for telling which threads start working
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_ = true;
+  }
+  wake_.notify_all();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_requested_) {
+    wake_.wait_for(lock, std::chrono::microseconds(kDiscoveryIntervalUs), [this] { return stop_requested_; });
+    const bool final_tick = stop_requested_;
+    lock.unlock();
+    tick(final_tick);
+    cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
+    lock.lock();
+  }
+}
+
+void ThreadDiscovery::tick(bool final_tick) {
+  if (!final_tick && now_ns() - last_scan_ns_ > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000) scan();
+  const int n_slots = registry_.size();
+  const int n_events = registry_.n_events();
+  uint64_t values[kMaxEvents];
+  for (int slot = 0; slot < n_slots; ++slot) {
+    if (!final_tick && team_.contains(slot)) continue;
+    ThreadSlot& s = registry_.mutable_slot(slot);
+    uint32_t scaled = 0, counted = 0;
+    s.counters.read(values, &scaled, &counted);
+    bool changed = false;
+    for (int e = 0; e < n_events; ++e) {
+      // A read that failed (thread gone, never ran) leaves the last value standing.
+      if (!((counted >> e) & 1u)) continue;
+      changed = changed || values[e] > s.last_values[e];
+      s.last_values[e] = values[e];
+    }
+    s.last_scaled |= scaled;
+    s.last_counted |= counted;
+    if (final_tick) s.sched_at_stop = read_schedstat(s.tid);
+    if (changed && ticks_.load(std::memory_order_relaxed) > 0 && table_.slot_ready(slot)) team_.join(slot);
+  }
+  ticks_.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace cpuprof

@@ -1,0 +1,53 @@
+// The discovery thread: finds new threads, adds to the team the ones that start working, and
+// takes the final read that ends every thread's totals.
+//
+// It never reads a thread that is in the team while the session runs: reading the counters of
+// a thread running on another CPU costs that CPU an interrupt (about 10 µs in a VM), and waking
+// up on a machine whose CPUs the OpenMP team fills stalls the whole team. The team is read by
+// the counting strategy on the dispatching threads themselves. Threads outside the team are
+// idle, and reading an idle thread's counters is cheap.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "core/op_table.h"
+#include "core/team.h"
+#include "core/thread_registry.h"
+
+namespace cpuprof {
+
+class ThreadDiscovery {
+ public:
+  ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table);
+  ~ThreadDiscovery();
+  // Starts the thread and waits until it has opened counters on every existing thread.
+  void start();
+  // Stops the thread after one last read of every thread, so totals end exactly at stop().
+  void stop();
+  int64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
+  uint64_t ticks() const { return ticks_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  void tick(bool final_tick);
+  void scan();
+
+  ThreadRegistry& registry_;
+  TeamSet& team_;
+  OpTable& table_;
+  std::thread thread_;
+  pid_t tid_ = 0;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_requested_ = false;
+  bool ready_ = false;
+  int64_t last_scan_ns_ = 0;
+  std::atomic<int64_t> cpu_ns_{0};
+  std::atomic<uint64_t> ticks_{0};
+};
+
+}  // namespace cpuprof

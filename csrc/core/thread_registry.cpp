@@ -1,0 +1,130 @@
+#include "core/thread_registry.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/clock.h"
+
+namespace cpuprof {
+
+SchedStat read_schedstat(pid_t tid) {
+  SchedStat stat;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return stat;
+  char text[96] = {0};
+  const ssize_t got = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (got <= 0) return stat;
+  long long cpu = 0, delay = 0, slices = 0;
+  if (sscanf(text, "%lld %lld %lld", &cpu, &delay, &slices) == 3) {
+    stat = {true, cpu, delay, slices};
+  }
+  return stat;
+}
+
+void ThreadRegistry::configure(const std::vector<EventSpec>& events, int max_threads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_ = events;
+  // Slots are reused across sessions (their counters are closed at stop); resized only here,
+  // while no session runs and so nothing reads them.
+  slots_.resize(max_threads);
+  size_.store(0, std::memory_order_release);
+  beyond_limit_.store(0);
+}
+
+int ThreadRegistry::find(pid_t tid) const {
+  const int n = size();
+  for (int i = 0; i < n; ++i) {
+    if (slots_[i]->tid == tid) return i;
+  }
+  return -1;
+}
+
+int ThreadRegistry::add_locked(pid_t tid) {
+  const int n = size_.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    if (slots_[i]->tid == tid) return i;
+  }
+  if (n >= static_cast<int>(slots_.size())) return -1;
+  if (!slots_[n]) slots_[n] = std::make_unique<ThreadSlot>();
+  ThreadSlot& slot = *slots_[n];
+  slot.counters.close();
+  slot.tid = tid;
+  memset(slot.name, 0, sizeof(slot.name));
+  memset(slot.last_values, 0, sizeof(slot.last_values));
+  slot.last_scaled = slot.last_counted = 0;
+  slot.sched_at_stop = SchedStat{};
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/comm", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t got = ::read(fd, slot.name, sizeof(slot.name) - 1);
+    if (got > 0 && slot.name[got - 1] == '\n') slot.name[got - 1] = '\0';
+    ::close(fd);
+  }
+  // A thread that has already run (an OpenMP worker of an earlier parallel region) joins the
+  // team at once, not after its next burst of work is seen.
+  slot.sched_at_open = read_schedstat(tid);
+  slot.has_run = slot.sched_at_open.ok && slot.sched_at_open.cpu_ns > kJoinedWorkerCpuNs;
+  slot.opened_ns = now_ns();
+  slot.counters.open(tid, events_, &slot.open_errno);
+  size_.store(n + 1, std::memory_order_release);
+  return n;
+}
+
+int ThreadRegistry::ensure(pid_t tid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return add_locked(tid);
+}
+
+int ThreadRegistry::scan(pid_t exclude_tid) {
+  // Thread ids are read before taking the lock, so the directory walk never blocks a thread's
+  // first op; every thread is listed, however many there are.
+  std::vector<pid_t> tids;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const pid_t tid = static_cast<pid_t>(atoi(entry->d_name));
+    if (tid != exclude_tid) tids.push_back(tid);
+  }
+  closedir(dir);
+  std::lock_guard<std::mutex> lock(mutex_);
+  int added = 0;
+  int beyond = 0;
+  for (pid_t tid : tids) {
+    const int before = size_.load(std::memory_order_relaxed);
+    const int slot = add_locked(tid);
+    if (slot < 0) {
+      ++beyond;
+    } else if (slot == before) {
+      ++added;
+    }
+  }
+  if (beyond > beyond_limit_.load(std::memory_order_relaxed)) beyond_limit_.store(beyond);
+  return added;
+}
+
+void ThreadRegistry::reset_after_fork() {
+  new (&mutex_) std::mutex();
+  const int n = size_.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) slots_[i]->counters.close();
+  size_.store(0, std::memory_order_release);
+}
+
+void ThreadRegistry::close_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int n = size_.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) slots_[i]->counters.close();
+}
+
+}  // namespace cpuprof

@@ -1,0 +1,107 @@
+#include "perf/thread_counters.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+namespace cpuprof {
+
+namespace {
+
+constexpr uint64_t kReadFormat =
+    PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+constexpr int kHardwareGroupSize = 4;
+
+bool is_core_hardware(EventKind kind) {
+  return kind == EventKind::Hardware || kind == EventKind::HardwareCache || kind == EventKind::Raw;
+}
+
+}  // namespace
+
+int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno) {
+  close();
+  *first_errno = 0;
+  int opened = 0;
+  int software_group = -1;
+  int hardware_group = -1;
+  const int n = static_cast<int>(events.size()) < kMaxEvents ? static_cast<int>(events.size()) : kMaxEvents;
+  n_events_ = n;
+  for (int i = 0; i < n; ++i) {
+    const EventSpec& spec = events[i];
+    int* group_slot = nullptr;
+    if (spec.kind == EventKind::Software || spec.kind == EventKind::Tracepoint) {
+      group_slot = &software_group;
+    } else if (is_core_hardware(spec.kind)) {
+      if (hardware_group >= 0 && groups_[hardware_group].n >= kHardwareGroupSize) hardware_group = -1;
+      group_slot = &hardware_group;
+    }
+    int group_index = group_slot ? *group_slot : -1;
+    int leader = group_index >= 0 ? groups_[group_index].leader_fd : -1;
+    int fd = perf_open(spec, tid, leader, kReadFormat);
+    if (fd < 0) {
+      if (*first_errno == 0) *first_errno = -fd;
+      continue;
+    }
+    fds_[n_fds_++] = fd;
+    if (group_index < 0) {
+      group_index = n_groups_++;
+      groups_[group_index].leader_fd = fd;
+      groups_[group_index].n = 0;
+      if (group_slot) *group_slot = group_index;
+    }
+    Group& group = groups_[group_index];
+    group.event_index[group.n++] = i;
+    ++opened;
+  }
+  return opened;
+}
+
+bool ThreadCounters::read_raw(RawCount* values, uint32_t* counted) const {
+  // Layout of a PERF_FORMAT_GROUP read without IDs: nr, time_enabled, time_running, value[nr].
+  uint64_t buffer[3 + kMaxEvents];
+  *counted = 0;
+  // Every output is written: an event that failed to open here, or a failed read, is zero and
+  // not counted, never whatever the caller's buffer held.
+  for (int i = 0; i < n_events_; ++i) values[i] = RawCount{};
+  const double fraction = injected_running_fraction();
+  bool any = false;
+  for (int g = 0; g < n_groups_; ++g) {
+    const Group& group = groups_[g];
+    ssize_t got = ::read(group.leader_fd, buffer, sizeof(uint64_t) * (3 + group.n));
+    if (got < static_cast<ssize_t>(sizeof(uint64_t) * 3)) continue;
+    uint64_t nr = buffer[0] < static_cast<uint64_t>(group.n) ? buffer[0] : group.n;
+    const uint64_t enabled = buffer[1];
+    uint64_t running = buffer[2];
+    if (fraction > 0.0 && fraction < 1.0) running = static_cast<uint64_t>(static_cast<double>(enabled) * fraction);
+    for (uint64_t k = 0; k < nr; ++k) {
+      uint64_t raw = buffer[3 + k];
+      if (fraction > 0.0 && fraction < 1.0) raw = static_cast<uint64_t>(static_cast<double>(raw) * fraction);
+      const int index = group.event_index[k];
+      values[index] = RawCount{raw, enabled, running};
+      if (running == 0) continue;  // never scheduled yet: not counted
+      *counted |= 1u << index;
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool ThreadCounters::read(uint64_t* values, uint32_t* scaled, uint32_t* counted) const {
+  RawCount raw[kMaxEvents];
+  *scaled = 0;
+  const bool any = read_raw(raw, counted);
+  for (int i = 0; i < n_events_; ++i) {
+    const ScaledCount count = scale_count(raw[i].raw, raw[i].enabled, raw[i].running);
+    values[i] = count.ran ? static_cast<uint64_t>(std::llround(count.value)) : 0;
+    if (count.scaled) *scaled |= 1u << i;
+  }
+  return any;
+}
+
+void ThreadCounters::close() {
+  for (int i = 0; i < n_fds_; ++i) ::close(fds_[i]);
+  n_fds_ = 0;
+  n_groups_ = 0;
+}
+
+}  // namespace cpuprof

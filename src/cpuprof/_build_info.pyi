@@ -1,0 +1,2 @@
+TORCH_VERSION: str
+LIMITS: dict[str, int]

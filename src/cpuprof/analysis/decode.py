@@ -1,0 +1,85 @@
+"""Decode figures (throughput, latency, memory traffic) and the settings they were measured under."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..model import DecodeWorkload, Settings, format_cpulist
+from ..units import fmt_bytes, fmt_params, fmt_percent, fmt_rate
+
+
+@dataclass
+class DecodeFigures:
+    tokens_per_s: float | None
+    effective_gb_per_s: float | None  # bytes_read_per_token x tokens/s: the bandwidth decoding implies
+
+
+def decode_figures(wl: DecodeWorkload) -> DecodeFigures:
+    tps = wl.figures.tokens_per_s if wl.figures else None
+    # bytes_read_per_token is already per token (a step's bytes divided by the batch) and tokens/s
+    # already counts every sequence: their product is bytes per second, with no batch left over.
+    gbs = wl.bytes_read_per_token * tps / 1e9 if tps and wl.bytes_read_per_token else None
+    return DecodeFigures(tokens_per_s=tps, effective_gb_per_s=gbs)
+
+
+def decode_lines(wl: DecodeWorkload) -> list[str]:
+    m = wl.model
+    lines = [f"{m.name}: {m.architecture}, {fmt_params(m.params)} parameters in {m.dtype} "
+             f"({fmt_bytes(m.weight_bytes)} of weights), {m.source}",
+             f"batch {wl.batch}, prompt {wl.prompt_len} tokens, {wl.new_tokens} decode steps "
+             f"({wl.steps_done} done, the first {wl.warmup_steps} not measured)"]
+    f = wl.figures
+    figures = decode_figures(wl)
+    if f is not None:
+        lines.append(f"throughput {fmt_rate(f.tokens_per_s)} tokens/s over {f.measured_steps} measured steps "
+                     f"(x{wl.batch} sequences); step latency p50 {f.p50_ms:.1f} ms, p90 {f.p90_ms:.1f} ms, "
+                     f"p99 {f.p99_ms:.1f} ms" + (f"; time to first token {wl.ttft_s * 1e3:.1f} ms"
+                                                 if wl.ttft_s is not None else ""))
+    else:
+        lines.append("throughput: no decode step was measured")
+    if wl.bytes_read_per_token and figures.effective_gb_per_s is not None:
+        lines.append(f"memory traffic: {fmt_bytes(wl.bytes_read_per_token)} read per token x "
+                     f"{fmt_rate(figures.tokens_per_s or 0)} tokens/s = {figures.effective_gb_per_s:.1f} GB/s "
+                     f"effective ({wl.bytes_read_method})")
+    extra = []
+    if wl.peak_rss_bytes:
+        extra.append(f"peak RSS {fmt_bytes(wl.peak_rss_bytes)}")
+    if wl.build_s is not None:
+        extra.append(f"model built in {wl.build_s:.1f} s")
+    if extra:
+        lines.append("; ".join(extra))
+    return lines
+
+
+def settings_lines(settings: Settings) -> list[str]:
+    r = settings.requested
+    force = settings.in_force
+    if force is None:
+        return [f"asked: {r.threads} threads on CPUs {format_cpulist(r.cpus)} ({settings.cpu_set}), OpenMP {r.omp}, "
+                f"memory policy {r.mempolicy.mode}; not read back (the run ended before that)"]
+    n = force.torch.num_threads if force.torch else None
+    torch_threads = f"{n} torch thread{'s' if n != 1 else ''}" if n is not None else "torch threads unknown"
+    policy = force.mempolicy.mode + (f" to node(s) {format_cpulist(force.mempolicy.nodes)}"
+                                     if force.mempolicy.nodes else "")
+    omp = force.openmp.active.runtime if force.openmp.active else "unknown"
+    allocators = ", ".join(a.allocator for a in force.allocators) or "glibc malloc"
+    lines = [f"{torch_threads}; CPU set {settings.cpu_set}; OpenMP {omp}; memory policy {policy}; "
+             f"allocator {allocators}"]
+    env = {k: v for k, v in force.env.items() if k != "LD_PRELOAD"}
+    if env:
+        lines.append("env: " + " ".join(f"{k}={v}" for k, v in env.items()))
+    if force.env.get("LD_PRELOAD"):
+        lines.append(f"preloaded: {force.env['LD_PRELOAD']}")
+    pages = force.weight_pages
+    if pages and pages.nodes:
+        total = sum(pages.nodes.values())
+        share = ", ".join(f"node {n}: {fmt_percent(c / total)}" for n, c in sorted(pages.nodes.items()))
+        absent = f"; {pages.not_present:,} not yet touched" if pages.not_present else ""
+        lines.append(f"weight pages: {share} (of {pages.pages_queried:,} pages sampled{absent})")
+    by_affinity: dict[str, list[int]] = defaultdict(list)
+    for t in force.threads:
+        by_affinity[format_cpulist(t.affinity)].append(t.tid)
+    placement = "; ".join(f"{len(tids)} on CPUs {cpus}" for cpus, tids in sorted(by_affinity.items()))
+    lines.append(f"thread affinity when read back ({len(force.threads)} threads): {placement}")
+    return lines

@@ -1,0 +1,41 @@
+"""What the bounded buffers and the machine kept out of a profile, one sentence each."""
+
+from __future__ import annotations
+
+from .. import defaults
+from ..model import Profile
+
+
+def limit_notes(profile: Profile) -> list[str]:
+    lim = profile.limits
+    if lim is None:
+        return []
+    notes = []
+    if lim.ops_overflowed:
+        notes.append(f"{lim.ops_overflowed:,} op calls fell into '[other ops]' "
+                     f"(op table of {lim.op_capacity:,} keys full)")
+    if lim.spans_dropped:
+        notes.append(f"timeline kept the last {lim.span_capacity:,} spans per thread; {lim.spans_dropped:,} older "
+                     "ones were dropped")
+    if lim.too_deep:
+        notes.append(f"{lim.too_deep:,} ops nested deeper than {defaults.MAX_DEPTH} levels were timed only as part "
+                     "of their parents")
+    if lim.unattributed_ops:
+        notes.append(f"{lim.unattributed_ops:,} ops ran on threads beyond the {defaults.MAX_DISPATCH_THREADS} "
+                     "tracked op-running threads and were not timed")
+    if lim.truncated_ops:
+        notes.append(f"{lim.truncated_ops:,} ops were still running when profiling stopped (not counted)")
+    if lim.unmatched_ends:
+        notes.append(f"{lim.unmatched_ends:,} op ends had no begin in this session on their thread (ignored)")
+    if lim.threads_beyond_limit:
+        notes.append(f"{lim.threads_beyond_limit:,} threads beyond the {lim.max_threads:,} thread slots were not "
+                     "counted (raise max_threads)")
+    if profile.collection is not None:
+        user_only = [e.name for e in profile.collection.events if e.user_only]
+        if user_only:
+            notes.append("counted in user mode only (kernel mode refused by perf_event_paranoid): "
+                         + ", ".join(user_only))
+        scaled = sorted({e for t in profile.threads for e in t.scaled} | set(profile.collection.scaled_events))
+        if scaled:
+            notes.append(f"multiplexed, so scaled by time_enabled/time_running: {', '.join(scaled)}")
+    return notes

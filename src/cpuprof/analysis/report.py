@@ -1,0 +1,229 @@
+"""The report of a profile, as sections and tables every renderer lays out the same way."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .. import defaults
+from ..model import CPU_EVENT, Profile
+from ..units import fmt_ns, fmt_percent
+from .decode import decode_lines, settings_lines
+from .labels import inputs_text, region_text, team_order, thread_label
+from .notes import limit_notes
+from .ops import op_table, region_rows
+from .report_model import Column, Report, Section, Table
+from .threads import run_queue_warning, thread_rows
+
+# Derived metrics shown where both events were counted: (header, numerator, denominator, scale, help).
+RATIOS = (
+    ("IPC", "instructions", "cycles", 1.0, "instructions per cycle"),
+    ("cache miss%", "cache-misses", "cache-references", 100.0, "cache misses per 100 cache references"),
+    ("LLC miss%", "LLC-load-misses", "LLC-loads", 100.0, "last-level cache load misses per 100 loads"),
+    ("dTLB miss%", "dTLB-load-misses", "dTLB-loads", 100.0, "data TLB load misses per 100 loads"),
+    ("branch miss%", "branch-misses", "branch-instructions", 100.0, "mispredicted branches per 100"),
+)
+# Counted events shown as totals, in this order when present: (header, event, help).
+COUNTS = (
+    ("ctx-sw", "context-switches", "context switches"),
+    ("migr", "cpu-migrations", "moves to another CPU"),
+    ("faults", "page-faults", "page faults"),
+    ("sched_switch", "sched:sched_switch", "sched_switch tracepoint hits"),
+    ("futex", "syscalls:sys_enter_futex", "futex system calls"),
+)
+
+
+def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
+    report = Report(title="cpuprof report")
+    if profile.settings:
+        report.warnings.extend(profile.settings.warnings)
+    if profile.profiled:
+        waiting = run_queue_warning(profile)
+        if waiting:
+            report.warnings.append(waiting)
+    if not profile.status.complete:
+        report.warnings.append(f"PARTIAL: {profile.status.reason or 'the run did not finish'}")
+    if profile.workload is not None:
+        report.title = f"cpuprof decode: {profile.workload.model.name}"
+        report.sections.append(Section("decode", "Decode", decode_lines(profile.workload)))
+    if profile.settings is not None:
+        report.sections.append(Section("settings", "Settings in force (read back inside the profiled process)",
+                                       settings_lines(profile.settings)))
+    if not profile.profiled:
+        why = ("not profiled (--no-profile): no counters were collected" if profile.status.complete
+               else "not profiled: the run ended before profiling started")
+        report.sections.append(Section("profile", "Profile", [why]))
+        return report
+    report.sections.append(_profile_section(profile))
+    report.sections.append(_threads_section(profile))
+    report.sections.append(_ops_section(profile, top))
+    regions = _regions_section(profile)
+    if regions is not None:
+        report.sections.append(regions)
+    notes = limit_notes(profile)
+    if notes:
+        report.sections.append(Section("notes", "Notes", notes))
+    return report
+
+
+def _how_counted(profile: Profile) -> str:
+    c = profile.collection
+    assert c is not None
+    if c.mode == "exact":
+        return "every team thread's counters read at both ends of every op (exact per op)"
+    return (f"the team's counters read at the first op boundary after every {c.sample_interval_us} µs and charged "
+            "to the op running then (statistical per op; exact per thread)")
+
+
+def _profile_section(profile: Profile) -> Section:
+    c = profile.collection
+    assert c is not None and profile.overhead is not None
+    o = profile.overhead
+    kinds = "/".join(sorted({e.kind for e in c.events})) or "no"
+    lines = [f"{fmt_ns(c.wall_ns)} profiled, {o.ops:,} ops, {c.mode} mode: {_how_counted(profile)}",
+             f"counted: {', '.join(c.event_names) or 'nothing'} ({kinds} events)"]
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for d in profile.dropped_events:
+        by_reason[d.reason].append(d.name)
+    for reason, names in by_reason.items():
+        consequence = ""
+        if any(n in ("cycles", "instructions", "cache-misses", "cache-references") for n in names):
+            consequence = "; IPC and miss rates are not shown"
+        lines.append(f"not counted: {', '.join(names)}: {reason}{consequence}")
+    if c.wall_ns:
+        samples = f", {o.samples:,} team reads" if c.mode == "sampled" else ""
+        lines.append(f"profiler overhead: {fmt_ns(o.hook_ns)} in cpuprof's op callbacks "
+                     f"({fmt_percent(o.hook_ns / c.wall_ns)} of the wall time, {o.per_op_ns:.0f} ns per op{samples}); "
+                     f"thread discovery {fmt_ns(o.discovery_cpu_ns)} of CPU")
+    return Section("profile", "Profile", lines)
+
+
+def _threads_section(profile: Profile) -> Section:
+    c = profile.collection
+    assert c is not None
+    counted = [(h, e, help_) for h, e, help_ in COUNTS if profile.has_event(e)]
+    columns = [
+        Column("thread", "thread", help="the label used in the op table"),
+        Column("tid", "tid", "int", align="r"),
+        Column("name", "name"),
+        Column("role", "role", help="dispatch: runs ATen ops; worker: did work for them (OpenMP, intra-op pool)"),
+        Column("cpus", "allowed CPUs", help="the CPUs the thread may run on, read back inside the process"),
+        Column("cpu", "CPU time", "ns", help="CPU time over the profile (task-clock)"),
+        Column("util", "util", "share", help="CPU time / profiled wall time"),
+        Column("wait", "waited", "share",
+               help="time runnable but waiting for a CPU (run-queue delay, schedstat) / profiled wall time"),
+    ] + [Column(e, h, "count", help=help_) for h, e, help_ in counted]
+    rows = []
+    threads = thread_rows(profile)
+    for r in threads:
+        row = {"thread": r.label, "tid": r.thread.tid, "name": r.thread.name, "role": r.thread.role,
+               "cpus": _cpus_text(r.allowed_cpus), "cpu": r.cpu_ns, "util": r.utilisation, "wait": r.run_delay_share}
+        for _, e, _ in counted:
+            row[e] = r.thread.counters.get(e)
+        rows.append(row)
+    lines = []
+    total_cpu = sum(r.cpu_ns or 0 for r in threads)
+    if c.wall_ns:
+        idle = len(profile.idle_threads)
+        lines.append(f"{len(rows)} threads worked, using {fmt_ns(total_cpu)} of CPU in {fmt_ns(c.wall_ns)}: "
+                     f"{total_cpu / c.wall_ns:.2f} CPUs on average"
+                     + (f"; {idle} more thread{'s' if idle != 1 else ''} did no work (not shown)" if idle else ""))
+    return Section("threads", "Threads", lines, [Table(columns, rows)])
+
+
+def _cpus_text(cpus: list[int] | None) -> str:
+    if cpus is None:
+        return "-"
+    from ..model import format_cpulist
+
+    return format_cpulist(cpus)
+
+
+def _ops_section(profile: Profile, top: int) -> Section:
+    c = profile.collection
+    assert c is not None
+    sampled = c.mode == "sampled"
+    has_cpu = profile.has_event(CPU_EVENT)
+    table = op_table(profile, top)
+    order = team_order(profile)
+    counted = [(h, e, help_) for h, e, help_ in COUNTS if profile.has_event(e)]
+    ratios = [r for r in RATIOS if profile.has_event(r[1]) and profile.has_event(r[2])]
+    columns = [
+        Column("op", "op", help="the ATen operator"),
+        Column("inputs", "inputs", help="input dtypes and sizes; ᵀ marks a transposed view, * another strided layout"),
+        Column("region", "region", help="the enclosing regions (cpuprof.region, record_function or nn.Module class)"),
+        Column("calls", "calls", "int", help="times it ran"),
+        Column("self", "self", "ns", help="wall time in the op itself, without the ops it called, summed over calls"),
+        Column("share", "% self", "share", help="share of the summed self time of all ops"),
+        Column("self_call", "self/call", "ns", help="self time per call"),
+        Column("total", "total", "ns", help="wall time including the ops it called, summed over calls"),
+    ]
+    if sampled:
+        columns.append(Column("samples", "samples", "int",
+                              help=f"intervals that caught it running; CPU estimates need {defaults.MIN_SAMPLES}"))
+    if has_cpu:
+        columns += [
+            Column("cpu", "CPU", "ns", help="CPU time of all threads while it ran innermost (task-clock)"),
+            Column("busy", "busy thr", "ratio",
+                   help=f"CPU / self wall time: threads busy on average while it ran (at most {len(profile.threads)})"),
+        ] + [Column(f"cpu_{i}", f"CPU {thread_label(i)}", "ns", help="") for i in order]
+    columns += [Column(e, h, "count", help=help_) for h, e, help_ in counted]
+    columns += [Column(h, h, "ratio", help=help_) for h, _, _, _, help_ in ratios]
+    rows = []
+    for r in table.rows:
+        op = r.op
+        row = {"op": op.name, "inputs": inputs_text(op), "region": region_text(op), "calls": op.calls,
+               "self": op.self_ns, "share": r.share, "self_call": r.self_per_call_ns, "total": op.incl_ns}
+        if sampled:
+            row["samples"] = op.samples
+        if has_cpu:
+            row["cpu"] = r.cpu_ns
+            row["busy"] = r.busy_threads
+            for i in order:
+                row[f"cpu_{i}"] = r.cpu_per_thread[i] if i < len(r.cpu_per_thread) else None
+        for _, e, _ in counted:
+            row[e] = op.self_total(e)
+        for h, num, den, scale, _ in ratios:
+            n, d = op.self_total(num) or 0, op.self_total(den) or 0
+            row[h] = scale * n / d if d else None
+        rows.append(row)
+    legend = ["-: not measured" + (" (no sampling interval caught the op running)" if sampled else "")]
+    if has_cpu:
+        legend.append("per-thread CPU columns: CPU time of that thread (see Threads) while the op ran")
+    caption = (f"top {len(rows)} of {table.n_keys} op keys (op, inputs, region) by self time; "
+               f"{fmt_ns(table.total_self_ns)} of self time in all")
+    notes = []
+    if table.outside_cpu_ns is not None:
+        notes.append(f"CPU time while no ATen op ran (Python, framework, workers spinning between ops): "
+                     f"{fmt_ns(table.outside_cpu_ns)}")
+    if table.withheld_few_samples:
+        notes.append(f"busy threads not shown for {table.withheld_few_samples} op key(s) caught by fewer than "
+                     f"{defaults.MIN_SAMPLES} sampling intervals (too noisy)")
+    if table.withheld_impossible:
+        notes.append(f"CPU not shown for {table.withheld_impossible} op key(s) whose sampled-mode estimate exceeded "
+                     f"what their threads could spend in their wall time (the interval estimator blends "
+                     f"neighbouring ops; exact mode measures them)")
+    return Section("ops", "Top ops", [], [Table(columns, rows, caption=caption, legend_notes=legend)], notes)
+
+
+def _regions_section(profile: Profile) -> Section | None:
+    regions = region_rows(profile)
+    if not regions:
+        return None
+    c = profile.collection
+    assert c is not None
+    wall = c.wall_ns or 1
+    columns = [
+        Column("region", "region", help="regions nested in others are written outer/inner"),
+        Column("calls", "calls", "int"),
+        Column("total", "total", "ns", help="wall time inside the region, summed over calls"),
+        Column("wall", "% wall", "share", help="total / profiled wall time"),
+        Column("cpu", "CPU", "ns", help="CPU time of all threads inside the region"),
+    ]
+    rows = [{"region": "/".join([*row.region.region, row.region.name]), "calls": row.region.calls,
+             "total": row.region.incl_ns, "wall": row.region.incl_ns / wall, "cpu": row.cpu_ns} for row in regions]
+    notes = []
+    withheld = sum(row.withheld for row in regions)
+    if withheld:
+        notes.append(f"CPU not shown for {withheld} region(s) whose sampled-mode estimate exceeded what their "
+                     "threads could spend in their time")
+    return Section("regions", "Regions", [], [Table(columns, rows, caption="by total time")], notes)

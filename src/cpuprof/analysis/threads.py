@@ -1,0 +1,61 @@
+"""Per-thread figures, and the scheduler's view of them: time spent waiting for a CPU.
+
+Run-queue delay (the kernel's schedstat: time a thread was runnable but another task held its
+CPU) is the sign that something else competed for the CPUs: another process, or more threads
+than CPUs. It lowers throughput without any op being slower, so the report warns about it first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import defaults
+from ..model import Profile, ThreadStat
+from ..units import fmt_ns, fmt_percent
+from .labels import team_order, thread_label
+
+
+@dataclass
+class ThreadRow:
+    index: int
+    label: str
+    thread: ThreadStat
+    cpu_ns: int | None
+    utilisation: float | None  # CPU time / profiled wall time
+    run_delay_ns: int | None
+    run_delay_share: float | None  # of the profiled wall time
+    allowed_cpus: list[int] | None  # from the settings read back in the child, where known
+
+
+def thread_rows(profile: Profile) -> list[ThreadRow]:
+    wall = profile.collection.wall_ns if profile.collection else 0
+    placement = {}
+    if profile.settings and profile.settings.in_force:
+        placement = {t.tid: t.affinity for t in profile.settings.in_force.threads}
+    rows = []
+    for i in team_order(profile):
+        t = profile.threads[i]
+        cpu = t.cpu_ns
+        rows.append(ThreadRow(
+            index=i, label=thread_label(i), thread=t, cpu_ns=cpu,
+            utilisation=cpu / wall if cpu is not None and wall else None,
+            run_delay_ns=t.run_delay_ns,
+            run_delay_share=t.run_delay_ns / wall if t.run_delay_ns is not None and wall else None,
+            allowed_cpus=placement.get(t.tid),
+        ))
+    return rows
+
+
+def run_queue_warning(profile: Profile, threshold: float = defaults.RUN_QUEUE_WARNING_SHARE) -> str | None:
+    """One line when any working thread waited for a CPU for more than ``threshold`` of the run."""
+    rows = [r for r in thread_rows(profile) if r.run_delay_share is not None]
+    waiting = sorted((r for r in rows if r.run_delay_share is not None and r.run_delay_share > threshold),
+                     key=lambda r: r.run_delay_share or 0.0, reverse=True)
+    if not waiting:
+        return None
+    worst = ", ".join(f"{r.label} (tid {r.thread.tid}) {fmt_percent(r.run_delay_share or 0.0)}"
+                      f" = {fmt_ns(r.run_delay_ns or 0)}" for r in waiting[:4])
+    more = f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
+    return (f"threads waited for a CPU while runnable (run-queue delay, from the kernel's schedstat): {worst}{more} "
+            "of the profiled time. Something else ran on their CPUs (another process, or more threads than CPUs), "
+            "so throughput here is below what this machine gives; check `top` or pin the run to idle CPUs.")

@@ -1,0 +1,205 @@
+"""The Python API: ``cpuprof.profile()`` and ``cpuprof.region()``.
+
+    with cpuprof.profile() as prof:
+        model.generate(...)
+    prof.report(); prof.export("out/")
+
+The session lives in the C++ core; this module only checks options, starts and stops it, and
+hands the core's snapshot to :mod:`cpuprof.collect.build`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from .. import __version__, defaults, native
+from .. import events as event_presets
+from ..errors import UsageError
+from ..model import DroppedEvent, Meta, Profile
+from .build import build_profile
+from .modules import ModuleRegions
+
+
+def _warn(message: str) -> None:
+    print(f"cpuprof: warning: {message}", file=sys.stderr)
+
+
+def _running_native() -> Any:
+    nat = sys.modules.get("cpuprof._native")
+    return nat if nat is not None and nat.running() else None
+
+
+class region:
+    """Marks a user region; ops inside it are keyed by it, and it gets its own time and counters.
+
+        with cpuprof.region("generate"):
+            model.generate(...)
+
+    It goes straight into cpuprof's session (about 0.5 µs; a Python
+    ``torch.profiler.record_function`` costs about 8 µs) and costs nothing when no profile runs.
+    Regions that torch.profiler makes with ``record_function`` are regions for cpuprof too.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> region:
+        nat = _running_native()
+        if nat is not None:
+            nat.region_begin(self.name, id(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        nat = _running_native()
+        if nat is not None:
+            nat.region_end(id(self))
+
+
+def check_options(mode: str, sample_interval_us: int, op_capacity: int, timeline: int, max_threads: int) -> None:
+    """Raises UsageError for an option outside what the core accepts (the core's own limits)."""
+    if mode not in defaults.MODES:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(defaults.MODES)}")
+    if sample_interval_us < defaults.MIN_SAMPLE_INTERVAL_US:
+        raise UsageError(f"sample interval {sample_interval_us} µs is too short; use at least "
+                         f"{defaults.MIN_SAMPLE_INTERVAL_US}")
+    if not defaults.MIN_OP_CAPACITY <= op_capacity <= defaults.MAX_OP_CAPACITY:
+        raise UsageError(f"op capacity {op_capacity}: expected {defaults.MIN_OP_CAPACITY} to "
+                         f"{defaults.MAX_OP_CAPACITY}")
+    if not 0 <= timeline <= defaults.MAX_TIMELINE:
+        raise UsageError(f"timeline {timeline}: expected 0 to {defaults.MAX_TIMELINE} spans per thread")
+    if not 1 <= max_threads <= defaults.MAX_THREADS_LIMIT:
+        raise UsageError(f"max threads {max_threads}: expected 1 to {defaults.MAX_THREADS_LIMIT}")
+
+
+class profile:
+    """Profiles every ATen op, with counters of every thread of the process.
+
+    ``mode="sampled"`` (default) keeps the op path to two timestamps; at the first op boundary
+    after every ``sample_interval_us`` the dispatching thread reads the team's counters once and
+    charges the deltas to the op running then. ``mode="exact"`` reads the team at every op
+    boundary (exact per op, about two ``read()``s per team thread per op).
+    ``modules=True`` makes each nn.Module forward a region named by its class, so ops are keyed by
+    the module that ran them (a few µs per module call). ``timeline`` is how many of the newest
+    op spans each dispatching thread keeps (0: aggregates only). ``max_threads`` sizes the thread
+    slots: threads beyond it are counted, not profiled.
+    """
+
+    def __init__(
+        self,
+        events: str | list[str] | None = None,
+        *,
+        mode: str = defaults.DEFAULT_MODE,
+        record_shapes: bool = True,
+        sample_interval_us: int = defaults.SAMPLE_INTERVAL_US,
+        op_capacity: int = defaults.OP_CAPACITY,
+        timeline: int = 0,
+        max_threads: int = defaults.MAX_THREADS,
+        modules: bool = False,
+        warn: bool = True,
+    ) -> None:
+        check_options(mode, sample_interval_us, op_capacity, timeline, max_threads)
+        self.event_names = event_presets.resolve(events)
+        self.mode = mode
+        self.record_shapes = record_shapes
+        self.sample_interval_us = sample_interval_us
+        self.op_capacity = op_capacity
+        self.timeline = timeline
+        self.max_threads = max_threads
+        self.modules = modules
+        self._module_regions: ModuleRegions | None = None
+        self.warn = warn
+        self.dropped: list[DroppedEvent] = []
+        self.profile: Profile | None = None
+        self._native: Any = None
+        self.meta: Meta | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> profile:
+        nat = native.load()
+        event_presets.validate_names(self.event_names, nat)
+        if nat.running():
+            raise UsageError("a cpuprof profile is already running in this process")
+        dropped = nat.start(
+            self.event_names, mode=self.mode, record_shapes=self.record_shapes,
+            sample_interval_us=self.sample_interval_us, op_capacity=self.op_capacity,
+            span_capacity=self.timeline, max_threads=self.max_threads,
+        )
+        # From here on this object owns the running session: stop() may stop it.
+        self._native = nat
+        self.dropped = [DroppedEvent(name=d.name, reason=d.reason, errno=d.errno) for d in dropped]
+        try:
+            if self.modules:
+                self._module_regions = ModuleRegions()
+        except BaseException:
+            nat.stop()
+            raise
+        if self.warn:
+            by_reason: dict[str, list[str]] = {}
+            for d in self.dropped:
+                by_reason.setdefault(d.reason, []).append(d.name)
+            for reason, names in by_reason.items():
+                _warn(f"dropped {', '.join(names)}: {reason}")
+        import torch
+
+        self.meta = Meta(
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            cpuprof_version=__version__, torch_version=torch.__version__, python=sys.version.split()[0],
+            hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv),
+        )
+        return self
+
+    def stop(self) -> Profile:
+        if self._native is None:
+            raise UsageError("profile.stop() called before start()")
+        if self._module_regions is not None:
+            self._module_regions.remove()
+            self._module_regions = None
+        self._native.stop()
+        self.profile = self._build(complete=True)
+        return self.profile
+
+    @property
+    def started(self) -> bool:
+        return self._native is not None
+
+    @property
+    def running(self) -> bool:
+        return self._native is not None and bool(self._native.running())
+
+    def snapshot(self) -> Profile:
+        """The profile so far, without stopping: what a checkpoint writes."""
+        if self._native is None:
+            raise UsageError("profile.snapshot() called before start()")
+        return self._build(complete=not self._native.running())
+
+    def __enter__(self) -> profile:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._native is not None and self._native.running():
+            self.stop()
+
+    # -- output -------------------------------------------------------------------------------
+    def report(self, file: TextIO | None = None, top: int = defaults.TOP_OPS, format: str = "terminal") -> None:
+        from ..reports import render
+
+        render(self._require(), file or sys.stdout, format=format, top=top)
+
+    def export(self, directory: str | os.PathLike[str]) -> Path:
+        return self._require().save(directory)
+
+    def _require(self) -> Profile:
+        if self.profile is None:
+            raise UsageError("no profile yet: use the profile as a context manager or call stop()")
+        return self.profile
+
+    def _build(self, complete: bool) -> Profile:
+        assert self.meta is not None
+        return build_profile(self._native.snapshot(), self.meta, self.dropped, complete=complete)

@@ -1,0 +1,46 @@
+"""Every default and limit the Python side uses, defined once.
+
+The core's own limits come from ``csrc/common/limits.h`` through ``_build_info`` (written by the
+build), so the CLI can check options without importing torch; ``_native.limits`` holds the same
+values and a test checks that they agree.
+"""
+
+from __future__ import annotations
+
+from .errors import NativeModuleError
+
+try:
+    from ._build_info import LIMITS as CORE_LIMITS
+except ImportError as exc:  # not built: the loader gives the user the rebuild command
+    raise NativeModuleError(
+        "cpuprof's native module is not built (no cpuprof/_build_info.py); rebuild it with: "
+        "pip install --no-build-isolation --force-reinstall --no-deps ."
+    ) from exc
+
+MAX_EVENTS: int = CORE_LIMITS["kMaxEvents"]
+MAX_DEPTH: int = CORE_LIMITS["kMaxDepth"]
+MAX_DISPATCH_THREADS: int = CORE_LIMITS["kMaxDispatchThreads"]
+MAX_THREADS: int = CORE_LIMITS["kDefaultMaxThreads"]
+MAX_THREADS_LIMIT: int = CORE_LIMITS["kMaxThreadsLimit"]
+OP_CAPACITY: int = CORE_LIMITS["kDefaultOpCapacity"]
+MIN_OP_CAPACITY: int = CORE_LIMITS["kMinOpCapacity"]
+MAX_OP_CAPACITY: int = CORE_LIMITS["kMaxOpCapacity"]
+MAX_TIMELINE: int = CORE_LIMITS["kMaxSpanCapacity"]
+SAMPLE_INTERVAL_US: int = CORE_LIMITS["kDefaultSampleIntervalUs"]
+MIN_SAMPLE_INTERVAL_US: int = CORE_LIMITS["kMinSampleIntervalUs"]
+
+MODES = ("sampled", "exact")
+DEFAULT_MODE = "sampled"
+DEFAULT_EVENTS = "default"
+
+# Reports: rows of the op table, in every command and format.
+TOP_OPS = 20
+# A sampled-mode ratio over fewer samples than this is noise (~18% relative error at 30).
+MIN_SAMPLES = 30
+# Run-queue delay above this share of a thread's time makes the report warn at the top.
+RUN_QUEUE_WARNING_SHARE = 0.03
+
+# decode
+CHECKPOINT_S = 5.0
+# Progress lines when the output is not a terminal (CI logs, `| tee`): at most this often.
+PROGRESS_PLAIN_INTERVAL_S = 10.0

@@ -1,0 +1,1 @@
+"""Launching a run: options, the child's environment and pinning, the parent and child processes."""

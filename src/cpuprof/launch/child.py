@@ -1,0 +1,244 @@
+"""The decode child: ``python -m cpuprof.launch.child LAUNCH_JSON``.
+
+Started by :mod:`cpuprof.launch.parent` already pinned, memory-bound and with the OpenMP
+environment set. It builds the model, reads back the settings actually in force, profiles
+prefill and decode, and saves the profile. While decoding it checkpoints every few seconds, and
+on SIGINT/SIGTERM it stops the profiler and saves what it has, so an interrupted run is never a
+lost run. Exit codes: 0 done, 2 bad configuration (one line on stderr), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import CpuprofError
+from ..model import DecodeWorkload, Meta, ModelInfo, Profile, Settings, Status
+from ..model.codec import from_json
+from ..units import fmt_params
+from ..workload.figures import step_figures
+from .options import ChildConfig
+from .progress import Progress
+
+EXIT_INTERRUPTED = 130
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    # Once is enough: further signals while the profile is being saved are ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _meta() -> Meta:
+    import datetime
+    import socket
+
+    from .. import __version__
+
+    torch = sys.modules.get("torch")
+    return Meta(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                cpuprof_version=__version__, torch_version=getattr(torch, "__version__", None),
+                python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv))
+
+
+class DecodeRun:
+    """State of one run, so that any exit path can save a consistent profile."""
+
+    def __init__(self, config: ChildConfig) -> None:
+        self.config = config
+        self.options = config.options
+        self.wl = config.options.workload
+        self.out = Path(config.out)
+        self.progress = Progress()
+        self.prof: Any = None
+        self.stage = "starting"
+        self.latencies: list[float] = []
+        self.workload: DecodeWorkload | None = None
+        self.settings = Settings(requested=config.requested, cpu_set=config.cpu_set, topology=config.topology)
+        self.last_checkpoint = time.monotonic()
+
+    # -- steps ----------------------------------------------------------------------------------
+    def check_events(self) -> None:
+        """A typo in --events fails now, not after minutes of building the model."""
+        popts = self.options.profile
+        if not popts.enabled:
+            return
+        from .. import events, native, profile
+
+        self.stage = "setting up the profiler"
+        events.validate_names(events.resolve(popts.events), native.load())
+        self.prof = profile(popts.events, mode=popts.mode, record_shapes=popts.record_shapes,
+                            sample_interval_us=popts.sample_interval_us, timeline=popts.timeline,
+                            # A checkpoint's own model marks no regions: its modules do.
+                            modules=bool(self.wl.hf))
+
+    def build(self) -> Any:
+        import torch
+
+        from .. import region
+        from ..workload import build_model, load_hf
+        from ..workload.dtypes import dtype_bytes, torch_dtype
+
+        self.stage = "building the model"
+        torch.set_num_threads(self.config.threads)
+        dtype = torch_dtype(self.wl.dtype)
+        started = time.perf_counter()
+        if self.wl.hf:
+            self.progress.show(f"loading {self.wl.hf} ...", phase="build")
+            model = load_hf(self.wl.hf, dtype)
+            cfg = model.cfg
+            info = ModelInfo(name=cfg.name, source=self.wl.hf, architecture=type(model.model).__name__,
+                             dtype=self.wl.dtype, params=cfg.param_count(),
+                             weight_bytes=cfg.weight_bytes(dtype_bytes(self.wl.dtype)), config=cfg)
+        else:
+            cfg = self.config.model
+            assert cfg is not None
+
+            def on_layer(done: int, total: int) -> None:
+                self.progress.show(f"building {cfg.name} ({fmt_params(cfg.param_count())} parameters, "
+                                   f"{self.wl.dtype}): layer {done}/{total}", phase="build")
+
+            region_factory = region if self.options.profile.enabled else None
+            model = build_model(cfg, dtype, seed=self.wl.seed, progress=on_layer, region=region_factory)
+            info = ModelInfo(name=cfg.name, source="built-in random weights", architecture="built-in Llama",
+                             dtype=self.wl.dtype, params=cfg.param_count(),
+                             weight_bytes=cfg.weight_bytes(dtype_bytes(self.wl.dtype)), config=cfg)
+        build_s = time.perf_counter() - started
+        self.workload = DecodeWorkload(model=info, batch=self.wl.batch, prompt_len=self.wl.prompt_len,
+                                       new_tokens=self.wl.new_tokens, warmup_steps=self.wl.warmup,
+                                       sampling=self.wl.sampling, build_s=build_s)
+        self.progress.done(f"built {info.name} in {build_s:.1f} s")
+        return model
+
+    def read_settings(self, model: Any) -> None:
+        from .in_force import compare, read_in_force
+
+        self.stage = "reading the settings in force"
+        in_force = read_in_force(model.parameter_tensors())
+        self.settings.in_force = in_force
+        self.settings.warnings = compare(self.config.requested, in_force)
+
+    def decode(self, model: Any) -> None:
+        from ..workload import run_decode
+
+        assert self.workload is not None
+        wl = self.workload
+        total = self.wl.new_tokens
+
+        def on_step(index: int, latency_s: float, steps: int) -> None:
+            self.latencies.append(latency_s)
+            wl.steps_done = len(self.latencies)
+            recent = self.latencies[-5:]
+            rate = self.wl.batch * len(recent) / sum(recent)
+            self.progress.show(f"decoding: step {index + 1}/{steps}, {rate:.2f} tokens/s (last {len(recent)} steps)",
+                               phase="decode")
+            if time.monotonic() - self.last_checkpoint >= self.options.checkpoint_s:
+                self.save(complete=False, reason="checkpoint: the run was still going")
+                self.last_checkpoint = time.monotonic()
+
+        self.stage = "decoding"
+        if self.prof is not None:
+            self.prof.start()
+        self.progress.show(f"prefill of {self.wl.prompt_len} tokens ...", phase="prefill")
+        result = run_decode(model, model.cfg, prompt_len=self.wl.prompt_len, new_tokens=total, batch=self.wl.batch,
+                            warmup=self.wl.warmup, sampling=self.wl.sampling, top_k=self.wl.top_k,
+                            seed=self.wl.seed, on_step=on_step)
+        if self.prof is not None:
+            self.prof.stop()
+        wl.steps_done = len(result.step_latencies_s)
+        wl.step_latencies_s = list(result.step_latencies_s)
+        wl.ttft_s = result.ttft_s
+        wl.decode_wall_s = result.decode_wall_s
+        wl.figures = result.figures
+        wl.bytes_read_per_token = result.bytes_read_per_token
+        wl.bytes_read_method = result.bytes_read_method
+        wl.peak_rss_bytes = peak_rss_bytes()
+        self.progress.done(f"decoded {total} tokens: {result.tokens_per_s:.2f} tokens/s after "
+                           f"{self.wl.warmup} warm-up steps")
+
+    def stop_profiler(self) -> None:
+        if self.prof is not None and self.prof.running:
+            self.prof.stop()
+
+    # -- output ---------------------------------------------------------------------------------
+    def save(self, complete: bool, reason: str | None = None) -> None:
+        if self.prof is not None and self.prof.started:
+            profile = self.prof.profile or self.prof.snapshot()
+        else:
+            profile = Profile(meta=_meta())
+        if self.workload is not None:
+            if not complete:
+                self.workload.steps_done = len(self.latencies)
+                self.workload.step_latencies_s = list(self.latencies)
+                self.workload.figures = step_figures(self.latencies, self.wl.warmup, self.wl.batch)
+            self.workload.peak_rss_bytes = peak_rss_bytes()
+        profile.workload = self.workload
+        profile.settings = self.settings
+        profile.status = Status(complete=complete, reason=reason)
+        profile.save(self.out)
+
+    def failed_reason(self, what: str) -> str:
+        profiled = self.prof is not None and self.prof.started
+        tail = "" if profiled else "; nothing was profiled because of it"
+        if self.stage == "decoding":
+            return f"{what} after {len(self.latencies)} of {self.wl.new_tokens} decode steps{tail}"
+        return f"{what} while {self.stage}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    config = from_json(ChildConfig, json.loads(Path(argv[1]).read_text()), "launch")
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    run = DecodeRun(config)
+    try:
+        run.check_events()
+        model = run.build()
+        run.read_settings(model)
+        run.decode(model)
+        run.save(complete=True)
+        return 0
+    except CpuprofError as exc:
+        run.progress.done("")
+        print(f"cpuprof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        name = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
+        run.progress.done("")
+        run.stop_profiler()
+        run.save(complete=False, reason=run.failed_reason(f"interrupted by {name}"))
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if os.environ.get("CPUPROF_DEBUG"):
+            raise
+        run.progress.done("")
+        saved = ""
+        try:
+            run.stop_profiler()
+            run.save(complete=False, reason=run.failed_reason(f"failed: {type(exc).__name__}: {exc}"))
+        except Exception as save_exc:  # keep the first failure the one reported
+            saved = f"; saving the profile failed too ({type(save_exc).__name__}: {save_exc})"
+        print(f"cpuprof: error: {run.failed_reason(f'decoding failed: {type(exc).__name__}: {exc}')}{saved} "
+              "(set CPUPROF_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,63 @@
+"""Everything a launched run is asked to do, as one typed value passed from parent to child.
+
+Each part has one owner: the workload's shape and length, the launch (threads, pinning,
+runtime, memory: :class:`cpuprof.launch.environment.LaunchSettings`), the profiler, the output.
+The parent writes it to ``launch.json`` with the child's resolved context; the child reads it
+back as the same types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import defaults
+from ..model import Requested, Topology
+from ..workload.presets import ModelConfig
+from .environment import LaunchSettings
+
+
+@dataclass
+class WorkloadOptions:
+    preset: str = "llama-3.2-1b"
+    overrides: dict[str, int] = field(default_factory=dict)  # shape fields: layers, hidden, ...
+    dtype: str = "bf16"
+    prompt_len: int = 32
+    new_tokens: int = 32
+    batch: int = 1
+    warmup: int = 2
+    sampling: str = "greedy"
+    top_k: int = 50
+    seed: int = 0
+    hf: str | None = None  # a local Hugging Face checkpoint instead of the built-in model
+
+
+@dataclass
+class ProfileOptions:
+    enabled: bool = True
+    events: str = defaults.DEFAULT_EVENTS
+    mode: str = defaults.DEFAULT_MODE
+    sample_interval_us: int = defaults.SAMPLE_INTERVAL_US
+    record_shapes: bool = True
+    timeline: int = 0
+
+
+@dataclass
+class DecodeOptions:
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+    profile: ProfileOptions = field(default_factory=ProfileOptions)
+    out: str | None = None
+    checkpoint_s: float = defaults.CHECKPOINT_S
+
+
+@dataclass
+class ChildConfig:
+    """What the decode child needs: the options and what the parent resolved for them."""
+
+    options: DecodeOptions
+    model: ModelConfig | None  # the built-in model's shape; None for --hf
+    threads: int
+    requested: Requested
+    cpu_set: str
+    topology: Topology
+    out: str

@@ -1,0 +1,195 @@
+"""The parent side of a launched run: validate, start the child configured as asked, wait for it.
+
+The parent never imports torch. It validates everything a user can get wrong (threads, CPUs,
+NUMA node, preset, memory, paths) before anything starts, so bad input costs nothing and gets one
+line. The child (:mod:`cpuprof.launch.child`) starts already pinned and memory-bound (see
+:mod:`cpuprof.launch.environment`), builds the model, profiles prefill and decode, reads back
+the settings in force, and writes the profile; it checkpoints while it runs, so a crash or a
+kill still leaves what was measured on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ChildFailed, UsageError
+from ..machine.topology import read_topology
+from ..model import PROFILE_FILENAME, Profile
+from ..model.codec import to_json
+from ..workload.dtypes import check_dtype, dtype_bytes
+from . import environment
+from .options import ChildConfig, DecodeOptions
+
+# Exit codes the child uses for outcomes the parent must tell apart from a crash.
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+LAUNCH_FILENAME = "launch.json"
+
+
+@dataclass
+class DecodeOutcome:
+    out_dir: Path
+    profile: Profile | None
+    returncode: int
+
+
+def default_out_dir() -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("cpuprof-out") / f"decode-{stamp}"
+
+
+def check_out_dir(path: Path) -> None:
+    """Raises UsageError when ``path`` cannot hold the results: checked before any work starts."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path}: exists and is not a directory")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--out {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {path}: {existing} is not writable")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".cpuprof-write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write there ({exc.strerror or exc})") from exc
+
+
+def _available_memory(mem_nodes: list[int]) -> int:
+    """MemAvailable, or the free memory of the bound nodes when memory is bound (less, often)."""
+    from ..workload.presets import available_memory_bytes
+
+    available = available_memory_bytes()
+    if mem_nodes:
+        topology = read_topology()
+        node_free = sum(topology.node(n).mem_free_bytes or 0 for n in mem_nodes)
+        if node_free:
+            available = min(available, node_free)
+    return available
+
+
+def _check_hf(path: str) -> None:
+    p = Path(path)
+    if not p.is_dir() or not os.access(p, os.R_OK | os.X_OK) or not (p / "config.json").is_file():
+        raise UsageError(f"--hf {path}: not a readable directory with a config.json (a local Hugging Face checkpoint)")
+    if importlib.util.find_spec("transformers") is None:
+        raise UsageError("--hf needs transformers, which is not installed: pip install 'cpuprof[hf]'")
+
+
+def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.ResolvedLaunch, ChildConfig]:
+    """Validates options against this machine; returns the launch and the child's config."""
+    from ..workload.presets import check_memory, resolve_config
+
+    wl = options.workload
+    topology = read_topology()
+    for flag, value in (("--prompt-len", wl.prompt_len), ("--new-tokens", wl.new_tokens), ("--batch", wl.batch)):
+        if value < 1:
+            raise UsageError(f"{flag} {value}: expected a positive whole number")
+    if wl.warmup < 0 or wl.warmup >= wl.new_tokens:
+        raise UsageError(f"--warmup {wl.warmup}: expected 0 to {wl.new_tokens - 1} "
+                         f"(fewer than --new-tokens {wl.new_tokens})")
+    check_dtype(wl.dtype)
+    resolved = environment.validate(options.launch, topology)
+    model = None
+    if wl.hf:
+        _check_hf(wl.hf)
+    else:
+        model = resolve_config(wl.preset, wl.overrides)
+        max_seq = wl.prompt_len + wl.new_tokens
+        if max_seq > model.max_seq:
+            raise UsageError(f"--prompt-len + --new-tokens = {max_seq} exceeds the model's context of {model.max_seq}")
+        try:
+            check_memory(model, dtype_bytes(wl.dtype), wl.batch, max_seq,
+                         available_bytes=_available_memory(resolved.mem_nodes))
+        except UsageError as exc:
+            if not resolved.mem_nodes:
+                raise
+            nodes = ",".join(map(str, resolved.mem_nodes))
+            raise UsageError(f"{exc} (free memory of node(s) {nodes}, where --numa binds it)") from exc
+    check_out_dir(out_dir)
+    assert resolved.settings.threads is not None
+    config = ChildConfig(
+        options=dataclasses.replace(options, launch=resolved.settings, out=str(out_dir)),
+        model=model, threads=resolved.settings.threads, requested=resolved.requested(),
+        cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir),
+    )
+    return resolved, config
+
+
+def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
+    """Runs the child and waits for it; Ctrl-C reaches the child, which saves what it has."""
+    resolved, config = prepare(options, out_dir)
+    launch_file = out_dir / LAUNCH_FILENAME
+    launch_file.write_text(json.dumps(to_json(config), indent=1))
+    profile_path = out_dir / PROFILE_FILENAME
+    if profile_path.exists():
+        profile_path.unlink()  # never report a stale profile from an earlier run as this one's
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cpuprof.launch.child", str(launch_file)],
+        env=resolved.child_env(),
+        preexec_fn=resolved.preexec(),
+    )
+
+    def forward(signum: int, _frame: object) -> None:
+        # A terminal's Ctrl-C reaches the child too; a signal sent to the parent alone must be
+        # passed on, or the child would run on, unprofiled, after we are gone.
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        returncode = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    profile = Profile.load(profile_path) if profile_path.exists() else None
+    return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode)
+
+
+def failure_message(outcome: DecodeOutcome) -> str | None:
+    """One line for a child that did not finish, saying what is on disk; None if it finished."""
+    rc = outcome.returncode
+    if rc == 0:
+        return None
+    saved = outcome.profile
+    where = outcome.out_dir / PROFILE_FILENAME
+    if saved is not None:
+        wl = saved.workload
+        progress = f" ({wl.steps_done} of {wl.new_tokens} decode steps)" if wl is not None else ""
+        what = "the profile measured so far" if saved.profiled else "what was measured so far (not profiled)"
+        kept = f"{what}{progress} is in {where}"
+    else:
+        kept = "it had not yet written a profile"
+    if rc == EXIT_INTERRUPTED:
+        return f"decoding was interrupted; {kept}"
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+        hint = " (often the kernel's out-of-memory killer)" if -rc == signal.SIGKILL else ""
+        return f"the decode child was killed by {name}{hint}; {kept}"
+    return f"the decode child failed with exit code {rc}; {kept}"
+
+
+def check_outcome(outcome: DecodeOutcome) -> int:
+    """The exit code for the CLI; raises ChildFailed with one line for a crash or an interrupt."""
+    message = failure_message(outcome)
+    if message is None:
+        return 0
+    if outcome.returncode == EXIT_USAGE:
+        return EXIT_USAGE  # the child already said, in one line, what it rejected
+    error = ChildFailed(message)
+    error.exit_code = EXIT_INTERRUPTED if outcome.returncode == EXIT_INTERRUPTED else 1
+    raise error

@@ -1,0 +1,1 @@
+"""The machine: topology, NUMA, OpenMP runtimes, libraries, and what can be measured here."""

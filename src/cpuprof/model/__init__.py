@@ -1,0 +1,31 @@
+"""The profile model: every report and exporter reads these types and nothing else."""
+
+from .io import FORMAT, PROFILE_FILENAME, VERSION, load, save
+from .machine import Cpu, Node, OpenMPInfo, OpenMPRuntime, Topology, format_cpulist, parse_cpulist
+from .profile import (
+    CPU_EVENT,
+    Capabilities,
+    Collection,
+    DroppedEvent,
+    EventInfo,
+    IdleThread,
+    Limits,
+    Meta,
+    OpInput,
+    OpStat,
+    Overhead,
+    Profile,
+    Spans,
+    Status,
+    ThreadStat,
+)
+from .settings import AllocatorInfo, InForce, MemPolicy, Requested, Settings, ThreadPlacement, TorchThreads, WeightPages
+from .workload import DecodeWorkload, ModelInfo, StepFigures
+
+__all__ = [
+    "CPU_EVENT", "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",
+    "DecodeWorkload", "DroppedEvent", "EventInfo", "IdleThread", "InForce", "Limits", "MemPolicy", "Meta",
+    "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile", "Requested",
+    "Settings", "Spans", "Status", "StepFigures", "ThreadPlacement", "ThreadStat", "Topology", "TorchThreads",
+    "WeightPages", "format_cpulist", "load", "parse_cpulist", "save",
+]

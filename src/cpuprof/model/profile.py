@@ -1,0 +1,286 @@
+"""The one profile model that every report and exporter reads.
+
+A profile is data first: recording writes it, ``save`` turns it into versioned JSON (see
+``io.py`` and ``profile.schema.json``), ``load`` turns that back into the same objects, and
+reports never look at anything else. Every number carries how it was obtained
+(``Collection.mode``, ``Capabilities``) and what could not be measured (``Limits``,
+``dropped_events``), so a re-rendered profile says the same things as the live one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ProfileFormatError
+from .machine import OpenMPInfo
+from .settings import Settings
+from .workload import DecodeWorkload
+
+CPU_EVENT = "task-clock"  # the per-thread CPU time every report is built on
+
+
+@dataclass
+class Meta:
+    created: str  # ISO 8601, UTC
+    cpuprof_version: str
+    torch_version: str | None
+    python: str
+    hostname: str
+    pid: int
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Status:
+    complete: bool = True
+    reason: str | None = None  # why the run did not finish (interrupted, failed, checkpoint)
+
+
+@dataclass
+class Capabilities:
+    """The facts about the machine that qualify this profile's numbers."""
+
+    hardware_pmu: str | None  # the core PMU's sysfs name; None: no hardware events here
+    hardware_pmu_reason: str | None
+    perf_event_paranoid: int | None
+    openmp: OpenMPInfo
+    cpus_online: int | None
+
+
+@dataclass
+class EventInfo:
+    name: str
+    kind: str  # software, hardware, hardware-cache, raw, pmu, tracepoint
+    user_only: bool = False  # kernel-mode counting was refused (perf_event_paranoid)
+
+
+@dataclass
+class DroppedEvent:
+    name: str
+    reason: str
+    errno: int = 0
+
+
+@dataclass
+class Collection:
+    """How the counters were collected, so every number can say where it came from."""
+
+    mode: str  # "exact": the team read at every op boundary; "sampled": at the first boundary after each interval
+    events: list[EventInfo]
+    record_shapes: bool
+    sample_interval_us: int
+    started_ns: int
+    stopped_ns: int
+    scaled_events: list[str] = field(default_factory=list)  # per-op deltas scaled for multiplexing
+
+    @property
+    def wall_ns(self) -> int:
+        return max(0, self.stopped_ns - self.started_ns)
+
+    @property
+    def event_names(self) -> list[str]:
+        return [e.name for e in self.events]
+
+
+@dataclass
+class ThreadStat:
+    """One OS thread that worked during the session; ``counters`` are its totals over it."""
+
+    tid: int
+    name: str
+    role: str  # "dispatch" (runs ATen ops) or "worker" (did work for them: OpenMP, intra-op pools)
+    counters: dict[str, int]
+    scaled: list[str] = field(default_factory=list)  # events whose counts were multiplexed
+    uncounted: list[str] = field(default_factory=list)  # events that never ran on it
+    opened_ns: int = 0
+    # From the kernel's schedstat over the session: time runnable but waiting for a CPU, and time
+    # on a CPU. None where the thread exited before it could be read.
+    run_delay_ns: int | None = None
+    sched_cpu_ns: int | None = None
+
+    @property
+    def cpu_ns(self) -> int | None:
+        return self.counters.get(CPU_EVENT)
+
+
+@dataclass
+class IdleThread:
+    """A thread of the process that did no work during the session."""
+
+    tid: int
+    name: str
+
+
+@dataclass
+class OpInput:
+    """One input of an op, as the dispatcher saw it."""
+
+    kind: str  # tensor, tensor_list, none, int, float, bool, int_list, other, unknown_shape, undefined
+    dtype: str | None = None  # tensors: bf16, f32, i64, ...
+    sizes: list[int] | None = None
+    strides: list[int] | None = None
+    items: list[OpInput] | None = None  # tensor_list: its tensors
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind == "tensor"
+
+
+@dataclass
+class OpStat:
+    """Aggregates for one op key: (name, inputs, enclosing region).
+
+    ``counters_self``/``counters_incl`` map an event to one value per thread, in the order of
+    ``Profile.threads``: the work of every thread of the team while this op ran.
+    """
+
+    id: int
+    kind: str  # "op", "region" or "special"
+    name: str
+    region: list[str]  # the enclosing regions, outermost first; empty: none
+    calls: int
+    incl_ns: int
+    self_ns: int
+    max_ns: int
+    counters_self: dict[str, list[int]]
+    counters_incl: dict[str, list[int]]
+    inputs: list[OpInput] | None = None  # None: not recorded (--no-shapes) or unreadable
+    inputs_truncated: bool = False  # more inputs or dims than the key keeps
+    samples: int = 0  # sampled mode: intervals that found this op running innermost
+
+    def self_total(self, event: str) -> int | None:
+        values = self.counters_self.get(event)
+        return None if values is None else sum(values)
+
+    def incl_total(self, event: str) -> int | None:
+        values = self.counters_incl.get(event)
+        return None if values is None else sum(values)
+
+
+@dataclass
+class Overhead:
+    """What the profiler itself cost, measured during the run."""
+
+    hook_ns: int  # time inside cpuprof's op callbacks on the dispatching threads (team reads included)
+    ops: int
+    discovery_cpu_ns: int  # CPU time of the thread-discovery thread
+    discovery_ticks: int
+    samples: int = 0  # sampled mode: team reads taken at op boundaries
+    method: str = "self-timed callbacks; torch's own RecordFunction dispatch is not included"
+
+    @property
+    def per_op_ns(self) -> float:
+        return self.hook_ns / self.ops if self.ops else 0.0
+
+
+@dataclass
+class Limits:
+    """What the bounded buffers could not keep."""
+
+    op_capacity: int
+    ops_overflowed: int
+    span_capacity: int
+    spans_dropped: int
+    too_deep: int
+    unattributed_ops: int
+    max_threads: int
+    threads_beyond_limit: int
+    memory_bytes: int
+    unmatched_ends: int = 0  # op ends with no begin in this session on that thread
+    truncated_ops: int = 0  # ops still open when the session stopped
+
+
+@dataclass
+class Spans:
+    """The optional timeline: columnar, in the order the spans ended. ``thread`` indexes
+    ``Profile.threads``. ``counters`` are each span's inclusive deltas summed over the team, in
+    event order (exact mode; empty lists in sampled mode)."""
+
+    op: list[int]
+    thread: list[int]
+    depth: list[int]
+    start_ns: list[int]
+    dur_ns: list[int]
+    counters: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+
+@dataclass
+class Profile:
+    meta: Meta
+    status: Status = field(default_factory=Status)
+    collection: Collection | None = None  # None: the run was not profiled (a baseline)
+    capabilities: Capabilities | None = None
+    threads: list[ThreadStat] = field(default_factory=list)
+    idle_threads: list[IdleThread] = field(default_factory=list)
+    ops: list[OpStat] = field(default_factory=list)
+    overhead: Overhead | None = None
+    limits: Limits | None = None
+    dropped_events: list[DroppedEvent] = field(default_factory=list)
+    spans: Spans | None = None
+    settings: Settings | None = None  # launched runs: what was asked and what was in force
+    workload: DecodeWorkload | None = None
+
+    @property
+    def profiled(self) -> bool:
+        return self.collection is not None
+
+    def op_by_id(self) -> dict[int, OpStat]:
+        return {op.id: op for op in self.ops}
+
+    def has_event(self, name: str) -> bool:
+        return self.collection is not None and name in self.collection.event_names
+
+    def validate(self) -> None:
+        """Checks the invariants every report relies on; raises ProfileFormatError if broken."""
+        n_threads = len(self.threads)
+        events = set(self.collection.event_names) if self.collection else set()
+        ids = set()
+        for op in self.ops:
+            if op.id in ids:
+                raise ProfileFormatError(f"profile has two ops with id {op.id}")
+            ids.add(op.id)
+            if op.self_ns > op.incl_ns:
+                raise ProfileFormatError(f"op {op.name!r}: self time exceeds total time")
+            for table in (op.counters_self, op.counters_incl):
+                for event, values in table.items():
+                    if event not in events:
+                        raise ProfileFormatError(f"op {op.name!r} has counts of unknown event {event!r}")
+                    if len(values) != n_threads:
+                        raise ProfileFormatError(
+                            f"op {op.name!r}: {len(values)} per-thread values for {n_threads} threads"
+                        )
+        if self.spans is not None:
+            columns = (self.spans.op, self.spans.thread, self.spans.depth, self.spans.start_ns,
+                       self.spans.dur_ns, self.spans.counters)
+            if len({len(c) for c in columns}) > 1:
+                raise ProfileFormatError("span columns have different lengths")
+            if any(t < -1 or t >= n_threads for t in self.spans.thread):
+                raise ProfileFormatError("a span refers to a thread the profile does not have")
+
+    # Versioned IO lives in io.py; these are the model's own entry points to it.
+    def to_dict(self) -> dict:
+        from .io import profile_to_dict
+
+        return profile_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, source: str = "profile") -> Profile:
+        from .io import profile_from_dict
+
+        return profile_from_dict(data, source)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        from .io import save
+
+        return save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Profile:
+        from .io import load
+
+        return load(path)

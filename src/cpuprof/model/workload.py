@@ -1,0 +1,53 @@
+"""What was profiled: the decode workload's model, its options and its measured figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..workload.presets import ModelConfig
+
+
+@dataclass
+class StepFigures:
+    """Throughput and latency over the measured decode steps (warm-up steps left out).
+
+    One function computes these for finished and interrupted runs alike
+    (:func:`cpuprof.workload.figures.step_figures`): tokens/s counts every sequence of the batch,
+    percentiles are numpy's linear interpolation.
+    """
+
+    measured_steps: int
+    tokens_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    source: str  # "built-in random weights" or the checkpoint directory
+    architecture: str  # e.g. LlamaForCausalLM; "built-in Llama" for the built-in model
+    dtype: str  # bf16, fp32
+    params: int
+    weight_bytes: int  # bytes the weights occupy (tied matrices once)
+    config: ModelConfig | None = None  # the shape, where it is a Llama-family decoder
+
+
+@dataclass
+class DecodeWorkload:
+    model: ModelInfo
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    warmup_steps: int
+    sampling: str  # greedy, topk
+    steps_done: int = 0
+    step_latencies_s: list[float] = field(default_factory=list)
+    ttft_s: float | None = None  # prefill, to the first token
+    decode_wall_s: float | None = None  # the measured steps' wall time, progress callbacks excluded
+    figures: StepFigures | None = None
+    bytes_read_per_token: int | None = None  # minimum bytes one token costs (weights + KV cache) / batch
+    bytes_read_method: str = ""  # how bytes_read_per_token was obtained
+    build_s: float | None = None
+    peak_rss_bytes: int | None = None
