@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,12 +21,12 @@ from cpuprof.workload import (
     REGIONS,
     build_model,
     check_memory,
+    checkpoints,
     estimate_memory_bytes,
     load_hf,
     resolve_config,
     run_decode,
 )
-from cpuprof.workload.hf import HFDecodeModel, config_from_hf
 from cpuprof.workload.llama import no_region
 
 TINY = PRESETS["tiny"]
@@ -241,31 +241,17 @@ def test_hf_missing_path_is_a_usage_error(tmp_path: Path):
 
 
 def test_hf_without_transformers_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes the import fail
     with pytest.raises(CpuprofError, match=r"pip install 'cpuprof\[hf\]'"):
         load_hf(tmp_path, torch.bfloat16)
 
 
-def test_hf_adapter_derives_config_and_restarts_cache_at_position_zero():
-    hf_config = SimpleNamespace(
-        num_attention_heads=32, num_key_value_heads=8, hidden_size=2048, num_hidden_layers=16,
-        intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
-        max_position_embeddings=131072, rms_norm_eps=1e-5,
-    )
-    cfg = config_from_hf(hf_config, "Llama-3.2-1B")
-    assert dataclasses.replace(cfg, name="llama-3.2-1b", max_seq=8192) == PRESETS["llama-3.2-1b"]
-
-    pasts: list[object] = []
-
-    def fake_model(input_ids, past_key_values, use_cache):
-        pasts.append(past_key_values)
-        batch, seq = input_ids.shape
-        logits = torch.zeros(batch, seq, 5, dtype=torch.bfloat16)
-        return SimpleNamespace(logits=logits, past_key_values=len(pasts))
-
-    adapter = HFDecodeModel(fake_model, cfg, torch.bfloat16)
-    assert adapter(torch.zeros(2, 3, dtype=torch.long), 0).dtype == torch.float32
-    adapter(torch.zeros(2, 1, dtype=torch.long), 3)
-    adapter(torch.zeros(2, 3, dtype=torch.long), 0)
-    assert pasts == [None, 1, None]
+def test_checkpoint_memory_estimate_scales_the_stored_weights(tmp_path: Path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "torch_dtype": "float32", "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "hidden_size": 64}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 4000)
+    assert checkpoints.checkpoint_weight_bytes(tmp_path, "bf16") == 2000  # fp32 on disk, bf16 in memory
+    kv = 2 * 2 * 2 * 16 * 100 * 3 * 2  # K and V, 2 layers, 2 kv heads of 16, 100 positions, batch 3, bf16
+    assert checkpoints.estimate_memory_bytes(tmp_path, "bf16", batch=3, max_seq=100) == 2000 + kv + 600 * 1024 * 1024

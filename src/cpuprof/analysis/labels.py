@@ -58,8 +58,27 @@ def inputs_text(op: OpStat, max_len: int = 64) -> str:
     return text + (", …" if op.inputs_truncated else "")
 
 
-def region_text(op: OpStat) -> str:
-    return "/".join(op.region)
+def common_region_prefix(profile: Profile) -> list[str]:
+    """The regions that enclose every op inside any region (a model's root module, say), which
+    would only repeat on every row."""
+    paths = [op.region for op in profile.ops if op.kind == "op" and op.region]
+    if not paths:
+        return []
+    prefix = list(paths[0])
+    for path in paths[1:]:
+        keep = 0
+        while keep < min(len(prefix), len(path)) and prefix[keep] == path[keep]:
+            keep += 1
+        prefix = prefix[:keep]
+    return prefix
+
+
+def region_text(op: OpStat, skip: int = 0) -> str:
+    """The op's regions without the first ``skip``; an op directly in the last skipped region is
+    shown in it, not in none."""
+    if skip and len(op.region) == skip:
+        return op.region[-1]
+    return "/".join(op.region[skip:])
 
 
 def thread_label(index: int) -> str:

@@ -8,7 +8,7 @@ from .. import defaults
 from ..model import CPU_EVENT, Profile
 from ..units import fmt_ns, fmt_percent
 from .decode import decode_lines, settings_lines
-from .labels import inputs_text, region_text, team_order, thread_label
+from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
 from .notes import limit_notes
 from .ops import op_table, region_rows
 from .report_model import Column, Report, Section, Table
@@ -50,7 +50,7 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
                                        settings_lines(profile.settings)))
     if not profile.profiled:
         why = ("not profiled (--no-profile): no counters were collected" if profile.status.complete
-               else "not profiled: the run ended before profiling started")
+               else f"not profiled: the run ended before profiling started ({profile.status.reason or 'unknown'})")
         report.sections.append(Section("profile", "Profile", [why]))
         return report
     report.sections.append(_profile_section(profile))
@@ -168,10 +168,11 @@ def _ops_section(profile: Profile, top: int) -> Section:
         ] + [Column(f"cpu_{i}", f"CPU {thread_label(i)}", "ns", help="") for i in order]
     columns += [Column(e, h, "count", help=help_) for h, e, help_ in counted]
     columns += [Column(h, h, "ratio", help=help_) for h, _, _, _, help_ in ratios]
+    prefix = common_region_prefix(profile)
     rows = []
     for r in table.rows:
         op = r.op
-        row = {"op": op.name, "inputs": inputs_text(op), "region": region_text(op), "calls": op.calls,
+        row = {"op": op.name, "inputs": inputs_text(op), "region": region_text(op, len(prefix)), "calls": op.calls,
                "self": op.self_ns, "share": r.share, "self_call": r.self_per_call_ns, "total": op.incl_ns}
         if sampled:
             row["samples"] = op.samples
@@ -187,6 +188,8 @@ def _ops_section(profile: Profile, top: int) -> Section:
             row[h] = scale * n / d if d else None
         rows.append(row)
     legend = ["-: not measured" + (" (no sampling interval caught the op running)" if sampled else "")]
+    if prefix:
+        legend.append(f"regions are inside {'/'.join(prefix)}, which encloses every op that has one")
     if has_cpu:
         legend.append("per-thread CPU columns: CPU time of that thread (see Threads) while the op ran")
     caption = (f"top {len(rows)} of {table.n_keys} op keys (op, inputs, region) by self time; "

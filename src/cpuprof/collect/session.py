@@ -22,7 +22,7 @@ from .. import events as event_presets
 from ..errors import UsageError
 from ..model import DroppedEvent, Meta, Profile
 from .build import build_profile
-from .modules import ModuleRegions
+from .modules import ModuleRegions, attribute_names
 
 
 def _warn(message: str) -> None:
@@ -86,7 +86,8 @@ class profile:
     charges the deltas to the op running then. ``mode="exact"`` reads the team at every op
     boundary (exact per op, about two ``read()``s per team thread per op).
     ``modules=True`` makes each nn.Module forward a region named by its class, so ops are keyed by
-    the module that ran them (a few µs per module call). ``timeline`` is how many of the newest
+    the module that ran them (a few µs per module call); ``modules=model`` names the regions of
+    that model's modules by their attribute names ("layers.*/self_attn/q_proj"). ``timeline`` is how many of the newest
     op spans each dispatching thread keeps (0: aggregates only). ``max_threads`` sizes the thread
     slots: threads beyond it are counted, not profiled.
     """
@@ -101,7 +102,7 @@ class profile:
         op_capacity: int = defaults.OP_CAPACITY,
         timeline: int = 0,
         max_threads: int = defaults.MAX_THREADS,
-        modules: bool = False,
+        modules: bool | Any = False,
         warn: bool = True,
     ) -> None:
         check_options(mode, sample_interval_us, op_capacity, timeline, max_threads)
@@ -135,8 +136,10 @@ class profile:
         self._native = nat
         self.dropped = [DroppedEvent(name=d.name, reason=d.reason, errno=d.errno) for d in dropped]
         try:
-            if self.modules:
+            if self.modules is True:
                 self._module_regions = ModuleRegions()
+            elif self.modules is not False and self.modules is not None:
+                self._module_regions = ModuleRegions(attribute_names(self.modules))
         except BaseException:
             nat.stop()
             raise

@@ -26,6 +26,9 @@ from ..workload.figures import step_figures
 from .options import ChildConfig
 from .progress import Progress
 
+# Exit codes the parent tells apart (see cpuprof.launch.parent).
+EXIT_FAILED = 1  # this process reported the failure itself, in one line
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
@@ -86,7 +89,8 @@ class DecodeRun:
         events.validate_names(events.resolve(popts.events), native.load())
         self.prof = profile(popts.events, mode=popts.mode, record_shapes=popts.record_shapes,
                             sample_interval_us=popts.sample_interval_us, timeline=popts.timeline,
-                            # A checkpoint's own model marks no regions: its modules do.
+                            # A checkpoint's own model marks no regions: its modules do (named once
+                            # the model is loaded).
                             modules=bool(self.wl.hf))
 
     def build(self) -> Any:
@@ -103,10 +107,11 @@ class DecodeRun:
         if self.wl.hf:
             self.progress.show(f"loading {self.wl.hf} ...", phase="build")
             model = load_hf(self.wl.hf, dtype)
-            cfg = model.cfg
-            info = ModelInfo(name=cfg.name, source=self.wl.hf, architecture=type(model.model).__name__,
-                             dtype=self.wl.dtype, params=cfg.param_count(),
-                             weight_bytes=cfg.weight_bytes(dtype_bytes(self.wl.dtype)), config=cfg)
+            info = ModelInfo(name=model.name, source=str(Path(self.wl.hf).resolve()), architecture=model.architecture,
+                             dtype=self.wl.dtype, params=model.param_count(), weight_bytes=model.weight_bytes(),
+                             model_type=model.model_type)
+            if self.prof is not None:
+                self.prof.modules = model.model  # regions named as the model names its modules
         else:
             cfg = self.config.model
             assert cfg is not None
@@ -137,6 +142,7 @@ class DecodeRun:
 
     def decode(self, model: Any) -> None:
         from ..workload import run_decode
+        from ..workload.hf import run_hf_decode
 
         assert self.workload is not None
         wl = self.workload
@@ -157,9 +163,13 @@ class DecodeRun:
         if self.prof is not None:
             self.prof.start()
         self.progress.show(f"prefill of {self.wl.prompt_len} tokens ...", phase="prefill")
-        result = run_decode(model, model.cfg, prompt_len=self.wl.prompt_len, new_tokens=total, batch=self.wl.batch,
-                            warmup=self.wl.warmup, sampling=self.wl.sampling, top_k=self.wl.top_k,
-                            seed=self.wl.seed, on_step=on_step)
+        w = self.wl
+        if w.hf:
+            result = run_hf_decode(model, prompt_len=w.prompt_len, new_tokens=total, batch=w.batch, warmup=w.warmup,
+                                   sampling=w.sampling, top_k=w.top_k, seed=w.seed, on_step=on_step)
+        else:
+            result = run_decode(model, model.cfg, prompt_len=w.prompt_len, new_tokens=total, batch=w.batch,
+                                warmup=w.warmup, sampling=w.sampling, top_k=w.top_k, seed=w.seed, on_step=on_step)
         if self.prof is not None:
             self.prof.stop()
         wl.steps_done = len(result.step_latencies_s)
@@ -169,6 +179,8 @@ class DecodeRun:
         wl.figures = result.figures
         wl.bytes_read_per_token = result.bytes_read_per_token
         wl.bytes_read_method = result.bytes_read_method
+        wl.prompt_ids = result.prompt_ids
+        wl.output_ids = result.generated_ids
         wl.peak_rss_bytes = peak_rss_bytes()
         self.progress.done(f"decoded {total} tokens: {result.tokens_per_s:.2f} tokens/s after "
                            f"{self.wl.warmup} warm-up steps")
@@ -194,6 +206,19 @@ class DecodeRun:
         profile.status = Status(complete=complete, reason=reason)
         profile.save(self.out)
 
+    def fail(self, what: str, debug_hint: bool = False) -> int:
+        """Saves what was measured and says, in the one error line, what failed and where that is."""
+        first = what.strip().splitlines()[0] if what.strip() else what
+        try:
+            self.stop_profiler()
+            self.save(complete=False, reason=self.failed_reason(f"failed: {first}"))
+            kept = f"; what was measured is in {self.out / 'profile.json'}"
+        except Exception as save_exc:  # keep the first failure the one reported
+            kept = f"; saving the profile failed too ({type(save_exc).__name__}: {save_exc})"
+        hint = " (set CPUPROF_DEBUG=1 for the traceback)" if debug_hint else ""
+        print(f"cpuprof: error: {self.failed_reason(f'decoding failed: {first}')}{kept}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+
     def failed_reason(self, what: str) -> str:
         profiled = self.prof is not None and self.prof.started
         tail = "" if profiled else "; nothing was profiled because of it"
@@ -216,8 +241,10 @@ def main(argv: list[str]) -> int:
         return 0
     except CpuprofError as exc:
         run.progress.done("")
-        print(f"cpuprof: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        if exc.exit_code == EXIT_USAGE:  # bad input found here: one line, nothing ran
+            print(f"cpuprof: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return run.fail(str(exc))
     except (Interrupted, KeyboardInterrupt) as exc:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         name = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
@@ -229,15 +256,7 @@ def main(argv: list[str]) -> int:
         if os.environ.get("CPUPROF_DEBUG"):
             raise
         run.progress.done("")
-        saved = ""
-        try:
-            run.stop_profiler()
-            run.save(complete=False, reason=run.failed_reason(f"failed: {type(exc).__name__}: {exc}"))
-        except Exception as save_exc:  # keep the first failure the one reported
-            saved = f"; saving the profile failed too ({type(save_exc).__name__}: {save_exc})"
-        print(f"cpuprof: error: {run.failed_reason(f'decoding failed: {type(exc).__name__}: {exc}')}{saved} "
-              "(set CPUPROF_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 1
+        return run.fail(f"{type(exc).__name__}: {exc}", debug_hint=True)
 
 
 if __name__ == "__main__":

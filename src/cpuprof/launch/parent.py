@@ -31,6 +31,7 @@ from . import environment
 from .options import ChildConfig, DecodeOptions
 
 # Exit codes the child uses for outcomes the parent must tell apart from a crash.
+EXIT_FAILED = 1  # the child said what failed and what it saved, in one line
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 LAUNCH_FILENAME = "launch.json"
@@ -80,12 +81,19 @@ def _available_memory(mem_nodes: list[int]) -> int:
     return available
 
 
-def _check_hf(path: str) -> None:
-    p = Path(path)
-    if not p.is_dir() or not os.access(p, os.R_OK | os.X_OK) or not (p / "config.json").is_file():
-        raise UsageError(f"--hf {path}: not a readable directory with a config.json (a local Hugging Face checkpoint)")
+def _check_hf(path: str, dtype: str, batch: int, max_seq: int, available: int) -> None:
+    """What can be known without loading the checkpoint; the child checks its architecture."""
+    from ..workload.checkpoints import estimate_memory_bytes, read_config
+
+    config = read_config(path)
     if importlib.util.find_spec("transformers") is None:
         raise UsageError("--hf needs transformers, which is not installed: pip install 'cpuprof[hf]'")
+    if not config.get("model_type"):
+        raise UsageError(f"--hf {path}: config.json names no model_type, so transformers cannot load it")
+    needed = estimate_memory_bytes(path, dtype, batch, max_seq)
+    if needed > available:
+        raise UsageError(f"--hf {path} needs about {needed / 1e9:.1f} GB in {dtype} but only {available / 1e9:.1f} GB "
+                         "is available; try --dtype bf16, a smaller --batch or a shorter run")
 
 
 def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.ResolvedLaunch, ChildConfig]:
@@ -104,7 +112,7 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
     resolved = environment.validate(options.launch, topology)
     model = None
     if wl.hf:
-        _check_hf(wl.hf)
+        _check_hf(wl.hf, wl.dtype, wl.batch, wl.prompt_len + wl.new_tokens, _available_memory(resolved.mem_nodes))
     else:
         model = resolve_config(wl.preset, wl.overrides)
         max_seq = wl.prompt_len + wl.new_tokens
@@ -188,8 +196,8 @@ def check_outcome(outcome: DecodeOutcome) -> int:
     message = failure_message(outcome)
     if message is None:
         return 0
-    if outcome.returncode == EXIT_USAGE:
-        return EXIT_USAGE  # the child already said, in one line, what it rejected
+    if outcome.returncode in (EXIT_USAGE, EXIT_FAILED):
+        return outcome.returncode  # the child already said, in one line, what it rejected or what failed
     error = ChildFailed(message)
     error.exit_code = EXIT_INTERRUPTED if outcome.returncode == EXIT_INTERRUPTED else 1
     raise error

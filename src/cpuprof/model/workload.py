@@ -31,7 +31,8 @@ class ModelInfo:
     dtype: str  # bf16, fp32
     params: int
     weight_bytes: int  # bytes the weights occupy (tied matrices once)
-    config: ModelConfig | None = None  # the shape, where it is a Llama-family decoder
+    config: ModelConfig | None = None  # the built-in model's shape
+    model_type: str | None = None  # a checkpoint's transformers model type: llama, qwen3, gemma2, ...
 
 
 @dataclass
@@ -51,3 +52,6 @@ class DecodeWorkload:
     bytes_read_method: str = ""  # how bytes_read_per_token was obtained
     build_s: float | None = None
     peak_rss_bytes: int | None = None
+    # The tokens, so runs can be checked against each other and against other implementations.
+    prompt_ids: list[list[int]] = field(default_factory=list)  # per sequence
+    output_ids: list[list[int]] = field(default_factory=list)  # per sequence: prefill's token, then each step's

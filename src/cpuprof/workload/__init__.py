@@ -12,7 +12,7 @@ from typing import Any
 _EXPORTS = {
     "SAMPLING_MODES": "decode_loop", "DecodeModel": "decode_loop", "DecodeResult": "decode_loop",
     "run_decode": "decode_loop",
-    "HFDecodeModel": "hf", "load_hf": "hf",
+    "HFModel": "hf", "load_hf": "hf", "run_hf_decode": "hf",
     "DTYPES": "llama", "REGIONS": "llama", "LlamaModel": "llama", "RegionFactory": "llama",
     "build_model": "llama",
     "PRESETS": "presets", "ModelConfig": "presets", "available_memory_bytes": "presets",

@@ -47,6 +47,8 @@ class DecodeResult:
     decode_wall_s: float
     #: Per sequence: the token from prefill, then one per decode step.
     generated_ids: list[list[int]]
+    #: Per sequence: the prompt it was given (random, from the seed).
+    prompt_ids: list[list[int]]
     #: Analytic bytes read per generated token at the mean context of the measured steps.
     bytes_read_per_token: int
     bytes_read_method: str = (
@@ -164,5 +166,6 @@ def run_decode(
         figures=figures,
         decode_wall_s=decode_wall_ns / 1e9,
         generated_ids=torch.cat(tokens, dim=1).tolist(),
+        prompt_ids=prompt.tolist(),
         bytes_read_per_token=bytes_per_token,
     )

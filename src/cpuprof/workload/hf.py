@@ -1,90 +1,232 @@
-"""Decode a local Hugging Face checkpoint instead of the built-in random-weight model.
+"""Decode a local Hugging Face checkpoint with transformers' own ``generate``.
 
-transformers is an optional extra: the built-in model needs only torch, and installing
-transformers must never be allowed to pull in another torch.  Loading is strictly local
-(``local_files_only``): a profiler run should not download gigabytes behind the user's back.
+The model is whatever ``AutoModelForCausalLM`` builds for the checkpoint (Llama, Mistral, Qwen2/3,
+Gemma 2/3, Phi-3, ...), and decoding is ``generate`` itself, greedy or top-k, with the model's own
+KV cache: what a user serving the model runs, not a re-implementation of it. Each step is timed
+through a streamer, which ``generate`` hands every new token to as soon as it is chosen, so a
+step's latency is forward, logits processing and token selection, as in real serving.
+
+transformers is an optional extra that must never pull in another torch, and loading is strictly
+local (``local_files_only``): a profiler run does not download gigabytes behind the user's back.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from cpuprof.errors import CpuprofError, UsageError
-from cpuprof.workload.llama import DTYPES
-from cpuprof.workload.presets import ModelConfig
+from ..errors import CpuprofError, UsageError
+from .checkpoints import read_config
+from .decode_loop import SAMPLING_MODES, DecodeResult
+from .dtypes import dtype_name_of
+from .figures import step_figures
 
 
-def config_from_hf(hf_config: Any, name: str) -> ModelConfig:
-    """The ModelConfig of a Llama-family transformers config, for validation and byte counts."""
-    heads = hf_config.num_attention_heads
-    rope_parameters = getattr(hf_config, "rope_parameters", None) or {}  # transformers >= 5
-    return ModelConfig(
-        name=name,
-        hidden=hf_config.hidden_size,
-        layers=hf_config.num_hidden_layers,
-        heads=heads,
-        kv_heads=getattr(hf_config, "num_key_value_heads", None) or heads,
-        ffn=hf_config.intermediate_size,
-        vocab=hf_config.vocab_size,
-        tied_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
-        rope_theta=float(getattr(hf_config, "rope_theta", None) or rope_parameters.get("rope_theta", 1e4)),
-        max_seq=hf_config.max_position_embeddings,
-        norm_eps=float(getattr(hf_config, "rms_norm_eps", 1e-6)),
-    )
+def check_architecture(path: str | os.PathLike[str]) -> str:
+    """The checkpoint's model type, once transformers is known to build a causal LM for it."""
+    config = read_config(path)
+    model_type = config.get("model_type")
+    try:
+        import transformers
+    except ImportError as exc:
+        raise UsageError("--hf needs transformers, which is not installed: pip install 'cpuprof[hf]'") from exc
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    architectures = ", ".join(config.get("architectures") or []) or "no architecture named"
+    if not model_type:
+        raise UsageError(f"--hf {path}: config.json has no model_type ({architectures}); transformers cannot load it")
+    if model_type not in CONFIG_MAPPING:
+        raise UsageError(f"--hf {path}: model type {model_type!r} ({architectures}) is not known to transformers "
+                         f"{transformers.__version__}")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise UsageError(f"--hf {path}: model type {model_type!r} ({architectures}) is not a causal language model "
+                         "(transformers has no AutoModelForCausalLM class for it), so it cannot be decoded")
+    return str(model_type)
 
 
-class HFDecodeModel:
-    """A transformers causal LM behind the interface run_decode uses for the built-in model.
+@dataclass
+class HFModel:
+    """A loaded transformers causal LM and what the profiler reads from it."""
 
-    transformers keeps its own growing cache, so positions are implied by the cache length:
-    a call at start_pos 0 starts a new sequence, later calls must follow on in order.
-    """
+    model: Any
+    name: str
+    model_type: str
+    dtype: torch.dtype
 
-    def __init__(self, model: Any, cfg: ModelConfig, dtype: torch.dtype) -> None:
-        self.model = model
-        self.cfg = cfg
-        self.dtype = dtype
-        self._past: Any = None
+    @property
+    def architecture(self) -> str:
+        return type(self.model).__name__
 
-    def __call__(self, input_ids: Tensor, start_pos: int) -> Tensor:
-        if start_pos == 0:
-            self._past = None
-        out = self.model(input_ids=input_ids, past_key_values=self._past, use_cache=True)
-        self._past = out.past_key_values
-        return out.logits[:, -1].float()
-
-    def reset_cache(self, batch: int = 1, max_seq: int | None = None) -> None:
-        """Drop the cache; transformers sizes its own, so batch and max_seq are not needed."""
-        self._past = None
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
 
     def parameter_tensors(self) -> list[Tensor]:
         return [p.detach() for p in self.model.parameters()]
 
+    def unique_storages(self) -> dict[int, int]:
+        """data pointer -> bytes of every weight storage, tied weights counted once. Buffers
+        (rotary tables and the like) are derived state, not weights."""
+        storages: dict[int, int] = {}
+        for tensor in self.model.parameters():
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0), storage.nbytes())
+        return storages
 
-def load_hf(path: str | os.PathLike[str], dtype: torch.dtype) -> HFDecodeModel:
-    """Load the checkpoint directory ``path`` in ``dtype`` through transformers, offline."""
-    directory = Path(path)
-    readable = directory.is_dir() and os.access(directory, os.R_OK | os.X_OK)
-    if not (readable and (directory / "config.json").is_file()):
-        raise UsageError(f"--hf {path}: not a readable directory with a config.json")
-    if dtype not in DTYPES.values():
-        raise UsageError(f"cannot load the model in {dtype}; choose one of: {', '.join(DTYPES)}")
+    def param_count(self) -> int:
+        seen: set[int] = set()
+        total = 0
+        for p in self.model.parameters():
+            if p.data_ptr() not in seen:
+                seen.add(p.data_ptr())
+                total += p.numel()
+        return total
+
+    def weight_bytes(self) -> int:
+        return sum(self.unique_storages().values())
+
+    def streamed_bytes_per_step(self, batch: int) -> int:
+        """Weights one decode step reads: every matrix once, except that the input embedding
+        table gives only one row per sequence; a tied table is read whole by the output head."""
+        storages = self.unique_storages()
+        embedding = self.model.get_input_embeddings().weight
+        head = self.model.get_output_embeddings().weight
+        embed_ptr = embedding.untyped_storage().data_ptr()
+        tied = head.untyped_storage().data_ptr() == embed_ptr
+        streamed = sum(nbytes for ptr, nbytes in storages.items() if ptr != embed_ptr or tied)
+        row = embedding.shape[1] * embedding.element_size()
+        return streamed + batch * row
+
+
+
+def load_hf(path: str | os.PathLike[str], dtype: torch.dtype) -> HFModel:
+    """Loads the checkpoint directory ``path`` in ``dtype`` through transformers, offline."""
+    model_type = check_architecture(path)
+    import transformers
+
+    # A log is not a terminal: no progress bar redrawn with carriage returns into it.
+    transformers.utils.logging.disable_progress_bar()
     try:
-        import transformers
-    except ImportError as exc:
-        raise CpuprofError(
-            "--hf needs transformers, which is not installed: pip install 'cpuprof[hf]'"
-        ) from exc
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            directory, torch_dtype=dtype, local_files_only=True, attn_implementation="sdpa"
-        )
-    except (OSError, ValueError) as exc:
-        raise CpuprofError(f"--hf {path}: cannot load the checkpoint: {exc}") from exc
+        # transformers picks the attention: SDPA where the architecture supports it, else eager
+        # (Gemma 2's soft-capping, for one), as it would for the user.
+        model = transformers.AutoModelForCausalLM.from_pretrained(Path(path), dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CpuprofError(f"--hf {path}: transformers cannot load the checkpoint: {first}") from exc
     model.eval()
-    return HFDecodeModel(model, config_from_hf(model.config, directory.name), dtype)
+    return HFModel(model=model, name=Path(path).resolve().name, model_type=model_type, dtype=dtype)
+
+
+class _StepClock:
+    """A generate() streamer that times each token: the first put is the prompt, the next ones
+    the tokens, one per step, as soon as they are chosen."""
+
+    def __init__(self, on_token: Callable[[int, float], None]) -> None:
+        self.on_token = on_token
+        self.marks: list[int] = []  # when prefill started, then when each token came
+        self.latencies_ns: list[int] = []
+        self.callback_ns = 0
+        self._last = 0
+
+    def put(self, value: Tensor) -> None:
+        now = time.perf_counter_ns()
+        if not self.marks:
+            self.marks.append(now)
+            self._last = now
+            return
+        self.latencies_ns.append(now - self._last)
+        self.marks.append(now)
+        self.on_token(len(self.latencies_ns) - 1, self.latencies_ns[-1] / 1e9)
+        done = time.perf_counter_ns()
+        self.callback_ns += done - now
+        self._last = done  # the callback's time is not the next step's
+
+    def end(self) -> None:
+        pass
+
+
+def kv_bytes_per_step(cache: Any, context: int) -> int:
+    """Bytes of keys and values one step reads at ``context`` positions, from the cache's own
+    tensors: per layer, its bytes per position times the positions it keeps (a sliding-window
+    layer keeps at most its window)."""
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if keys is None or values is None or keys.dim() < 2 or keys.shape[-2] == 0:
+            continue
+        per_position = (keys.nbytes + values.nbytes) / keys.shape[-2]
+        window = getattr(layer, "sliding_window", None)
+        kept = min(context, window) if window else context
+        total += int(per_position * kept)
+    return total
+
+
+def run_hf_decode(
+    hf: HFModel,
+    *,
+    prompt_len: int,
+    new_tokens: int,
+    batch: int = 1,
+    warmup: int = 2,
+    sampling: str = "greedy",
+    top_k: int = 50,
+    seed: int = 0,
+    on_step: Callable[[int, float, int], None] | None = None,
+) -> DecodeResult:
+    """Prefills a seeded random prompt and generates ``new_tokens`` more tokens with generate().
+
+    As with the built-in model, the first token comes from the prefill (time to first token) and
+    each of the ``new_tokens`` decode steps is timed; end-of-sequence never stops a run early, so
+    every run does the same work.
+    """
+    if sampling not in SAMPLING_MODES:
+        raise UsageError(f"unknown sampling {sampling!r}; choose one of: {', '.join(SAMPLING_MODES)}")
+    if new_tokens <= warmup:
+        raise UsageError(f"--new-tokens ({new_tokens}) must exceed --warmup ({warmup}) so some steps are measured")
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, hf.vocab_size, (batch, prompt_len), generator=generator)
+    total = new_tokens + 1  # the prefill's token, then one per decode step
+
+    def on_token(index: int, latency_s: float) -> None:
+        # index 0 is the prefill's token: time to first token, not a decode step
+        if index > 0 and on_step is not None:
+            on_step(index - 1, latency_s, new_tokens)
+
+    clock = _StepClock(on_token)
+    sampling_args: dict[str, Any] = (
+        {"do_sample": False} if sampling == "greedy" else {"do_sample": True, "top_k": top_k, "top_p": 1.0,
+                                                            "temperature": 1.0}
+    )
+    torch.manual_seed(seed)  # generate() samples from torch's global generator
+    with torch.inference_mode():
+        out = hf.model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=total, min_new_tokens=total,
+            streamer=clock, return_dict_in_generate=True, pad_token_id=0, **sampling_args,
+        )
+    latencies_ns = clock.latencies_ns
+    ttft_s = latencies_ns[0] / 1e9
+    steps_s = [ns / 1e9 for ns in latencies_ns[1:]]
+    figures = step_figures(steps_s, warmup, batch)
+    assert figures is not None
+    # Each step is timed from the end of the previous token's callback: the measured steps' wall
+    # time without the progress callbacks in between is the sum of their latencies.
+    contexts = range(prompt_len + warmup + 1, prompt_len + new_tokens + 1)
+    weights = hf.streamed_bytes_per_step(batch)
+    step_bytes = [weights + kv_bytes_per_step(out.past_key_values, c) for c in contexts]
+    return DecodeResult(
+        batch=batch, prompt_len=prompt_len, ttft_s=ttft_s, step_latencies_s=steps_s, warmup_steps=warmup,
+        figures=figures, decode_wall_s=sum(steps_s[warmup:]),
+        generated_ids=out.sequences[:, prompt_len:].tolist(), prompt_ids=prompt.tolist(),
+        bytes_read_per_token=sum(step_bytes) // len(step_bytes) // batch,
+        bytes_read_method=(f"from the loaded weights ({dtype_name_of(hf.dtype)}; every matrix once per step, tied "
+                           "embeddings once, one embedding row per sequence) and the KV cache's own tensors at the "
+                           "measured steps' mean context; divided by the batch"),
+    )
