@@ -26,8 +26,9 @@ void install_hook_with_shapes() { install_op_hook(true); }
 void install_hook_without_shapes() { install_op_hook(false); }
 
 std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, const std::string& mode,
-                                        bool record_shapes, int sample_interval_us, int op_capacity,
-                                        size_t span_capacity, int max_threads, const std::string& sysfs_root) {
+                                        bool record_shapes, int sample_hz, int stack_bytes, size_t timeline_samples,
+                                        int ring_pages, int op_capacity, size_t span_capacity, int max_threads,
+                                        const std::string& sysfs_root) {
   SessionConfig config;
   config.events = events;
   if (mode == "exact") {
@@ -38,7 +39,10 @@ std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, 
     throw py::value_error("mode must be 'exact' or 'sampled', not '" + mode + "'");
   }
   config.record_shapes = record_shapes;
-  config.sample_interval_us = sample_interval_us;
+  config.sample_hz = sample_hz;
+  config.stack_bytes = stack_bytes;
+  config.timeline_samples = timeline_samples;
+  config.ring_pages = ring_pages;
   config.op_capacity = op_capacity;
   config.span_capacity = span_capacity;
   config.max_threads = max_threads;
@@ -80,8 +84,19 @@ py::dict limits() {
   d["kMinOpCapacity"] = kMinOpCapacity;
   d["kMaxOpCapacity"] = kMaxOpCapacity;
   d["kMaxSpanCapacity"] = kMaxSpanCapacity;
-  d["kDefaultSampleIntervalUs"] = kDefaultSampleIntervalUs;
-  d["kMinSampleIntervalUs"] = kMinSampleIntervalUs;
+  d["kDefaultSampleHz"] = kDefaultSampleHz;
+  d["kMinSampleHz"] = kMinSampleHz;
+  d["kMaxSampleHz"] = kMaxSampleHz;
+  d["kDefaultStackBytes"] = kDefaultStackBytes;
+  d["kMaxStackBytes"] = kMaxStackBytes;
+  d["kDefaultRingPages"] = kDefaultRingPages;
+  d["kOpEventCapacity"] = kOpEventCapacity;
+  d["kMaxStacks"] = kMaxStacks;
+  d["kMaxStackFrames"] = kMaxStackFrames;
+  d["kMaxStackCounts"] = kMaxStackCounts;
+  d["kDefaultTimelineSamples"] = kDefaultTimelineSamples;
+  d["kCollectIntervalUs"] = kCollectIntervalUs;
+  d["kJoinLagUs"] = kJoinLagUs;
   d["kDiscoveryIntervalUs"] = kDiscoveryIntervalUs;
   d["kJoinedWorkerCpuNs"] = kJoinedWorkerCpuNs;
   d["kMaxKeyInputs"] = kMaxKeyInputs;
@@ -160,7 +175,39 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("cpu_ns_at_open", &ThreadSnapshot::cpu_ns_at_open)
       .def_readonly("run_delay_ns_at_open", &ThreadSnapshot::run_delay_ns_at_open)
       .def_readonly("cpu_ns_at_stop", &ThreadSnapshot::cpu_ns_at_stop)
-      .def_readonly("run_delay_ns_at_stop", &ThreadSnapshot::run_delay_ns_at_stop);
+      .def_readonly("run_delay_ns_at_stop", &ThreadSnapshot::run_delay_ns_at_stop)
+      .def_readonly("samples", &ThreadSnapshot::samples)
+      .def_readonly("samples_lost", &ThreadSnapshot::samples_lost)
+      .def_readonly("sample_errno", &ThreadSnapshot::sample_errno);
+  py::class_<SamplingSnapshot>(m, "SamplingSnapshot")
+      .def_readonly("enabled", &SamplingSnapshot::enabled)
+      .def_readonly("sample_hz", &SamplingSnapshot::sample_hz)
+      .def_readonly("stack_bytes", &SamplingSnapshot::stack_bytes)
+      .def_readonly("samples", &SamplingSnapshot::samples)
+      .def_readonly("samples_lost", &SamplingSnapshot::samples_lost)
+      .def_readonly("unparsed", &SamplingSnapshot::unparsed)
+      .def_readonly("ambiguous_workers", &SamplingSnapshot::ambiguous_workers)
+      .def_readonly("late_op_events", &SamplingSnapshot::late_op_events)
+      .def_readonly("op_events_dropped", &SamplingSnapshot::op_events_dropped)
+      .def_readonly("stacks_truncated", &SamplingSnapshot::stacks_truncated)
+      .def_readonly("counts_dropped", &SamplingSnapshot::counts_dropped)
+      .def_readonly("timeline_dropped", &SamplingSnapshot::timeline_dropped)
+      .def_readonly("unwind_stops", &SamplingSnapshot::unwind_stops)
+      .def_readonly("frames_by_frame_pointer", &SamplingSnapshot::frames_by_frame_pointer)
+      .def_readonly("frames_by_scanning", &SamplingSnapshot::frames_by_scanning)
+      .def_property_readonly("frames", [](const SamplingSnapshot& s) { return array(s.frames, {static_cast<py::ssize_t>(s.frames.size())}); })
+      .def_property_readonly("offsets", [](const SamplingSnapshot& s) { return array(s.offsets, {static_cast<py::ssize_t>(s.offsets.size())}); })
+      .def_property_readonly("count_stack", [](const SamplingSnapshot& s) { return array(s.count_stack, {static_cast<py::ssize_t>(s.count_stack.size())}); })
+      .def_property_readonly("count_slot", [](const SamplingSnapshot& s) { return array(s.count_slot, {static_cast<py::ssize_t>(s.count_slot.size())}); })
+      .def_property_readonly("count_entry", [](const SamplingSnapshot& s) { return array(s.count_entry, {static_cast<py::ssize_t>(s.count_entry.size())}); })
+      .def_property_readonly("count_samples", [](const SamplingSnapshot& s) { return array(s.count_samples, {static_cast<py::ssize_t>(s.count_samples.size())}); })
+      .def_property_readonly("count_cpu_ns", [](const SamplingSnapshot& s) { return array(s.count_cpu_ns, {static_cast<py::ssize_t>(s.count_cpu_ns.size())}); })
+      .def_property_readonly("timeline_time", [](const SamplingSnapshot& s) { return array(s.timeline_time, {static_cast<py::ssize_t>(s.timeline_time.size())}); })
+      .def_property_readonly("timeline_slot", [](const SamplingSnapshot& s) { return array(s.timeline_slot, {static_cast<py::ssize_t>(s.timeline_slot.size())}); })
+      .def_property_readonly("timeline_entry", [](const SamplingSnapshot& s) { return array(s.timeline_entry, {static_cast<py::ssize_t>(s.timeline_entry.size())}); })
+      .def_property_readonly("timeline_stack", [](const SamplingSnapshot& s) { return array(s.timeline_stack, {static_cast<py::ssize_t>(s.timeline_stack.size())}); })
+      .def_property_readonly("timeline_cpu_us", [](const SamplingSnapshot& s) { return array(s.timeline_cpu_us, {static_cast<py::ssize_t>(s.timeline_cpu_us.size())}); })
+      .def_readonly("memory_bytes", &SamplingSnapshot::memory_bytes);
   py::class_<SpanSnapshot>(m, "SpanSnapshot")
       .def_property_readonly("entry", [](const SpanSnapshot& s) {
         return array(s.entry, {static_cast<py::ssize_t>(s.entry.size())});
@@ -183,7 +230,6 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("events", &SessionSnapshot::events)
       .def_readonly("mode", &SessionSnapshot::mode)
       .def_readonly("record_shapes", &SessionSnapshot::record_shapes)
-      .def_readonly("sample_interval_us", &SessionSnapshot::sample_interval_us)
       .def_readonly("running", &SessionSnapshot::running)
       .def_readonly("started_ns", &SessionSnapshot::started_ns)
       .def_readonly("stopped_ns", &SessionSnapshot::stopped_ns)
@@ -211,6 +257,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("counters_self", [](const SessionSnapshot& s) { return counters(s, s.counters_self); })
       .def_property_readonly("counters_incl", [](const SessionSnapshot& s) { return counters(s, s.counters_incl); })
       .def_readonly("spans", &SessionSnapshot::spans)
+      .def_readonly("sampling", &SessionSnapshot::sampling)
       .def_property_readonly("span_counters", [](const SessionSnapshot& s) {
         const auto n = static_cast<py::ssize_t>(s.spans.entry.size());
         return array(s.spans.counters, {n, static_cast<py::ssize_t>(s.events.size())});
@@ -244,8 +291,8 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("raw"), py::arg("time_enabled"), py::arg("time_running"));
   m.def("start", &start_session, py::arg("events"), py::arg("mode"), py::arg("record_shapes"),
-        py::arg("sample_interval_us"), py::arg("op_capacity"), py::arg("span_capacity"), py::arg("max_threads"),
-        py::arg("sysfs_root") = "/sys");
+        py::arg("sample_hz"), py::arg("stack_bytes"), py::arg("timeline_samples"), py::arg("ring_pages"),
+        py::arg("op_capacity"), py::arg("span_capacity"), py::arg("max_threads"), py::arg("sysfs_root") = "/sys");
   m.def("stop", &stop_session);
   m.def("region_begin", &region_begin, py::arg("name"), py::arg("id"));
   m.def("region_end", &region_end, py::arg("id"));

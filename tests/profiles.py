@@ -93,7 +93,7 @@ def make_profile(mode: str = "exact") -> Profile:
                                   openmp=OpenMPInfo(), cpus_online=2),
         collection=Collection(mode=mode, events=[EventInfo(e, "software" if i < 2 else "hardware")
                                                  for i, e in enumerate(EVENTS)],
-                              record_shapes=True, sample_interval_us=1000, started_ns=0, stopped_ns=1000 * MS),
+                              record_shapes=True, started_ns=0, stopped_ns=1000 * MS),
         threads=[
             ThreadStat(tid=10, name="python", role="dispatch",
                        counters={"task-clock": 900 * MS, "context-switches": 5, "cycles": 3_000_000_000,

@@ -27,10 +27,30 @@ constexpr int kMinOpCapacity = 16;
 constexpr int kMaxOpCapacity = 1048576;
 // Op spans kept per dispatching thread (the newest ones) for the timeline.
 constexpr int kMaxSpanCapacity = 16777216;
-// Sampled mode: the team is read at the first op boundary after each interval.
-constexpr int kDefaultSampleIntervalUs = 4000;
-constexpr int kMinSampleIntervalUs = 50;
-// How often the discovery thread looks for new threads.
+// Sampled mode: every thread is sampled by the kernel each time it has used 1/Hz of CPU time.
+constexpr int kDefaultSampleHz = 1000;
+constexpr int kMinSampleHz = 10;
+constexpr int kMaxSampleHz = 20000;
+// User stack copied with each sample for unwinding (perf's own default for --call-graph dwarf);
+// at most 65528 bytes, a multiple of 8 (the kernel's limit).
+constexpr int kDefaultStackBytes = 8192;
+constexpr int kMaxStackBytes = 65528;
+// Ring buffer pages per thread (a power of two): about 30 samples with 8 KiB stacks, three
+// collector periods at 1 kHz.
+constexpr int kDefaultRingPages = 64;
+// Op begins and ends a dispatching thread can have waiting for the collector.
+constexpr int kOpEventCapacity = 65536;
+// Native stacks kept: distinct stacks, their frames, (stack, thread, op) counts, and the newest
+// samples one by one for timelines.
+constexpr int kMaxStacks = 65536;
+constexpr int kMaxStackFrames = 2097152;
+constexpr int kMaxStackCounts = 262144;
+constexpr int kDefaultTimelineSamples = 131072;
+// How often the collector thread drains the sample rings, and how long it waits for op events
+// to be published before it joins samples with them.
+constexpr int kCollectIntervalUs = 10000;
+constexpr int kJoinLagUs = 20000;
+// How often the collector looks for new threads.
 constexpr int kDiscoveryIntervalUs = 20000;
 // A thread found with more CPU time than this has already worked (an existing OpenMP worker)
 // and joins the team at once.

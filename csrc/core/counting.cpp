@@ -13,18 +13,17 @@ std::unique_ptr<CountingStrategy> make_counting_strategy(CountingContext& contex
   return nullptr;
 }
 
-void CountingContext::charge(uint32_t entry, const DispatchState* state, int innermost, int slot, int event,
-                             uint64_t delta) {
-  table->counter(entry, slot, event, true).fetch_add(delta, std::memory_order_relaxed);
-  if (state == nullptr || innermost < 0) {
-    table->counter(entry, slot, event, false).fetch_add(delta, std::memory_order_relaxed);
+void CountingContext::charge(const uint32_t* path, int depth, int slot, int event, uint64_t delta) {
+  if (depth <= 0) {
+    table->counter(kOutsideEntry, slot, event, true).fetch_add(delta, std::memory_order_relaxed);
+    table->counter(kOutsideEntry, slot, event, false).fetch_add(delta, std::memory_order_relaxed);
     return;
   }
-  for (int d = 0; d <= innermost; ++d) {
-    const uint32_t e = state->frames[d].entry;
+  table->counter(path[depth - 1], slot, event, true).fetch_add(delta, std::memory_order_relaxed);
+  for (int d = 0; d < depth; ++d) {
     bool seen = false;  // an entry on the stack twice (recursion) is charged once inclusively
-    for (int k = 0; k < d && !seen; ++k) seen = state->frames[k].entry == e;
-    if (!seen) table->counter(e, slot, event, false).fetch_add(delta, std::memory_order_relaxed);
+    for (int k = 0; k < d && !seen; ++k) seen = path[k] == path[d];
+    if (!seen) table->counter(path[d], slot, event, false).fetch_add(delta, std::memory_order_relaxed);
   }
 }
 

@@ -1,10 +1,10 @@
 // How an op's counters are obtained: one strategy per counting mode.
 //
-// The session times every op itself (wall time, self time, nesting); a strategy decides when the
-// team's counters are read and to which op each delta is charged. Exact counting reads the team
-// at every op boundary; sampled counting reads it at the first boundary after each interval.
-// The session calls the strategy from the per-op path, so implementations must not allocate or
-// lock there.
+// The session times every op itself (wall time, self time, nesting); a strategy decides how the
+// threads' counters reach ops. Exact counting reads the team at every op boundary; sampled
+// counting lets the kernel sample every thread and joins the samples, on the collector thread,
+// with the op timeline the dispatching threads record. The session calls the strategy from the
+// per-op path, so implementations must not allocate or lock there.
 #pragma once
 
 #include <atomic>
@@ -14,6 +14,7 @@
 
 #include "core/dispatch.h"
 #include "core/op_table.h"
+#include "core/snapshot.h"
 #include "core/team.h"
 #include "core/thread_registry.h"
 #include "common/limits.h"
@@ -33,9 +34,9 @@ struct CountingContext {
   std::atomic<uint32_t> scaled_events{0};  // events whose per-op deltas were scaled (multiplexing)
   int n_events() const { return static_cast<int>(events.size()); }
 
-  // Charges `delta` of `event` on thread `slot` to frame `innermost` of `state` (self) and to
-  // every frame below it (inclusive), or to "[outside ATen ops]" when there is no frame.
-  void charge(uint32_t entry, const DispatchState* state, int innermost, int slot, int event, uint64_t delta);
+  // Charges `delta` of `event` on thread `slot` to the innermost of `path` (self) and, once each,
+  // to every entry of it (inclusive); with an empty path, to "[outside ATen ops]".
+  void charge(const uint32_t* path, int depth, int slot, int event, uint64_t delta);
 };
 
 class CountingStrategy {
@@ -45,22 +46,40 @@ class CountingStrategy {
   // Frame `depth` of `state` was pushed (its entry and region are set); `enter_ns` is when the
   // callback was entered.
   virtual void begin_op(DispatchState& state, int depth, int64_t enter_ns) = 0;
-  // Frame `depth` ends. `hook_inside_ns` is cpuprof's own time inside it (nested callbacks);
-  // `span_counters`, when not null, receives the op's inclusive counts summed over threads.
-  virtual void end_op(DispatchState& state, int depth, int64_t enter_ns, int64_t hook_inside_ns,
+  // Frame `depth` ends. `hook_inside_ns` is cpuprof's own time inside it (nested callbacks),
+  // `wall_ns` its wall time without them; `span_counters`, when not null, receives the op's
+  // inclusive counts summed over threads.
+  virtual void end_op(DispatchState& state, int depth, int64_t enter_ns, int64_t hook_inside_ns, int64_t wall_ns,
                       uint64_t* span_counters) = 0;
+  // The callbacks' last word: a begin callback entered at `enter_ns` started its op at `op_ns`;
+  // an end callback entered at `op_ns` (when the op ended) leaves at `exit_ns`.
+  virtual void began(DispatchState& state, int depth, int64_t enter_ns, int64_t op_ns) {
+    (void)state, (void)depth, (void)enter_ns, (void)op_ns;
+  }
+  virtual void ended(DispatchState& state, uint32_t entry, int depth, int64_t op_ns, int64_t exit_ns) {
+    (void)state, (void)entry, (void)depth, (void)op_ns, (void)exit_ns;
+  }
   // The session stops; no op runs any more.
   virtual void stop(int64_t now) = 0;
-  // Team reads that charged counts to ops (sampled mode), for the overhead report.
+  // On the collector thread, every collector period: `now` is when the period ended; `final`
+  // once after the session stopped, when the threads' totals have been read for the last time.
+  virtual void collect(int64_t now, bool final) { (void)now; (void)final; }
+  // Adds what the strategy keeps of its own (samples, stacks) to a snapshot.
+  virtual void fill_snapshot(SessionSnapshot* out) { (void)out; }
+  // Samples joined to ops (sampled mode), for the overhead report.
   virtual uint64_t samples() const { return 0; }
 };
 
 struct CountingOptions {
   CountingMode mode = CountingMode::Sampled;
-  int sample_interval_us = kDefaultSampleIntervalUs;
-  int n_dispatch_states = kMaxDispatchThreads;
+  int sample_hz = kDefaultSampleHz;
+  int stack_bytes = kDefaultStackBytes;
+  size_t timeline_samples = kDefaultTimelineSamples;
   int max_slots = kDefaultMaxThreads;
   int64_t started_ns = 0;
+  // The session's op stacks, which the sampled strategy reads the op timelines of.
+  std::unique_ptr<DispatchState>* states = nullptr;
+  std::atomic<int>* states_used = nullptr;
 };
 
 std::unique_ptr<CountingStrategy> make_counting_strategy(CountingContext& context, const CountingOptions& options);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "core/op_events.h"
 #include "core/span_ring.h"
 #include "common/limits.h"
 
@@ -33,6 +34,7 @@ struct DispatchState {
   std::atomic<int64_t> hook_ns{0};
   Frame frames[kMaxDepth];
   SpanRing spans;  // sized when the session starts: allocation once per thread, not per op
+  OpEventRing events;  // sampled mode: the op timeline, sized on the thread's first op
 };
 
 }  // namespace cpuprof

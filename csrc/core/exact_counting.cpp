@@ -1,8 +1,15 @@
 // Exact counting: the team is read at both ends of every op, so every op gets its own deltas.
 //
-// Cost: two group reads per team thread per op. Reading the calling thread costs about a
-// microsecond; reading a thread running on another CPU interrupts that CPU (about 10 µs in a VM),
-// which is why this is the mode for short runs where per-op exactness matters.
+// CPU time comes from each thread's CPU clock (clock_gettime on its thread CPU clock id), which
+// the kernel answers from the thread's accounting without interrupting the CPU it runs on; a
+// perf read() of a thread running on another CPU costs that CPU an interrupt (about 10 µs in a
+// VM). The other events still need perf reads, but only of threads whose clock moved since the
+// last read: a thread that has not run cannot have switched, migrated or faulted. The calling
+// thread's clock is read last at a begin and first at an end, so the op's CPU time never holds
+// cpuprof's own reads of the others.
+#include <sys/resource.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -24,9 +31,35 @@ constexpr int kMaxExactTeam = 256;
 class ExactCounting final : public CountingStrategy {
  public:
   ExactCounting(CountingContext& context, const CountingOptions& options)
-      : ctx_(context), buffers_(static_cast<size_t>(options.n_dispatch_states)) {
+      : ctx_(context), buffers_(static_cast<size_t>(kMaxDispatchThreads)) {
+    (void)options;
     n_events_ = std::max(context.n_events(), 1);
     stride_ = static_cast<size_t>(kMaxExactTeam) * n_events_;
+    rusage_gate_ = true;
+    for (int e = 0; e < context.n_events(); ++e) {
+      if (context.cpu_clock_event[e] && cpu_event_ < 0) {
+        cpu_event_ = e;
+      } else {
+        has_other_events_ = true;
+        const EventSpec& spec = context.events[e];
+        rusage_gate_ = rusage_gate_ && spec.kind == EventKind::Software &&
+                       (spec.config == PERF_COUNT_SW_CONTEXT_SWITCHES || spec.config == PERF_COUNT_SW_CPU_MIGRATIONS ||
+                        spec.config == PERF_COUNT_SW_PAGE_FAULTS || spec.config == PERF_COUNT_SW_PAGE_FAULTS_MIN ||
+                        spec.config == PERF_COUNT_SW_PAGE_FAULTS_MAJ);
+      }
+    }
+    // A thread's CPU clock is read inside a system call, so the part of the call after the read at
+    // an op's begin and the part before the read at its end land in the op's CPU time: the time
+    // between two back-to-back reads, which is measured here (the least of many tries, as the
+    // rest is noise) and taken out of every op's own-thread CPU time.
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 200; ++i) {
+      timespec a, b;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+      best = std::min<int64_t>(best, (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
+    }
+    read_overhead_ns_ = best > 0 && best < 100000 ? best : 0;
   }
 
   CountingMode mode() const override { return CountingMode::Exact; }
@@ -35,17 +68,19 @@ class ExactCounting final : public CountingStrategy {
     Buffers& b = buffers(state);
     Frame& frame = state.frames[depth];
     frame.team_at_begin = std::min(ctx_.team->size(), kMaxExactTeam);
-    read_members(b.start.get() + depth * stride_, frame.team_at_begin, state.slot, /*own_first=*/false);
-    std::memset(b.children.get() + depth * stride_, 0, stride_ * sizeof(uint64_t));
+    // Everything else first: the calling thread's own clock is the last thing read before the op.
+    std::memset(b.children.get() + depth * stride_, 0, static_cast<size_t>(frame.team_at_begin) * n_events_ * sizeof(uint64_t));
+    read_members(b, b.start.get() + depth * stride_, frame.team_at_begin, state.slot, /*own_first=*/false);
   }
 
-  void end_op(DispatchState& state, int depth, int64_t, int64_t hook_inside_ns, uint64_t* span_counters) override {
+  void end_op(DispatchState& state, int depth, int64_t, int64_t hook_inside_ns, int64_t wall_ns,
+              uint64_t* span_counters) override {
     Buffers& b = buffers(state);
     Frame& frame = state.frames[depth];
     const int n_events = ctx_.n_events();
     const int members_now = std::min(ctx_.team->size(), kMaxExactTeam);
     RawCount* now_counts = b.scratch.get();
-    read_members(now_counts, members_now, state.slot, /*own_first=*/true);
+    read_members(b, now_counts, members_now, state.slot, /*own_first=*/true);
     const RawCount* start = b.start.get() + depth * stride_;
     const uint64_t* children = b.children.get() + depth * stride_;
     uint64_t* parent = depth > 0 ? b.children.get() + (depth - 1) * stride_ : nullptr;
@@ -65,6 +100,12 @@ class ExactCounting final : public CountingStrategy {
           // Never below what the children claimed: a worker asleep during our hook spent nothing.
           if (ctx_.cpu_clock_event[event]) {
             incl = incl > static_cast<uint64_t>(hook_inside_ns) ? incl - hook_inside_ns : 0;
+            if (slot == state.slot) {
+              incl = incl > static_cast<uint64_t>(read_overhead_ns_) ? incl - read_overhead_ns_ : 0;
+              // What is left of the reads' cost lies outside the op's wall interval, and a thread
+              // cannot spend more CPU in an op than the op's wall time.
+              incl = std::min<uint64_t>(incl, static_cast<uint64_t>(wall_ns));
+            }
             if (incl < children[i]) incl = children[i];
           }
         } else {
@@ -99,6 +140,9 @@ class ExactCounting final : public CountingStrategy {
     Buffer<RawCount> start;     // [depth][member][event]: counts when each frame began
     Buffer<uint64_t> children;  // [depth][member][event]: inclusive deltas of its children
     Buffer<RawCount> scratch;   // [member][event]: the read at an op's end
+    Buffer<RawCount> last;      // [member][event]: the member's last values read by this thread
+    Buffer<uint64_t> last_cpu;  // [member]: its CPU clock at that read
+    uint64_t own_signature = 0; // the calling thread's faults and switches at its last perf read
   };
 
   // Sized on a dispatching thread's first op (once per thread, never per op). calloc, not new[]:
@@ -111,7 +155,9 @@ class ExactCounting final : public CountingStrategy {
       b.start = zeroed<RawCount>(kMaxDepth * stride_);
       b.children = zeroed<uint64_t>(kMaxDepth * stride_);
       b.scratch = zeroed<RawCount>(stride_);
-      if (!b.start || !b.children || !b.scratch) throw std::bad_alloc();
+      b.last = zeroed<RawCount>(stride_);
+      b.last_cpu = zeroed<uint64_t>(kMaxExactTeam);
+      if (!b.start || !b.children || !b.scratch || !b.last || !b.last_cpu) throw std::bad_alloc();
     }
     return b;
   }
@@ -119,32 +165,70 @@ class ExactCounting final : public CountingStrategy {
   // Other dispatching threads' counters belong to their own ops.
   bool reads(int slot, int own) const { return slot == own || !ctx_.team->is_dispatch(slot); }
 
-  // Reads the first `n` team members into out[member][event]. `own` is read first or last so
-  // that the other reads' cost falls outside the op on the calling thread's clock.
-  void read_members(RawCount* out, int n, int own, bool own_first) {
+  // One member's values into `row`: its CPU clock in the CPU-clock event, and the other events
+  // from a perf read when the clock moved since this thread last read it (else the last values).
+  // The calling thread's clock is read after its perf counters at a begin (`clock_last`) and
+  // before them at an end, so neither read lands inside the op's CPU time.
+  void read_member(Buffers& b, int m, int slot, bool own, RawCount* row, bool clock_last = false) {
+    const ThreadSlot& thread = ctx_.registry->slot(slot);
+    RawCount* last = b.last.get() + static_cast<size_t>(m) * n_events_;
     uint32_t counted = 0;
+    if (own && clock_last && has_other_events_ && own_changed(b)) thread.counters.read_raw(last, &counted);
+    timespec ts;
+    const bool clock_ok = clock_gettime(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &ts) == 0;
+    const uint64_t cpu = clock_ok ? static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec : 0;
+    if (has_other_events_ && !(own && clock_last) && (own ? own_changed(b) : cpu != b.last_cpu[m] || !clock_ok)) {
+      thread.counters.read_raw(last, &counted);
+      b.last_cpu[m] = cpu;
+    }
+    std::copy(last, last + n_events_, row);
+    // The clock in place of perf's task-clock: the same nanoseconds, unscaled (no time "enabled").
+    if (clock_ok && cpu_event_ >= 0) row[cpu_event_] = RawCount{cpu, 0, 0};
+  }
+
+  // Whether the calling thread's software events may have moved since it last read them. When they
+  // are only switches, migrations and faults, the thread's rusage (one cheap system call) says:
+  // a thread that has neither faulted nor been switched out has not migrated either.
+  bool own_changed(Buffers& b) {
+    if (!rusage_gate_) return true;
+    rusage usage;
+    if (getrusage(RUSAGE_THREAD, &usage) != 0) return true;
+    const uint64_t signature = static_cast<uint64_t>(usage.ru_minflt + usage.ru_majflt) * 1000003ULL +
+                               static_cast<uint64_t>(usage.ru_nvcsw + usage.ru_nivcsw) + 1;
+    if (signature == b.own_signature) return false;
+    b.own_signature = signature;
+    return true;
+  }
+
+  // Reads the first `n` team members into out[member][event]. The calling thread is read last at
+  // a begin and first at an end, so the others' reads fall outside the op on its own clock.
+  void read_members(Buffers& b, RawCount* out, int n, int own, bool own_first) {
     int own_member = -1;
     for (int m = 0; m < n; ++m) {
+      if (ctx_.team->member(m) == own) own_member = m;
+    }
+    if (own_member >= 0 && own_first) read_member(b, own_member, own, true, out + static_cast<size_t>(own_member) * n_events_);
+    for (int m = 0; m < n; ++m) {
+      if (m == own_member) continue;
       const int slot = ctx_.team->member(m);
       RawCount* row = out + static_cast<size_t>(m) * n_events_;
-      if (slot == own) {
-        own_member = m;
-        if (own_first) ctx_.registry->slot(slot).counters.read_raw(row, &counted);
-        continue;
-      }
       if (reads(slot, own)) {
-        ctx_.registry->slot(slot).counters.read_raw(row, &counted);
+        read_member(b, m, slot, false, row);
       } else {
         std::fill_n(row, n_events_, RawCount{});  // never read at begin nor end: a zero delta
       }
     }
     if (own_member >= 0 && !own_first) {
-      ctx_.registry->slot(own).counters.read_raw(out + static_cast<size_t>(own_member) * n_events_, &counted);
+      read_member(b, own_member, own, true, out + static_cast<size_t>(own_member) * n_events_, /*clock_last=*/true);
     }
   }
 
   CountingContext& ctx_;
   std::vector<Buffers> buffers_;
+  int cpu_event_ = -1;             // task-clock's index, read from the threads' CPU clocks
+  int64_t read_overhead_ns_ = 0;   // CPU time between two reads of a thread's own clock
+  bool has_other_events_ = false;  // events that need a perf read
+  bool rusage_gate_ = false;       // they are all ones rusage can tell unchanged
   int n_events_ = 1;
   size_t stride_ = 0;
 };

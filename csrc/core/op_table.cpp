@@ -82,7 +82,7 @@ void OpTable::reserve_slots(int n) {
 }
 
 void OpTable::reset() {
-  used_.store(2);
+  used_.store(static_cast<int>(kFirstOpEntry));
   overflowed_.store(0);
   std::strcpy(entries_[kOverflowEntry].name, "[other ops: op table full]");
   entries_[kOverflowEntry].kind = EntryKind::Special;
@@ -92,6 +92,10 @@ void OpTable::reset() {
   entries_[kOutsideEntry].kind = EntryKind::Special;
   entries_[kOutsideEntry].key.store(~1ULL);
   entries_[kOutsideEntry].ready.store(1);
+  std::strcpy(entries_[kProfilerEntry].name, "[cpuprof callbacks]");
+  entries_[kProfilerEntry].kind = EntryKind::Special;
+  entries_[kProfilerEntry].key.store(~2ULL);
+  entries_[kProfilerEntry].ready.store(1);
 }
 
 size_t OpTable::memory_bytes() const {

@@ -63,6 +63,8 @@ struct OpEntry {
 // Fixed entries, so reports can find them by index.
 constexpr uint32_t kOverflowEntry = 0;  // keys that did not fit
 constexpr uint32_t kOutsideEntry = 1;   // counts taken while no op was running
+constexpr uint32_t kProfilerEntry = 2;  // sampled mode: samples inside cpuprof's own callbacks
+constexpr uint32_t kFirstOpEntry = 3;
 
 // Builds an entry's input description in place; used once per key, by the op source.
 class InputWriter {
@@ -99,7 +101,7 @@ class OpTable {
     const uint32_t mask = static_cast<uint32_t>(capacity_ - 1);
     uint32_t index = static_cast<uint32_t>(hash ^ (hash >> 29)) & mask;
     for (int probe = 0; probe < kMaxProbe; ++probe, index = (index + 1) & mask) {
-      if (index <= kOutsideEntry) continue;
+      if (index < kFirstOpEntry) continue;
       OpEntry& entry = entries_[index];
       uint64_t seen = entry.key.load(std::memory_order_acquire);
       if (seen == hash) return index;

@@ -1,128 +1,365 @@
-// Sampled counting: ops take only timestamps; at the first op boundary after each interval the
-// dispatching thread reads the team once and charges the deltas to the op running then.
+// Sampled counting: the kernel samples every thread on its own CPU clock; samples are joined by
+// time to the op timeline of the thread they work for.
 //
-// Statistical per op, exact per thread: one read() per team thread per interval. No background
-// thread reads a busy thread, because that read interrupts the CPU it runs on.
+// On the op path a dispatching thread only appends its op begins and ends to a ring (16 bytes
+// each, no counter read, no syscall). Every thread's sampling event (task-clock, the leader of
+// its counter group) writes a record each 1/Hz of that thread's CPU time into a ring the kernel
+// fills without stopping anyone: the time, the group's counter values, the kernel call chain,
+// the user registers and a copy of the user stack. The collector thread drains both kinds of
+// ring every period, orders the samples by time, replays each dispatching thread's op stack to
+// each sample's time, and charges the sample's counter deltas to the op innermost then: on the
+// dispatching thread itself, or on the thread an OpenMP worker works for. Unlike reading the team
+// at op boundaries, this never blends the rates of neighbouring ops: a sample says what its own
+// thread was doing, at the time it was taken.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "core/counting.h"
+#include "core/stack_table.h"
+#include "perf/sample_record.h"
+#include "unwind/unwinder.h"
 
 namespace cpuprof {
 
 namespace {
 
+// Which dispatching thread an OpenMP worker's sample belongs to, when several run ops at once:
+// the one it was seen working for when the choice was clear, by majority.
+struct WorkerVotes {
+  uint32_t votes[kMaxDispatchThreads] = {};
+};
+
 class SampledCounting final : public CountingStrategy {
  public:
   SampledCounting(CountingContext& context, const CountingOptions& options)
       : ctx_(context),
-        interval_ns_(static_cast<int64_t>(std::max(options.sample_interval_us, kMinSampleIntervalUs)) * 1000),
-        started_ns_(options.started_ns),
-        max_slots_(options.max_slots) {
-    const size_t cells = static_cast<size_t>(max_slots_) * kMaxEvents;
-    // Zeroed (counters open at zero, so the first delta of a slot starts there) by calloc, whose
-    // large blocks are fresh pages: a slot costs memory only once its thread is read.
-    last_.reset(static_cast<RawCount*>(std::calloc(cells, sizeof(RawCount))));
-    carry_.reset(static_cast<uint64_t*>(std::calloc(cells, sizeof(uint64_t))));
-    read_ns_.reset(static_cast<int64_t*>(std::calloc(max_slots_, sizeof(int64_t))));
-    if (!last_ || !carry_ || !read_ns_) throw std::bad_alloc();
-    next_ns_.store(started_ns_ + interval_ns_, std::memory_order_relaxed);
+        options_(options),
+        last_(static_cast<size_t>(options.max_slots) * kMaxEvents),
+        samples_of_(static_cast<size_t>(options.max_slots)),
+        lost_of_(static_cast<size_t>(options.max_slots)),
+        votes_(static_cast<size_t>(options.max_slots)),
+        scratch_(65536) {
+    stacks_.init(kMaxStacks, kMaxStackFrames, kMaxStackCounts, options.timeline_samples);
+    for (int e = 0; e < context.n_events() && cpu_event_ < 0; ++e) {
+      if (context.cpu_clock_event[e]) cpu_event_ = e;
+    }
+    unwind_stops_.assign(kUnwindStopKinds, 0);
+    pending_.reserve(4096);
   }
 
   CountingMode mode() const override { return CountingMode::Sampled; }
 
-  void begin_op(DispatchState& state, int depth, int64_t enter_ns) override {
-    maybe_sample(&state, depth - 1, enter_ns);  // the time so far was the parent's
+  void begin_op(DispatchState&, int, int64_t) override {}
+  void end_op(DispatchState&, int, int64_t, int64_t, int64_t, uint64_t*) override {}
+
+  void began(DispatchState& state, int depth, int64_t enter_ns, int64_t op_ns) override {
+    state.events.push(enter_ns, op_ns, state.frames[depth].entry, depth, true);
   }
 
-  void end_op(DispatchState& state, int depth, int64_t enter_ns, int64_t, uint64_t*) override {
-    maybe_sample(&state, depth, enter_ns);  // this op is the innermost one running at this instant
+  void ended(DispatchState& state, uint32_t entry, int depth, int64_t op_ns, int64_t exit_ns) override {
+    state.events.push(exit_ns, op_ns, entry, depth, false);
   }
 
-  // What the team did since the last sample has no op to go to: it closes the books as
-  // "outside", so that ops plus outside add up to the threads' totals.
-  void stop(int64_t now) override { sample(nullptr, -1, now); }
+  void stop(int64_t) override {}
 
-  uint64_t samples() const override { return samples_.load(std::memory_order_relaxed); }
+  uint64_t samples() const override { return joined_.load(std::memory_order_relaxed); }
+
+  void collect(int64_t now, bool final) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Op events are stamped when their callback began and published a little later; samples are
+    // joined only once every op event up to their time has surely been published.
+    const int64_t until = final ? INT64_MAX : now - static_cast<int64_t>(kJoinLagUs) * 1000;
+    // Rings are emptied every period (they hold about two); samples wait in memory until the op
+    // timeline has caught up with them.
+    drain_rings();
+    std::sort(pending_.begin(), pending_.end(),
+              [](const Pending& a, const Pending& b) { return a.time < b.time; });
+    size_t joined = 0;
+    while (joined < pending_.size() && pending_[joined].time <= until) join(pending_[joined++]);
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(joined));
+    if (final) {
+      advance_replays(INT64_MAX);
+      charge_remainders();
+    } else {
+      advance_replays(until);
+    }
+  }
+
+  void fill_snapshot(SessionSnapshot* out) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SamplingSnapshot& s = out->sampling;
+    s.enabled = true;
+    s.sample_hz = options_.sample_hz;
+    s.stack_bytes = options_.stack_bytes;
+    s.samples = joined_.load(std::memory_order_relaxed);
+    s.unparsed = unparsed_;
+    s.ambiguous_workers = ambiguous_;
+    s.late_op_events = late_events_;
+    s.stacks_truncated = stacks_.stacks_truncated();
+    s.counts_dropped = stacks_.counts_dropped();
+    s.timeline_dropped = stacks_.timeline_dropped();
+    s.unwind_stops = unwind_stops_;
+    s.frames_by_frame_pointer = by_frame_pointer_;
+    s.frames_by_scanning = by_scanning_;
+    const int n_states = std::min(options_.states_used->load(), kMaxDispatchThreads);
+    for (int i = 0; i < n_states; ++i) s.op_events_dropped += options_.states[i]->events.dropped();
+    s.offsets.push_back(0);
+    for (uint32_t id = 1; id <= stacks_.n_stacks(); ++id) {
+      const uint64_t* pcs;
+      int n;
+      stacks_.frames_of(id, &pcs, &n);
+      s.frames.insert(s.frames.end(), pcs, pcs + n);
+      s.offsets.push_back(static_cast<uint32_t>(s.frames.size()));
+    }
+    for (const StackCount& c : stacks_.counts()) {
+      s.count_stack.push_back(c.stack);
+      s.count_slot.push_back(c.slot);
+      s.count_entry.push_back(c.entry);
+      s.count_samples.push_back(c.samples);
+      s.count_cpu_ns.push_back(c.cpu_ns);
+    }
+    for (const TimelineSample& t : stacks_.timeline()) {
+      s.timeline_time.push_back(t.time_ns);
+      s.timeline_slot.push_back(t.slot);
+      s.timeline_entry.push_back(t.entry);
+      s.timeline_stack.push_back(t.stack);
+      s.timeline_cpu_us.push_back(t.cpu_us);
+    }
+    s.memory_bytes = stacks_.memory_bytes();
+    for (size_t slot = 0; slot < out->threads.size() && slot < samples_of_.size(); ++slot) {
+      out->threads[slot].samples = samples_of_[slot];
+      out->threads[slot].samples_lost = lost_of_[slot];
+      s.samples_lost += lost_of_[slot];
+      const ThreadSlot& t = ctx_.registry->slot(static_cast<int>(slot));
+      out->threads[slot].sample_errno = t.counters.sampled() ? 0 : (t.counters.sampling_errno() ? t.counters.sampling_errno() : -1);
+    }
+  }
 
  private:
-  void maybe_sample(DispatchState* state, int innermost, int64_t now) {
-    if (now < next_ns_.load(std::memory_order_relaxed)) return;  // the common case: one load
-    sample(state, innermost, now);
+  // A sample read from a ring, waiting to be joined in time order with the others.
+  struct Pending {
+    int64_t time;
+    int32_t slot;
+    uint32_t stack;
+    uint32_t n_deltas;
+    uint64_t deltas[kMaxEvents];  // per event index: the counts since the thread's previous sample
+  };
+
+  // A dispatching thread's op stack, replayed from its op events.
+  struct Replay {
+    int depth = 0;
+    uint32_t path[kMaxDepth];
+    int64_t time = 0;  // events up to this time are applied
+    // The last callback of cpuprof's: the thread was in it from hook_from to hook_until.
+    int64_t hook_from = 0, hook_until = 0;
+  };
+
+  void drain_rings() {
+    ThreadRegistry& registry = *ctx_.registry;
+    const int n_slots = std::min(registry.size(), options_.max_slots);
+    for (int slot = 0; slot < n_slots; ++slot) {
+      ThreadSlot& thread = registry.mutable_slot(slot);
+      if (!thread.counters.sampling()) continue;
+      thread.counters.ring().consume(scratch_, [&](const perf_event_header& header, const uint8_t* record) {
+        if (header.type == PERF_RECORD_LOST) {
+          uint64_t lost = 0;
+          std::memcpy(&lost, record + sizeof(header) + 8, sizeof(lost));  // {id, lost}
+          lost_of_[slot] += lost;
+          return true;
+        }
+        if (header.type != PERF_RECORD_SAMPLE) return true;  // throttle and the like
+        ParsedSample sample;
+        if (!parse_sample(record, header.size, &sample)) {
+          ++unparsed_;
+          return true;
+        }
+        read_sample(slot, thread, sample);
+        return true;
+      });
+    }
   }
 
-  void sample(DispatchState* state, int innermost, int64_t now) {
-    bool expected = false;
-    if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return;
-    // Deadlines stay on a fixed grid. Every deadline passed since the last sample fell inside
-    // the op running now (an op boundary after any of them would have sampled), so this op is
-    // owed one interval for each of them: a 30 ms op is charged 30 ms, not 4.
-    const int64_t due = next_ns_.load(std::memory_order_relaxed);
-    const int64_t crossed = due <= now ? 1 + (now - due) / interval_ns_ : 1;
-    next_ns_.store(due + crossed * interval_ns_, std::memory_order_relaxed);
-    const int64_t covered = crossed * interval_ns_;
-    if (innermost >= kMaxDepth) innermost = kMaxDepth - 1;
-    const uint32_t entry = state != nullptr && innermost >= 0 ? state->frames[innermost].entry : kOutsideEntry;
-    const int own = state != nullptr ? state->slot : -1;
-    const int n_events = ctx_.n_events();
-    const int members = ctx_.team->size();
-    RawCount values[kMaxEvents];
-    for (int m = 0; m < members; ++m) {
-      const int slot = ctx_.team->member(m);
-      // This thread and the threads that serve no op of their own (OpenMP workers): theirs is
-      // the work of the op running here. Other dispatching threads are read when they sample;
-      // the final flush (no state) reads everyone.
-      if (state != nullptr && slot != own && ctx_.team->is_dispatch(slot)) continue;
-      if (slot >= max_slots_ || !ctx_.table->slot_ready(slot)) continue;
-      uint32_t counted = 0;
-      ctx_.registry->slot(slot).counters.read_raw(values, &counted);
-      const int64_t gap = now - (read_ns_[slot] ? read_ns_[slot] : started_ns_);
-      RawCount* last = last_.get() + static_cast<size_t>(slot) * kMaxEvents;
-      uint64_t* carry = carry_.get() + static_cast<size_t>(slot) * kMaxEvents;
-      for (int e = 0; e < n_events; ++e) {
-        if (!((counted >> e) & 1u)) continue;
-        const ScaledCount delta = scale_delta(last[e], values[e]);
-        last[e] = values[e];
-        if (delta.scaled) ctx_.scaled_events.fetch_or(1u << e, std::memory_order_relaxed);
-        // A sample lands at the first op boundary after a deadline, so it tends to end a long
-        // op, and its gap then also covers ops before the deadline: charging the whole gap to it
-        // would favour long ops. It is charged the deadlines' share of the gap at the gap's
-        // average rate; the rest carries to the next sample (and at stop to "outside"), so the
-        // totals still add up.
-        const uint64_t available = static_cast<uint64_t>(std::llround(delta.value)) + carry[e];
-        uint64_t value = available;
-        if (state != nullptr && gap > covered) {
-          value = static_cast<uint64_t>(static_cast<double>(available) * covered / gap);
-        }
-        carry[e] = available - value;
-        if (value) ctx_.charge(entry, state, state != nullptr ? innermost : -1, slot, e, value);
-      }
-      read_ns_[slot] = now;
+  void read_sample(int slot, const ThreadSlot& thread, const ParsedSample& sample) {
+    Pending p;
+    p.time = static_cast<int64_t>(sample.time);
+    p.slot = slot;
+    p.n_deltas = static_cast<uint32_t>(ctx_.n_events());
+    std::fill_n(p.deltas, kMaxEvents, 0);
+    RawCount* last = &last_[static_cast<size_t>(slot) * kMaxEvents];
+    const int n_values = std::min<int>(static_cast<int>(sample.n_values), thread.counters.sample_values());
+    for (int i = 0; i < n_values; ++i) {
+      const int event = thread.counters.sample_value_event(i);
+      const RawCount now{sample.value(static_cast<uint64_t>(i)), sample.time_enabled, sample.time_running};
+      const ScaledCount delta = scale_delta(last[event], now);
+      last[event] = now;
+      if (delta.scaled) ctx_.scaled_events.fetch_or(1u << event, std::memory_order_relaxed);
+      p.deltas[event] = static_cast<uint64_t>(std::llround(delta.value));
     }
-    // The deadlines this op was caught running at: the weight behind its statistical counts.
-    ctx_.table->entry(entry).samples.fetch_add(static_cast<uint64_t>(crossed), std::memory_order_relaxed);
-    samples_.fetch_add(1, std::memory_order_relaxed);
-    busy_.store(false, std::memory_order_release);
+    p.stack = unwind(sample);
+    pending_.push_back(p);
+  }
+
+  // The sample's native stack, leaf first: kernel frames (the kernel's call chain), then user
+  // frames unwound from the copied stack.
+  uint32_t unwind(const ParsedSample& sample) {
+    uint64_t pcs[kMaxUnwindFrames * 2];
+    int n = 0;
+    for (uint64_t i = 0; i < sample.n_callchain && n < kMaxUnwindFrames; ++i) {
+      const uint64_t pc = sample.chain(i);
+      if (pc >= kContextMax) continue;  // PERF_CONTEXT_* markers
+      pcs[n++] = pc;
+    }
+    UnwindResult result;
+    UserRegs regs;
+    if (sample.has_user_regs) regs = UserRegs{sample.user_ip, sample.user_sp, sample.user_bp};
+    unwind_user_stack(regs, sample.stack, sample.stack ? sample.stack_size : 0, frames_, &result);
+    ++unwind_stops_[static_cast<int>(result.stop)];
+    by_frame_pointer_ += static_cast<uint64_t>(result.by_frame_pointer);
+    by_scanning_ += static_cast<uint64_t>(result.by_scanning);
+    for (int i = 0; i < result.n && n < kMaxUnwindFrames * 2; ++i) pcs[n++] = result.pcs[i];
+    if (n == 0 && sample.ip) pcs[n++] = sample.ip;  // at least where the CPU was
+    return stacks_.intern(pcs, n);
+  }
+
+  // Applies dispatching thread `index`'s op events up to `time`.
+  void advance(int index, int64_t time) {
+    Replay& r = replays_[index];
+    OpEventRing& ring = options_.states[index]->events;
+    while (const OpEvent* e = ring.peek()) {
+      const int64_t start = OpEventRing::start_of(*e);
+      if (start > time) break;
+      if (start < r.time) ++late_events_;  // published after samples past it were joined
+      if (e->begin) {
+        if (e->depth < kMaxDepth) {
+          r.path[e->depth] = e->entry;
+          r.depth = e->depth + 1;
+        }
+        r.hook_from = e->hook_ns;
+        r.hook_until = e->op_ns;
+      } else {
+        r.depth = std::min<int>(r.depth, e->depth);
+        r.hook_from = e->op_ns;
+        r.hook_until = e->hook_ns;
+      }
+      ring.pop();
+    }
+    r.time = std::max(r.time, time);
+  }
+
+  void advance_replays(int64_t time) {
+    const int n_states = std::min(options_.states_used->load(std::memory_order_acquire), kMaxDispatchThreads);
+    for (int i = 0; i < n_states; ++i) {
+      if (options_.states[i]->ready.load(std::memory_order_acquire)) advance(i, time);
+    }
+  }
+
+  // The dispatching thread a sample of `slot` at `time` works for, or -1 (no op was running).
+  int owner_of(int slot, int64_t time) {
+    const int n_states = std::min(options_.states_used->load(std::memory_order_acquire), kMaxDispatchThreads);
+    int own = -1, candidates = 0, first = -1;
+    for (int i = 0; i < n_states; ++i) {
+      DispatchState& state = *options_.states[i];
+      if (!state.ready.load(std::memory_order_acquire)) continue;
+      if (state.slot == slot) own = i;
+    }
+    if (own >= 0) {
+      advance(own, time);
+      return own;
+    }
+    // An OpenMP worker (or any thread that runs no ops): it works for a dispatching thread that
+    // is inside an op now.
+    for (int i = 0; i < n_states; ++i) {
+      DispatchState& state = *options_.states[i];
+      if (!state.ready.load(std::memory_order_acquire)) continue;
+      advance(i, time);
+      if (replays_[i].depth > 0) {
+        ++candidates;
+        if (first < 0) first = i;
+      }
+    }
+    if (candidates == 0) return -1;
+    WorkerVotes& votes = votes_[slot];
+    if (candidates == 1) {
+      ++votes.votes[first];
+      return first;
+    }
+    ++ambiguous_;
+    int best = -1;
+    for (int i = 0; i < n_states; ++i) {
+      if (replays_[i].depth > 0 && (best < 0 || votes.votes[i] > votes.votes[best])) best = i;
+    }
+    return best;
+  }
+
+  void join(const Pending& p) {
+    const int owner = owner_of(p.slot, p.time);
+    const uint32_t* path = owner >= 0 ? replays_[owner].path : nullptr;
+    int depth = owner >= 0 ? replays_[owner].depth : 0;
+    uint32_t profiler_path[1] = {kProfilerEntry};
+    if (owner >= 0) {
+      const Replay& r = replays_[owner];
+      if (p.time >= r.hook_from && p.time < r.hook_until) {
+        // The dispatching thread was in cpuprof's own callback: its time, and the time of the
+        // workers spinning for it meanwhile, is the profiler's, charged to no op (whose wall
+        // times leave the callbacks out too).
+        path = profiler_path;
+        depth = 1;
+      }
+    }
+    const uint32_t innermost = depth > 0 ? path[depth - 1] : kOutsideEntry;
+    if (!ctx_.table->slot_ready(p.slot)) ctx_.table->reserve_slots(p.slot + 1);
+    if (!ctx_.table->slot_ready(p.slot)) return;
+    ctx_.team->join(p.slot);  // a thread that was sampled worked
+    for (uint32_t e = 0; e < p.n_deltas; ++e) {
+      if (p.deltas[e]) ctx_.charge(path, depth, p.slot, static_cast<int>(e), p.deltas[e]);
+    }
+    ctx_.table->entry(innermost).samples.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t cpu = cpu_event_ >= 0 ? p.deltas[cpu_event_] : 0;
+    stacks_.count(p.stack, p.slot, innermost, cpu);
+    stacks_.record(TimelineSample{p.time, p.slot, innermost, p.stack, static_cast<uint32_t>(std::min<uint64_t>(cpu / 1000, UINT32_MAX))});
+    ++samples_of_[p.slot];
+    joined_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // After the last sample of each thread, its counters went on until the session stopped: that
+  // remainder (the final totals minus the last sample's values) went to no op that a sample
+  // caught, and is charged to "[outside ATen ops]" so that ops plus outside equal the totals.
+  void charge_remainders() {
+    ThreadRegistry& registry = *ctx_.registry;
+    const int n_slots = std::min(registry.size(), options_.max_slots);
+    const int n_events = ctx_.n_events();
+    for (int slot = 0; slot < n_slots; ++slot) {
+      const ThreadSlot& thread = registry.slot(slot);
+      if (!thread.counters.sampling() || samples_of_[slot] == 0 || !ctx_.table->slot_ready(slot)) continue;
+      const RawCount* last = &last_[static_cast<size_t>(slot) * kMaxEvents];
+      for (int e = 0; e < n_events; ++e) {
+        const ScaledCount at_last = scale_count(last[e].raw, last[e].enabled, last[e].running);
+        const uint64_t sampled = static_cast<uint64_t>(std::llround(at_last.value));
+        if (thread.last_values[e] > sampled) ctx_.charge(nullptr, 0, slot, e, thread.last_values[e] - sampled);
+      }
+    }
   }
 
   CountingContext& ctx_;
-  const int64_t interval_ns_;
-  const int64_t started_ns_;
-  const int max_slots_;
-  // One thread samples at a time (the try-lock), so the per-slot arrays need nothing more.
-  alignas(64) std::atomic<int64_t> next_ns_{0};
-  std::atomic<bool> busy_{false};
-  std::atomic<uint64_t> samples_{0};
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<RawCount[], FreeDeleter> last_;   // [slot][event]: the counts at the last read
-  std::unique_ptr<uint64_t[], FreeDeleter> carry_;  // [slot][event]: counted, not yet charged to an op
-  std::unique_ptr<int64_t[], FreeDeleter> read_ns_;  // [slot]: when it was last read
+  const CountingOptions options_;
+  std::mutex mutex_;  // the collector's tables, against snapshots
+  std::vector<RawCount> last_;          // [slot][event]: the values at each thread's last sample
+  std::vector<uint64_t> samples_of_, lost_of_;  // [slot]
+  std::vector<WorkerVotes> votes_;      // [slot]
+  Replay replays_[kMaxDispatchThreads];
+  std::vector<Pending> pending_;
+  std::vector<uint8_t> scratch_;
+  FrameTables frames_;
+  StackTable stacks_;
+  std::vector<uint64_t> unwind_stops_;
+  uint64_t by_frame_pointer_ = 0, by_scanning_ = 0;
+  uint64_t unparsed_ = 0, ambiguous_ = 0, late_events_ = 0;
+  int cpu_event_ = -1;  // task-clock's index: the CPU time each sample stands for
+  std::atomic<uint64_t> joined_{0};
 };
 
 }  // namespace

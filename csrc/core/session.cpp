@@ -38,8 +38,13 @@ void check_config(const SessionConfig& config) {
     throw std::invalid_argument("span capacity must be at most " + std::to_string(kMaxSpanCapacity));
   if (config.max_threads < 1 || config.max_threads > kMaxThreadsLimit)
     throw std::invalid_argument("max_threads must be between 1 and " + std::to_string(kMaxThreadsLimit));
-  if (config.sample_interval_us < kMinSampleIntervalUs)
-    throw std::invalid_argument("sample interval must be at least " + std::to_string(kMinSampleIntervalUs) + " µs");
+  if (config.sample_hz < kMinSampleHz || config.sample_hz > kMaxSampleHz)
+    throw std::invalid_argument("sample rate must be between " + std::to_string(kMinSampleHz) + " and " +
+                                std::to_string(kMaxSampleHz) + " Hz");
+  if (config.stack_bytes < 0 || config.stack_bytes > kMaxStackBytes || config.stack_bytes % 8)
+    throw std::invalid_argument("stack bytes must be a multiple of 8 up to " + std::to_string(kMaxStackBytes));
+  if (config.ring_pages < 1 || config.ring_pages > (1 << 16))
+    throw std::invalid_argument("ring pages must be between 1 and 65536");
 }
 
 }  // namespace
@@ -94,6 +99,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
     state.local_depth = 0;
     state.hook_ns.store(0);
     state.spans.init(config.span_capacity, n_events);
+    state.events.init(0);  // sized on the thread's first op, in sampled mode
   }
   pool_used_.store(0);
   ops_seen_.store(0);
@@ -102,18 +108,27 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   unmatched_.store(0);
   truncated_ = 0;
   generation_.fetch_add(1);
-  registry_.configure(events, config.max_threads);
-  discovery_ = std::make_unique<ThreadDiscovery>(registry_, team_, table_);
+  ThreadCounters::Sampling sampling;
+  sampling.period_ns = 1000000000ULL / static_cast<uint64_t>(config.sample_hz);
+  sampling.stack_bytes = static_cast<uint32_t>(config.stack_bytes);
+  sampling.ring_pages = static_cast<size_t>(config.ring_pages);
+  const bool sampled = config.mode == CountingMode::Sampled;
+  registry_.configure(events, config.max_threads, sampled ? &sampling : nullptr);
+  CountingOptions options;
+  options.mode = config.mode;
+  options.sample_hz = config.sample_hz;
+  options.stack_bytes = config.stack_bytes;
+  options.timeline_samples = config.timeline_samples;
+  options.max_slots = config.max_threads;
+  options.states = pool_;
+  options.states_used = &pool_used_;
+  counting_ = make_counting_strategy(context_, options);
+  CountingStrategy* counting = counting_.get();
+  discovery_ = std::make_unique<ThreadDiscovery>(registry_, team_, table_,
+                                                 [counting](int64_t now, bool final) { counting->collect(now, final); });
   discovery_->start();
   started_ns_ = now_ns();
   stopped_ns_ = 0;
-  CountingOptions options;
-  options.mode = config.mode;
-  options.sample_interval_us = config.sample_interval_us;
-  options.n_dispatch_states = kMaxDispatchThreads;
-  options.max_slots = config.max_threads;
-  options.started_ns = started_ns_;
-  counting_ = make_counting_strategy(context_, options);
   running_.store(true, std::memory_order_seq_cst);
   if (on_started) on_started();
   return resolved.dropped;
@@ -147,6 +162,7 @@ DispatchState* Session::dispatch_state() {
   }
   DispatchState* state = pool_[index].get();
   state->tid = static_cast<pid_t>(syscall(SYS_gettid));
+  if (config_.mode == CountingMode::Sampled) state->events.init(kOpEventCapacity);
   // Counters for this thread now, not at the discovery thread's next scan, so its first ops count.
   state->slot = registry_.ensure(state->tid);
   if (state->slot >= 0) {
@@ -175,10 +191,14 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
     unmatched_.fetch_add(1, std::memory_order_relaxed);  // began on another thread or session
     return;
   }
-  ops_seen_.fetch_add(1, std::memory_order_relaxed);
   Frame& frame = state->frames[d];
   const int64_t hook_inside = state->hook_ns.load(std::memory_order_relaxed) - frame.hook_ns_at_start;
   const int64_t dur = std::max<int64_t>(0, enter_ns - frame.start_ns - hook_inside);
+  // The strategy first: exact mode reads the calling thread's clock here, and every instruction
+  // before it would land in the op's CPU time.
+  uint64_t span_counts[kMaxEvents] = {};
+  counting_->end_op(*state, d, enter_ns, hook_inside, dur, state->spans.enabled() ? span_counts : nullptr);
+  ops_seen_.fetch_add(1, std::memory_order_relaxed);
   const int64_t self = std::max<int64_t>(0, dur - frame.child_ns);
   if (d > 0) state->frames[d - 1].child_ns += dur;
   OpEntry& entry = table_.entry(frame.entry);
@@ -189,24 +209,24 @@ void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {
   while (static_cast<uint64_t>(dur) > seen_max &&
          !entry.max_ns.compare_exchange_weak(seen_max, static_cast<uint64_t>(dur), std::memory_order_relaxed)) {
   }
-  uint64_t* span_counters = nullptr;
-  SpanRecord* span = nullptr;
   if (state->spans.enabled()) {
-    span = state->spans.claim(&span_counters);
+    uint64_t* span_counters = nullptr;
+    SpanRecord* span = state->spans.claim(&span_counters);
     span->entry = frame.entry;
     span->thread_slot = state->slot;
     span->depth = static_cast<uint16_t>(d);
     span->start_ns = frame.start_ns;
     span->dur_ns = dur;
-    std::fill_n(span_counters, state->spans.n_events(), 0);
+    std::copy_n(span_counts, state->spans.n_events(), span_counters);
+    state->spans.publish();
   }
-  counting_->end_op(*state, d, enter_ns, hook_inside, span_counters);
-  if (span) state->spans.publish();
   frame.done = true;
+  const uint32_t ended_entry = frame.entry;
   while (state->local_depth > 0 && state->frames[state->local_depth - 1].done) --state->local_depth;
   const int64_t exit_ns = now_ns();
   state->hook_ns.store(state->hook_ns.load(std::memory_order_relaxed) + (exit_ns - enter_ns),
                        std::memory_order_relaxed);
+  counting_->ended(*state, ended_entry, d, enter_ns, exit_ns);
 }
 
 int64_t Session::hook_ns() const {

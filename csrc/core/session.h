@@ -34,7 +34,10 @@ struct SessionConfig {
   std::vector<std::string> events;
   CountingMode mode = CountingMode::Sampled;
   bool record_shapes = true;
-  int sample_interval_us = kDefaultSampleIntervalUs;
+  int sample_hz = kDefaultSampleHz;  // sampled mode: samples per second of each thread's CPU time
+  int stack_bytes = kDefaultStackBytes;  // user stack copied per sample; 0: leaf and kernel frames only
+  int ring_pages = kDefaultRingPages;
+  size_t timeline_samples = kDefaultTimelineSamples;
   int op_capacity = kDefaultOpCapacity;
   size_t span_capacity = 0;
   int max_threads = kDefaultMaxThreads;
@@ -152,6 +155,7 @@ void Session::begin_op(DispatchState* state, int64_t enter_ns, uintptr_t id, uin
   const int64_t hook = state->hook_ns.load(std::memory_order_relaxed) + (begin_ns - enter_ns);
   state->hook_ns.store(hook, std::memory_order_relaxed);
   frame.hook_ns_at_start = hook;
+  counting_->began(*state, d, enter_ns, begin_ns);
 }
 
 }  // namespace cpuprof

@@ -61,7 +61,6 @@ SessionSnapshot Session::snapshot() {
   }
   out.mode = config_.mode == CountingMode::Exact ? "exact" : "sampled";
   out.record_shapes = config_.record_shapes;
-  out.sample_interval_us = config_.sample_interval_us;
   out.running = running_.load();
   out.started_ns = started_ns_;
   out.stopped_ns = stopped_ns_;
@@ -194,7 +193,8 @@ SessionSnapshot Session::snapshot() {
       out.spans.counters.insert(out.spans.counters.end(), ring.counters(i), ring.counters(i) + n_events);
     }
   }
-  out.memory_bytes = memory;
+  if (counting_) counting_->fill_snapshot(&out);
+  out.memory_bytes = memory + out.sampling.memory_bytes;
   return out;
 }
 

@@ -50,6 +50,38 @@ struct ThreadSnapshot {
   // thread had exited before the session stopped).
   int64_t cpu_ns_at_open = -1, run_delay_ns_at_open = -1;
   int64_t cpu_ns_at_stop = -1, run_delay_ns_at_stop = -1;
+  // Sampled mode: samples joined from this thread, samples the kernel dropped (its ring was
+  // full), and why it could not be sampled at all (0: it was).
+  uint64_t samples = 0, samples_lost = 0;
+  int sample_errno = 0;
+};
+
+// Sampled mode's samples, stacks and how they were obtained.
+struct SamplingSnapshot {
+  bool enabled = false;
+  int sample_hz = 0;
+  int stack_bytes = 0;
+  uint64_t samples = 0;            // joined to the op timeline
+  uint64_t samples_lost = 0;       // dropped by the kernel (rings full), all threads
+  uint64_t unparsed = 0;           // records that did not parse
+  uint64_t ambiguous_workers = 0;  // worker samples while several dispatching threads ran ops
+  uint64_t late_op_events = 0;     // op events published after samples past them were joined
+  uint64_t op_events_dropped = 0;  // op timeline rings full
+  uint64_t stacks_truncated = 0, counts_dropped = 0, timeline_dropped = 0;
+  std::vector<uint64_t> unwind_stops;  // samples per UnwindStop kind
+  uint64_t frames_by_frame_pointer = 0, frames_by_scanning = 0;
+  // Stacks: stack i (1..n) is frames[offsets[i-1], offsets[i]), leaf first; offsets[0] = 0.
+  std::vector<uint64_t> frames;
+  std::vector<uint32_t> offsets;
+  // Per (stack, thread slot, op entry): samples and the CPU time they stand for.
+  std::vector<uint32_t> count_stack, count_entry;
+  std::vector<int32_t> count_slot;
+  std::vector<uint64_t> count_samples, count_cpu_ns;
+  // The newest samples, oldest first.
+  std::vector<int64_t> timeline_time;
+  std::vector<int32_t> timeline_slot;
+  std::vector<uint32_t> timeline_entry, timeline_stack, timeline_cpu_us;
+  size_t memory_bytes = 0;
 };
 
 struct SpanSnapshot {
@@ -64,7 +96,6 @@ struct SessionSnapshot {
   std::vector<EventSnapshot> events;
   std::string mode;
   bool record_shapes = false;
-  int sample_interval_us = 0;
   bool running = false;
   int64_t started_ns = 0, stopped_ns = 0, now_ns = 0;
   uint64_t ops_seen = 0, too_deep = 0, unattributed_ops = 0, unmatched_ends = 0, truncated_ops = 0;
@@ -85,6 +116,7 @@ struct SessionSnapshot {
   std::vector<int> counter_threads;
   std::vector<uint64_t> counters_self, counters_incl;
   SpanSnapshot spans;
+  SamplingSnapshot sampling;
 };
 
 }  // namespace cpuprof

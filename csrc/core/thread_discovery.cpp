@@ -10,8 +10,9 @@
 
 namespace cpuprof {
 
-ThreadDiscovery::ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table)
-    : registry_(registry), team_(team), table_(table) {}
+ThreadDiscovery::ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table,
+                                 std::function<void(int64_t, bool)> collect)
+    : registry_(registry), team_(team), table_(table), collect_(std::move(collect)) {}
 
 ThreadDiscovery::~ThreadDiscovery() { stop(); }
 
@@ -52,17 +53,20 @@ void ThreadDiscovery::run() {
   wake_.notify_all();
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_requested_) {
-    wake_.wait_for(lock, std::chrono::microseconds(kDiscoveryIntervalUs), [this] { return stop_requested_; });
+    wake_.wait_for(lock, std::chrono::microseconds(kCollectIntervalUs), [this] { return stop_requested_; });
     const bool final_tick = stop_requested_;
     lock.unlock();
     tick(final_tick);
+    if (collect_) collect_(now_ns(), final_tick);
     cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
     lock.lock();
   }
 }
 
 void ThreadDiscovery::tick(bool final_tick) {
-  if (!final_tick && now_ns() - last_scan_ns_ > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000) scan();
+  const bool due = now_ns() - last_scan_ns_ > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000;
+  if (!final_tick && !due) return;  // a collector period without discovery
+  if (!final_tick) scan();
   const int n_slots = registry_.size();
   const int n_events = registry_.n_events();
   uint64_t values[kMaxEvents];

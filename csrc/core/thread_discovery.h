@@ -1,5 +1,6 @@
-// The discovery thread: finds new threads, adds to the team the ones that start working, and
-// takes the final read that ends every thread's totals.
+// The collector thread: finds new threads, adds to the team the ones that start working, hands
+// each period to the counting strategy (sampled mode drains its sample rings here), and takes the
+// final read that ends every thread's totals.
 //
 // It never reads a thread that is in the team while the session runs: reading the counters of
 // a thread running on another CPU costs that CPU an interrupt (about 10 µs in a VM), and waking
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -22,7 +24,9 @@ namespace cpuprof {
 
 class ThreadDiscovery {
  public:
-  ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table);
+  // `collect(now, final)` runs after each tick (see CountingStrategy::collect).
+  ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table,
+                  std::function<void(int64_t, bool)> collect = nullptr);
   ~ThreadDiscovery();
   // Starts the thread and waits until it has opened counters on every existing thread.
   void start();
@@ -39,6 +43,7 @@ class ThreadDiscovery {
   ThreadRegistry& registry_;
   TeamSet& team_;
   OpTable& table_;
+  std::function<void(int64_t, bool)> collect_;
   std::thread thread_;
   pid_t tid_ = 0;
   std::mutex mutex_;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -31,9 +32,12 @@ SchedStat read_schedstat(pid_t tid) {
   return stat;
 }
 
-void ThreadRegistry::configure(const std::vector<EventSpec>& events, int max_threads) {
+void ThreadRegistry::configure(const std::vector<EventSpec>& events, int max_threads,
+                               const ThreadCounters::Sampling* sampling) {
   std::lock_guard<std::mutex> lock(mutex_);
   events_ = events;
+  sampled_ = sampling != nullptr;
+  if (sampling != nullptr) sampling_ = *sampling;
   // Slots are reused across sessions (their counters are closed at stop); resized only here,
   // while no session runs and so nothing reads them.
   slots_.resize(max_threads);
@@ -59,6 +63,9 @@ int ThreadRegistry::add_locked(pid_t tid) {
   ThreadSlot& slot = *slots_[n];
   slot.counters.close();
   slot.tid = tid;
+  // The kernel's encoding of a thread's CPU clock id (what pthread_getcpuclockid returns for a
+  // pthread): any thread of the process may read it, without interrupting the thread.
+  slot.cpu_clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
   memset(slot.name, 0, sizeof(slot.name));
   memset(slot.last_values, 0, sizeof(slot.last_values));
   slot.last_scaled = slot.last_counted = 0;
@@ -76,7 +83,11 @@ int ThreadRegistry::add_locked(pid_t tid) {
   slot.sched_at_open = read_schedstat(tid);
   slot.has_run = slot.sched_at_open.ok && slot.sched_at_open.cpu_ns > kJoinedWorkerCpuNs;
   slot.opened_ns = now_ns();
-  slot.counters.open(tid, events_, &slot.open_errno);
+  // Rings are kernel memory: threads past the first 64 (idle pools, mostly) get small ones, and
+  // a busy one among them loses samples, counted, rather than the process running out of memory.
+  ThreadCounters::Sampling sampling = sampling_;
+  if (n >= 64) sampling.ring_pages = std::min<size_t>(sampling.ring_pages, 16);
+  slot.counters.open(tid, events_, &slot.open_errno, sampled_ ? &sampling : nullptr);
   size_.store(n + 1, std::memory_order_release);
   return n;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -31,6 +32,7 @@ SchedStat read_schedstat(pid_t tid);
 
 struct ThreadSlot {
   pid_t tid = 0;
+  clockid_t cpu_clock = 0;  // the thread's CPU clock, readable from any thread of the process
   char name[16] = {0};
   int64_t opened_ns = 0;  // when counting started for this thread
   int open_errno = 0;     // non-zero when some event failed to open on this thread
@@ -47,8 +49,10 @@ struct ThreadSlot {
 
 class ThreadRegistry {
  public:
-  // Sizes the slots for up to `max_threads` threads and forgets every earlier thread.
-  void configure(const std::vector<EventSpec>& events, int max_threads);
+  // Sizes the slots for up to `max_threads` threads and forgets every earlier thread. With
+  // `sampling`, every thread's counters sample (see ThreadCounters::open).
+  void configure(const std::vector<EventSpec>& events, int max_threads,
+                 const ThreadCounters::Sampling* sampling = nullptr);
   // Opens counters on threads of this process not seen yet, except `exclude_tid` (the
   // discovery thread itself). Returns how many were added.
   int scan(pid_t exclude_tid);
@@ -69,6 +73,8 @@ class ThreadRegistry {
  private:
   int add_locked(pid_t tid);
   std::vector<EventSpec> events_;
+  ThreadCounters::Sampling sampling_;
+  bool sampled_ = false;
   std::vector<std::unique_ptr<ThreadSlot>> slots_;
   std::atomic<int> size_{0};
   std::atomic<int> beyond_limit_{0};

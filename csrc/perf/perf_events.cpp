@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sys/mount.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -339,7 +340,8 @@ void inject_open_errno(int err, int count) {
   g_inject_errno.store(err, std::memory_order_release);
 }
 
-int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only) {
+int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only,
+              const SampleSpec* sample, bool monotonic) {
   if (user_only) *user_only = false;
   int injected = g_inject_errno.load(std::memory_order_acquire);
   if (injected != 0) {
@@ -363,6 +365,19 @@ int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_form
   attr.exclude_hv = spec.kind == EventKind::Hardware || spec.kind == EventKind::HardwareCache ||
                     spec.kind == EventKind::Raw;
   attr.disabled = 0;
+  if (monotonic) {
+    attr.use_clockid = 1;
+    attr.clockid = CLOCK_MONOTONIC;
+  }
+  if (sample != nullptr) {
+    attr.sample_period = sample->period;
+    attr.sample_type = sample->sample_type;
+    attr.sample_stack_user = sample->stack_bytes;
+    attr.sample_regs_user = sample->regs_mask;
+    // The user part of the kernel's call chain follows frame pointers, which MKL, libgomp and
+    // libtorch do not keep; user stacks are unwound from the copied stack instead.
+    attr.exclude_callchain_user = 1;
+  }
   int fd = static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC));
   if (fd >= 0) return fd;
   int err = errno;

@@ -46,11 +46,22 @@ std::vector<std::string> generic_event_names();
 // mode and RLIMIT_NOFILE so the sentence names the setting that is in the way.
 std::string open_error_reason(int err, const EventSpec& spec);
 
+// What turns a counting event into the sampling leader of its group (see SampleRing).
+struct SampleSpec {
+  uint64_t period = 0;        // in the event's unit: nanoseconds of CPU for task-clock
+  uint64_t sample_type = 0;   // PERF_SAMPLE_* bits
+  uint32_t stack_bytes = 0;   // user stack copied with each sample (PERF_SAMPLE_STACK_USER)
+  uint64_t regs_mask = 0;     // user registers recorded with each sample (PERF_SAMPLE_REGS_USER)
+};
+
 // perf_event_open, returning the fd or -errno. Fault injection (for tests of the error paths)
 // makes the next `count` calls fail with `err`; count < 0 means every call until cleared.
 // `user_only`, when given, is set when the kernel refused kernel-mode counting and the event was
-// opened for user mode only (perf_event_paranoid >= 2 without CAP_PERFMON).
-int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only = nullptr);
+// opened for user mode only (perf_event_paranoid >= 2 without CAP_PERFMON). `sample`, when given,
+// makes the event sample; `monotonic` stamps its samples (and, for a group, every member must
+// agree) with CLOCK_MONOTONIC, the op timeline's clock.
+int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only = nullptr,
+              const SampleSpec* sample = nullptr, bool monotonic = false);
 void inject_open_errno(int err, int count);
 
 struct ProbeResult {

@@ -1,5 +1,7 @@
 #include "perf/thread_counters.h"
 
+#include "perf/sample_record.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -18,10 +20,20 @@ bool is_core_hardware(EventKind kind) {
 
 }  // namespace
 
-int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno) {
+int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno,
+                         const Sampling* sampling) {
   close();
   *first_errno = 0;
+  sampling_errno_ = 0;
+  sampled_ = false;
   int opened = 0;
+  SampleSpec spec_sample;
+  if (sampling != nullptr) {
+    spec_sample.period = sampling->period_ns;
+    spec_sample.sample_type = kSampleType;
+    spec_sample.regs_mask = kSampleRegsMask;
+    spec_sample.stack_bytes = sampling->stack_bytes;
+  }
   int software_group = -1;
   int hardware_group = -1;
   const int n = static_cast<int>(events.size()) < kMaxEvents ? static_cast<int>(events.size()) : kMaxEvents;
@@ -37,10 +49,34 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
     }
     int group_index = group_slot ? *group_slot : -1;
     int leader = group_index >= 0 ? groups_[group_index].leader_fd : -1;
-    int fd = perf_open(spec, tid, leader, kReadFormat);
+    // The software group samples: its leader (task-clock, always the first event) with the
+    // sample spec, all its members on the same clock (the kernel requires it).
+    const bool in_sampling_group = sampling != nullptr && group_slot == &software_group && sampling_errno_ == 0;
+    const bool samples_here = in_sampling_group && leader < 0;
+    int fd = perf_open(spec, tid, leader, kReadFormat, nullptr, samples_here ? &spec_sample : nullptr,
+                       in_sampling_group);
+    if (fd < 0 && samples_here) {
+      // Sampling refused (seccomp, an old kernel's sample_type limits): count without it.
+      sampling_errno_ = -fd;
+      fd = perf_open(spec, tid, leader, kReadFormat);
+    }
     if (fd < 0) {
       if (*first_errno == 0) *first_errno = -fd;
       continue;
+    }
+    if (samples_here) {
+      const int err = ring_.map(fd, sampling->ring_pages);
+      if (err != 0) {
+        // The ring could not be mapped (over perf_event_mlock_kb for an unprivileged user): the
+        // event samples into nothing, so it is reopened as a plain counter.
+        sampling_errno_ = err;
+        ::close(fd);
+        fd = perf_open(spec, tid, leader, kReadFormat);
+        if (fd < 0) {
+          if (*first_errno == 0) *first_errno = -fd;
+          continue;
+        }
+      }
     }
     fds_[n_fds_++] = fd;
     if (group_index < 0) {
@@ -48,6 +84,10 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
       groups_[group_index].leader_fd = fd;
       groups_[group_index].n = 0;
       if (group_slot) *group_slot = group_index;
+      if (samples_here && ring_.mapped()) {
+        sample_group_ = group_index;
+        sampled_ = true;
+      }
     }
     Group& group = groups_[group_index];
     group.event_index[group.n++] = i;
@@ -99,6 +139,8 @@ bool ThreadCounters::read(uint64_t* values, uint32_t* scaled, uint32_t* counted)
 }
 
 void ThreadCounters::close() {
+  ring_.unmap();
+  sample_group_ = -1;
   for (int i = 0; i < n_fds_; ++i) ::close(fds_[i]);
   n_fds_ = 0;
   n_groups_ = 0;

@@ -13,6 +13,7 @@
 
 #include "common/limits.h"
 #include "perf/perf_events.h"
+#include "perf/sample_ring.h"
 
 namespace cpuprof {
 
@@ -25,7 +26,16 @@ class ThreadCounters {
 
   // Opens every event for `tid`. Returns the number opened; an event that fails here (the probe
   // on the profiling thread already dropped what the machine cannot count) reads as not counted.
-  int open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno);
+  // With `sampling`, the group of software events (task-clock first) samples: its leader writes
+  // a record every `period` ns of the thread's CPU time into a ring of `ring_pages` pages, each
+  // with the group's values (see sample_record.h). If sampling cannot be set up, the events
+  // still count, and `sampling_errno()` says why.
+  struct Sampling {
+    uint64_t period_ns = 1000000;
+    uint32_t stack_bytes = 8192;
+    size_t ring_pages = 64;
+  };
+  int open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno, const Sampling* sampling = nullptr);
 
   // Cumulative values since open(), scaled for multiplexing. `scaled` and `counted` are bitmasks
   // over event indices. Allocation-free: called on the per-op path in exact mode.
@@ -36,12 +46,25 @@ class ThreadCounters {
   void close();
   bool is_open() const { return n_groups_ > 0; }
 
+  // Sampling: the ring of the sampling group, and which event each value of a sample is.
+  bool sampling() const { return ring_.mapped(); }
+  // Whether this thread was sampled since it was opened (still true after close), or why not.
+  bool sampled() const { return sampled_; }
+  int sampling_errno() const { return sampling_errno_; }
+  SampleRing& ring() { return ring_; }
+  int sample_value_event(int i) const { return groups_[sample_group_].event_index[i]; }
+  int sample_values() const { return sample_group_ >= 0 ? groups_[sample_group_].n : 0; }
+
  private:
   struct Group {
     int leader_fd = -1;
     int n = 0;                  // members read back, in order
     int event_index[kMaxEvents];
   };
+  SampleRing ring_;
+  int sample_group_ = -1;
+  int sampling_errno_ = 0;
+  bool sampled_ = false;
   Group groups_[kMaxEvents];
   int n_groups_ = 0;
   int fds_[kMaxEvents];

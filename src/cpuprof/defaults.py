@@ -26,8 +26,13 @@ OP_CAPACITY: int = CORE_LIMITS["kDefaultOpCapacity"]
 MIN_OP_CAPACITY: int = CORE_LIMITS["kMinOpCapacity"]
 MAX_OP_CAPACITY: int = CORE_LIMITS["kMaxOpCapacity"]
 MAX_TIMELINE: int = CORE_LIMITS["kMaxSpanCapacity"]
-SAMPLE_INTERVAL_US: int = CORE_LIMITS["kDefaultSampleIntervalUs"]
-MIN_SAMPLE_INTERVAL_US: int = CORE_LIMITS["kMinSampleIntervalUs"]
+SAMPLE_HZ: int = CORE_LIMITS["kDefaultSampleHz"]
+MIN_SAMPLE_HZ: int = CORE_LIMITS["kMinSampleHz"]
+MAX_SAMPLE_HZ: int = CORE_LIMITS["kMaxSampleHz"]
+STACK_BYTES: int = CORE_LIMITS["kDefaultStackBytes"]
+MAX_STACK_BYTES: int = CORE_LIMITS["kMaxStackBytes"]
+RING_PAGES: int = CORE_LIMITS["kDefaultRingPages"]
+TIMELINE_SAMPLES: int = CORE_LIMITS["kDefaultTimelineSamples"]
 
 MODES = ("sampled", "exact")
 DEFAULT_MODE = "sampled"

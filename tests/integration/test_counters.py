@@ -76,7 +76,7 @@ def test_op_on_two_openmp_threads_counts_both(mode):
     try:
         a = torch.randn(768, 768)
         a @ a  # the OpenMP team exists and has worked before the session starts
-        with cpuprof.profile(SOFTWARE, mode=mode, sample_interval_us=500, warn=False) as prof:
+        with cpuprof.profile(SOFTWARE, mode=mode, warn=False) as prof:
             for _ in range(40 if mode == "sampled" else 5):
                 a @ a
     finally:
@@ -102,18 +102,23 @@ def test_sum_of_op_cpu_time_matches_process_cpu_time():
         return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
     run_decode(model, cfg, prompt_len=8, new_tokens=4, warmup=1)
-    prof = cpuprof.profile(SOFTWARE, mode="sampled", sample_interval_us=1000, warn=False)
+    prof = cpuprof.profile(SOFTWARE, mode="sampled", sample_hz=1000, warn=False)
     before = process_cpu_ns()
     prof.start()
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
         run_decode(model, cfg, prompt_len=16, new_tokens=40, warmup=1)
+    nat.stop()  # the session alone: the process CPU below leaves out building the profile
+    spent_in_session = process_cpu_ns() - before
     profile = prof.stop()
-    spent = process_cpu_ns() - before - profile.overhead.discovery_cpu_ns
+    spent = spent_in_session - profile.overhead.discovery_cpu_ns
     charged = sum(op.self_total("task-clock") or 0 for op in profile.ops)
     assert charged == pytest.approx(spent, rel=0.05)
-    # and the per-thread totals agree with the per-op sum
-    assert sum(t.cpu_ns or 0 for t in profile.threads) == pytest.approx(charged, rel=0.02)
+    # The books balance exactly: ops, "[outside ATen ops]" and cpuprof's callbacks are the threads'
+    # totals; and those agree with the kernel's own accounting of each thread (schedstat).
+    totals = sum(t.cpu_ns or 0 for t in profile.threads)
+    assert totals == pytest.approx(charged, rel=0.001)
+    assert totals == pytest.approx(sum(t.sched_cpu_ns or 0 for t in profile.threads), rel=0.02)
 
 
 def test_thread_started_after_profiling_is_counted():
@@ -258,11 +263,13 @@ def test_multiplexed_counts_are_scaled_and_marked():
             workloads.spin_for_ns(50_000_000)
             cpu = time.thread_time_ns() - before
     me = prof.profile.threads[own_slot(prof.profile)]
-    assert "task-clock" in me.scaled
-    assert "task-clock" in prof.profile.collection.scaled_events  # the per-op deltas too
+    assert "task-clock" in me.scaled  # the thread's totals are perf counts, scaled back
+    # Per op, exact mode takes CPU time from the thread's clock, which is never multiplexed; the
+    # other events' per-op deltas are perf counts, scaled and marked.
+    assert "context-switches" in prof.profile.collection.scaled_events
+    assert "task-clock" not in prof.profile.collection.scaled_events
     spin = region_op(prof.profile, "spin")
-    # raw counts halved, then scaled back by enabled/running: the estimate is the true value
-    assert spin.counters_incl["task-clock"][own_slot(prof.profile)] == pytest.approx(cpu, rel=0.1)
+    assert spin.counters_incl["task-clock"][own_slot(prof.profile)] == pytest.approx(cpu, rel=0.05)
 
 
 def test_second_session_while_running_is_refused():
@@ -440,19 +447,3 @@ def test_timeline_spans_carry_counters_only_in_exact_mode(mode):
         assert spans.counters[index][0] >= 18_000_000  # task-clock of the spin
     else:
         assert spans.counters[index] == []
-
-
-def test_sampled_charges_follow_time_for_long_and_short_ops():
-    """Samples land at the first boundary after a deadline, which favours long ops unless the
-    estimator corrects for it: each region's charged CPU should match its own wall time."""
-    with cpuprof.profile(SOFTWARE, mode="sampled", sample_interval_us=4000, warn=False) as prof:
-        for _ in range(15):
-            with cpuprof.region("long"):
-                workloads.spin_for_ns(30_000_000)
-            for _ in range(6):
-                with cpuprof.region("short"):
-                    workloads.spin_for_ns(1_000_000)
-    for name, tolerance in (("long", 0.15), ("short", 0.35)):
-        r = region_op(prof.profile, name)
-        charged = r.self_total("task-clock")
-        assert charged == pytest.approx(r.self_ns, rel=tolerance), (name, charged, r.self_ns)

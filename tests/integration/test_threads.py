@@ -75,4 +75,4 @@ def test_threads_beyond_the_slots_are_counted_and_reported():
 
 def test_limits_known_without_torch_are_the_cores_own():
     assert _build_info.LIMITS == native.load().limits
-    assert cpuprof.defaults.SAMPLE_INTERVAL_US == native.load().limits["kDefaultSampleIntervalUs"]
+    assert cpuprof.defaults.SAMPLE_HZ == native.load().limits["kDefaultSampleHz"]

@@ -70,8 +70,10 @@ def _how_counted(profile: Profile) -> str:
     assert c is not None
     if c.mode == "exact":
         return "every team thread's counters read at both ends of every op (exact per op)"
-    return (f"the team's counters read at the first op boundary after every {c.sample_interval_us} µs and charged "
-            "to the op running then (statistical per op; exact per thread)")
+    s = profile.sampling
+    hz = f"{s.hz} Hz of each thread's CPU time" if s else "the sampling rate"
+    return (f"every thread sampled by the kernel at {hz}, each sample charged to the op its thread was working "
+            "for at that instant (statistical per op; exact per thread)")
 
 
 def _profile_section(profile: Profile) -> Section:

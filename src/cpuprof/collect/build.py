@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 from ..model import (
@@ -11,11 +13,16 @@ from ..model import (
     IdleThread,
     Limits,
     Meta,
+    NativeFrame,
     OpInput,
     OpStat,
     Overhead,
     Profile,
+    SampleTimeline,
+    Sampling,
     Spans,
+    StackCount,
+    Stacks,
     Status,
     ThreadStat,
 )
@@ -45,6 +52,75 @@ def _single(item: Any) -> OpInput:
     return OpInput(kind=item.kind)
 
 
+_UNWIND_STOPS = ("outermost frame", "end of the copied stack", "no unwind information", "implausible frame",
+                 "depth limit", "no user registers")
+
+
+def _sampling_error(err: int) -> str | None:
+    if err == 0:
+        return None
+    if err < 0:
+        return "not sampled (the thread was not found while the session ran)"
+    name = errno.errorcode.get(err, str(err))
+    hint = {errno.EPERM: " (over kernel.perf_event_mlock_kb for an unprivileged user, or perf_event_paranoid)",
+            errno.EACCES: " (perf_event_paranoid)", errno.EMFILE: " (file-descriptor limit)"}.get(err, "")
+    return f"not sampled: {name}, {os.strerror(err)}{hint}"
+
+
+def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple[Sampling, Stacks]:
+    from .symbols import Symbolizer
+
+    sp = snap.sampling
+    symbolizer = Symbolizer()
+    frames: list[NativeFrame] = []
+    frame_index: dict[tuple[str, str], int] = {}
+    pc_index: dict[int, int] = {}
+
+    def frame_of(pc: int) -> int:
+        known = pc_index.get(pc)
+        if known is not None:
+            return known
+        f = symbolizer.frame(pc)
+        key = (f.name, f.module)
+        index = frame_index.get(key)
+        if index is None:
+            index = frame_index[key] = len(frames)
+            frames.append(f)
+        pc_index[pc] = index
+        return index
+
+    pcs, offsets = sp.frames.tolist(), sp.offsets.tolist()
+    stacks: list[list[int]] = [[]]  # stack 0: no stack
+    for i in range(1, len(offsets)):
+        stacks.append([frame_of(pc) for pc in pcs[offsets[i - 1]:offsets[i]]])
+    counts = []
+    for stack, slot, entry, samples, cpu in zip(sp.count_stack.tolist(), sp.count_slot.tolist(),
+                                                  sp.count_entry.tolist(), sp.count_samples.tolist(),
+                                                  sp.count_cpu_ns.tolist(), strict=True):
+        thread = index_of_slot.get(slot)
+        if thread is None or entry not in op_ids:
+            continue
+        counts.append(StackCount(stack=stack, thread=thread, op=entry, samples=samples, cpu_ns=cpu))
+    timeline = None
+    if len(sp.timeline_time):
+        keep = [i for i, slot in enumerate(sp.timeline_slot.tolist()) if slot in index_of_slot]
+        timeline = SampleTimeline(
+            time_ns=[int(sp.timeline_time[i]) for i in keep],
+            thread=[index_of_slot[int(sp.timeline_slot[i])] for i in keep],
+            op=[int(sp.timeline_entry[i]) for i in keep], stack=[int(sp.timeline_stack[i]) for i in keep],
+            cpu_us=[int(sp.timeline_cpu_us[i]) for i in keep])
+    sampling = Sampling(
+        hz=sp.sample_hz, stack_bytes=sp.stack_bytes, samples=sp.samples, lost=sp.samples_lost,
+        unwind={name: int(n) for name, n in zip(_UNWIND_STOPS, sp.unwind_stops, strict=False) if n},
+        frames_by_frame_pointer=sp.frames_by_frame_pointer, frames_by_scanning=sp.frames_by_scanning,
+        ambiguous_workers=sp.ambiguous_workers, late_op_events=sp.late_op_events,
+        op_events_dropped=sp.op_events_dropped, stacks_truncated=sp.stacks_truncated,
+        counts_dropped=sp.counts_dropped, timeline_dropped=sp.timeline_dropped,
+        jit_symbols=symbolizer.jit_symbols, unresolved_frames=symbolizer.unresolved,
+    )
+    return sampling, Stacks(frames=frames, stacks=stacks, counts=counts, timeline=timeline)
+
+
 def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: bool = True) -> Profile:
     """Builds the Profile from a ``_native.SessionSnapshot``."""
     from ..machine.capabilities import collection_capabilities
@@ -70,6 +146,8 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             scaled=[n for n, s in zip(names, t.scaled, strict=True) if s],
             uncounted=[n for n, c in zip(names, t.counted, strict=True) if not c],
             opened_ns=t.opened_ns, run_delay_ns=run_delay, sched_cpu_ns=sched_cpu,
+            samples=t.samples, samples_lost=t.samples_lost,
+            sampling_error=_sampling_error(t.sample_errno) if snap.sampling.enabled else None,
         ))
     idle = [IdleThread(tid=t.tid, name=t.name) for slot, t in enumerate(snap.threads) if slot not in index_of_slot]
     by_index = {e.index: e for e in snap.entries}
@@ -116,8 +194,8 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         status=Status(complete=complete),
         collection=Collection(
             mode=snap.mode, events=[EventInfo(name=e.name, kind=e.kind, user_only=e.user_only) for e in snap.events],
-            record_shapes=snap.record_shapes, sample_interval_us=snap.sample_interval_us,
-            started_ns=snap.started_ns, stopped_ns=stopped_ns, scaled_events=list(snap.scaled_events),
+            record_shapes=snap.record_shapes, started_ns=snap.started_ns, stopped_ns=stopped_ns,
+            scaled_events=list(snap.scaled_events),
         ),
         capabilities=collection_capabilities(),
         threads=threads,
@@ -134,5 +212,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         dropped_events=list(dropped),
         spans=spans,
     )
+    if snap.sampling.enabled:
+        profile.sampling, profile.stacks = _stacks(snap, index_of_slot, {op.id for op in ops})
     profile.validate()
     return profile

@@ -62,13 +62,15 @@ class region:
             nat.region_end(id(self))
 
 
-def check_options(mode: str, sample_interval_us: int, op_capacity: int, timeline: int, max_threads: int) -> None:
+def check_options(mode: str, sample_hz: int, stack_bytes: int, op_capacity: int, timeline: int,
+                  max_threads: int) -> None:
     """Raises UsageError for an option outside what the core accepts (the core's own limits)."""
     if mode not in defaults.MODES:
         raise UsageError(f"mode {mode!r} is not one of: {', '.join(defaults.MODES)}")
-    if sample_interval_us < defaults.MIN_SAMPLE_INTERVAL_US:
-        raise UsageError(f"sample interval {sample_interval_us} µs is too short; use at least "
-                         f"{defaults.MIN_SAMPLE_INTERVAL_US}")
+    if not defaults.MIN_SAMPLE_HZ <= sample_hz <= defaults.MAX_SAMPLE_HZ:
+        raise UsageError(f"sample rate {sample_hz} Hz: expected {defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ}")
+    if not 0 <= stack_bytes <= defaults.MAX_STACK_BYTES or stack_bytes % 8:
+        raise UsageError(f"stack bytes {stack_bytes}: expected a multiple of 8 from 0 to {defaults.MAX_STACK_BYTES}")
     if not defaults.MIN_OP_CAPACITY <= op_capacity <= defaults.MAX_OP_CAPACITY:
         raise UsageError(f"op capacity {op_capacity}: expected {defaults.MIN_OP_CAPACITY} to "
                          f"{defaults.MAX_OP_CAPACITY}")
@@ -81,10 +83,11 @@ def check_options(mode: str, sample_interval_us: int, op_capacity: int, timeline
 class profile:
     """Profiles every ATen op, with counters of every thread of the process.
 
-    ``mode="sampled"`` (default) keeps the op path to two timestamps; at the first op boundary
-    after every ``sample_interval_us`` the dispatching thread reads the team's counters once and
-    charges the deltas to the op running then. ``mode="exact"`` reads the team at every op
-    boundary (exact per op, about two ``read()``s per team thread per op).
+    ``mode="sampled"`` (default): the kernel samples every thread of the process each 1/``sample_hz``
+    of its CPU time, with its counters, call chain and ``stack_bytes`` of user stack; the op path
+    only records op begins and ends, and a collector thread joins the samples to the op each
+    thread was working for, and unwinds their native stacks. ``mode="exact"`` reads every working
+    thread's counters at both ends of every op (exact per op, costly per op).
     ``modules=True`` makes each nn.Module forward a region named by its class, so ops are keyed by
     the module that ran them (a few µs per module call); ``modules=model`` names the regions of
     that model's modules by their attribute names ("layers.*/self_attn/q_proj"). ``timeline`` is how many of the newest
@@ -98,18 +101,20 @@ class profile:
         *,
         mode: str = defaults.DEFAULT_MODE,
         record_shapes: bool = True,
-        sample_interval_us: int = defaults.SAMPLE_INTERVAL_US,
+        sample_hz: int = defaults.SAMPLE_HZ,
+        stack_bytes: int = defaults.STACK_BYTES,
         op_capacity: int = defaults.OP_CAPACITY,
         timeline: int = 0,
         max_threads: int = defaults.MAX_THREADS,
         modules: bool | Any = False,
         warn: bool = True,
     ) -> None:
-        check_options(mode, sample_interval_us, op_capacity, timeline, max_threads)
+        check_options(mode, sample_hz, stack_bytes, op_capacity, timeline, max_threads)
         self.event_names = event_presets.resolve(events)
         self.mode = mode
         self.record_shapes = record_shapes
-        self.sample_interval_us = sample_interval_us
+        self.sample_hz = sample_hz
+        self.stack_bytes = stack_bytes
         self.op_capacity = op_capacity
         self.timeline = timeline
         self.max_threads = max_threads
@@ -121,6 +126,15 @@ class profile:
         self._native: Any = None
         self.meta: Meta | None = None
 
+    def _ring_pages(self) -> int:
+        """Ring pages per thread for 25 ms of samples (2.5 collector periods): a sample is its
+        copied stack plus about 1 KiB of call chain and counters."""
+        needed = self.sample_hz * 0.025 * (self.stack_bytes + 1024) / 4096
+        pages = 8
+        while pages < needed and pages < 1024:
+            pages *= 2
+        return pages
+
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> profile:
         nat = native.load()
@@ -129,8 +143,9 @@ class profile:
             raise UsageError("a cpuprof profile is already running in this process")
         dropped = nat.start(
             self.event_names, mode=self.mode, record_shapes=self.record_shapes,
-            sample_interval_us=self.sample_interval_us, op_capacity=self.op_capacity,
-            span_capacity=self.timeline, max_threads=self.max_threads,
+            sample_hz=self.sample_hz, stack_bytes=self.stack_bytes,
+            timeline_samples=defaults.TIMELINE_SAMPLES if self.timeline else 0, ring_pages=self._ring_pages(),
+            op_capacity=self.op_capacity, span_capacity=self.timeline, max_threads=self.max_threads,
         )
         # From here on this object owns the running session: stop() may stop it.
         self._native = nat

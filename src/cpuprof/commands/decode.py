@@ -57,12 +57,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--events", default=defaults.DEFAULT_EVENTS,
                    help="events and presets, comma separated (default: default)")
     c.add_argument("--mode", default=defaults.DEFAULT_MODE, choices=defaults.MODES,
-                   help="sampled (default): the team's counters are read at the first op boundary after each "
-                        "interval and charged to the op running then (low overhead, statistical per op); "
-                        "exact: read at every op boundary (exact per op, costly)")
-    c.add_argument("--sample-interval-us", type=positive_int, default=defaults.SAMPLE_INTERVAL_US,
-                   help=f"sampled mode: the interval in µs (default {defaults.SAMPLE_INTERVAL_US}, "
-                        f"at least {defaults.MIN_SAMPLE_INTERVAL_US})")
+                   help="sampled (default): the kernel samples every thread on its CPU clock and each sample is "
+                        "charged to the op its thread worked for, with its native stack (low overhead, "
+                        "statistical per op); exact: every working thread read at every op boundary (exact "
+                        "per op, a few µs per op)")
+    c.add_argument("--sample-hz", type=positive_int, default=defaults.SAMPLE_HZ,
+                   help=f"sampled mode: samples per second of each thread's CPU time (default {defaults.SAMPLE_HZ}, "
+                        f"{defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ})")
+    c.add_argument("--stack-bytes", type=non_negative_int, default=defaults.STACK_BYTES,
+                   help=f"sampled mode: user stack copied per sample to unwind native stacks (default "
+                        f"{defaults.STACK_BYTES}, up to {defaults.MAX_STACK_BYTES}, a multiple of 8; 0: leaf only)")
     c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by their inputs")
     c.add_argument("--timeline", type=non_negative_int, default=0, metavar="N",
                    help="keep the last N op spans of each op-running thread (default 0)")
@@ -101,20 +105,18 @@ def options_from_args(args: argparse.Namespace) -> DecodeOptions:
             new_tokens=args.new_tokens, batch=args.batch, warmup=args.warmup, sampling=args.sampling,
             top_k=args.top_k, seed=args.seed, hf=args.hf),
         launch=launch,
-        profile=ProfileOptions(enabled=args.profile, events=args.events, mode=args.mode,
-                               sample_interval_us=args.sample_interval_us, record_shapes=args.record_shapes,
-                               timeline=args.timeline),
+        profile=ProfileOptions(enabled=args.profile, events=args.events, mode=args.mode, sample_hz=args.sample_hz,
+                               stack_bytes=args.stack_bytes, record_shapes=args.record_shapes, timeline=args.timeline),
         out=args.out, checkpoint_s=args.checkpoint_s,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    if options.profile.sample_interval_us < defaults.MIN_SAMPLE_INTERVAL_US:
-        from ..errors import UsageError
+    from ..collect.session import check_options
 
-        raise UsageError(f"--sample-interval-us {options.profile.sample_interval_us}: use at least "
-                         f"{defaults.MIN_SAMPLE_INTERVAL_US}")
+    p = options.profile
+    check_options(p.mode, p.sample_hz, p.stack_bytes, defaults.OP_CAPACITY, p.timeline, defaults.MAX_THREADS)
     out_dir = Path(options.out) if options.out else parent.default_out_dir()
     fmt = "json" if args.json else args.format
     outcome = parent.launch(options, out_dir)

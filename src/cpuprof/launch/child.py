@@ -88,7 +88,7 @@ class DecodeRun:
         self.stage = "setting up the profiler"
         events.validate_names(events.resolve(popts.events), native.load())
         self.prof = profile(popts.events, mode=popts.mode, record_shapes=popts.record_shapes,
-                            sample_interval_us=popts.sample_interval_us, timeline=popts.timeline,
+                            sample_hz=popts.sample_hz, stack_bytes=popts.stack_bytes, timeline=popts.timeline,
                             # A checkpoint's own model marks no regions: its modules do (named once
                             # the model is loaded).
                             modules=bool(self.wl.hf))

@@ -36,7 +36,8 @@ class ProfileOptions:
     enabled: bool = True
     events: str = defaults.DEFAULT_EVENTS
     mode: str = defaults.DEFAULT_MODE
-    sample_interval_us: int = defaults.SAMPLE_INTERVAL_US
+    sample_hz: int = defaults.SAMPLE_HZ
+    stack_bytes: int = defaults.STACK_BYTES
     record_shapes: bool = True
     timeline: int = 0
 

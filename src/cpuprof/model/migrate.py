@@ -48,8 +48,9 @@ def _v1_profiled_parts(data: dict[str, Any]) -> dict[str, Any]:
     if spans:
         spans = dict(spans)
         spans["thread"] = [new_index.get(t, -1) for t in spans["thread"]]
+    collection = {k: v for k, v in data["collection"].items() if k != "sample_interval_us"}
     return {
-        "collection": data["collection"],
+        "collection": collection,
         "capabilities": {
             "hardware_pmu": caps.get("hardware_pmu"), "hardware_pmu_reason": caps.get("hardware_pmu_reason"),
             "perf_event_paranoid": caps.get("perf_event_paranoid"), "openmp": _v1_openmp(caps.get("openmp")),

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import ProfileFormatError
 from .machine import OpenMPInfo
 from .settings import Settings
+from .stacks import Sampling, Stacks
 from .workload import DecodeWorkload
 
 CPU_EVENT = "task-clock"  # the per-thread CPU time every report is built on
@@ -67,10 +68,9 @@ class DroppedEvent:
 class Collection:
     """How the counters were collected, so every number can say where it came from."""
 
-    mode: str  # "exact": the team read at every op boundary; "sampled": at the first boundary after each interval
+    mode: str  # "exact": the team read at every op boundary; "sampled": kernel samples joined to the ops
     events: list[EventInfo]
     record_shapes: bool
-    sample_interval_us: int
     started_ns: int
     stopped_ns: int
     scaled_events: list[str] = field(default_factory=list)  # per-op deltas scaled for multiplexing
@@ -99,6 +99,9 @@ class ThreadStat:
     # on a CPU. None where the thread exited before it could be read.
     run_delay_ns: int | None = None
     sched_cpu_ns: int | None = None
+    samples: int = 0  # sampled mode: samples of this thread joined to ops
+    samples_lost: int = 0  # dropped by the kernel (its ring was full)
+    sampling_error: str | None = None  # why this thread could not be sampled
 
     @property
     def cpu_ns(self) -> int | None:
@@ -148,7 +151,7 @@ class OpStat:
     counters_incl: dict[str, list[int]]
     inputs: list[OpInput] | None = None  # None: not recorded (--no-shapes) or unreadable
     inputs_truncated: bool = False  # more inputs or dims than the key keeps
-    samples: int = 0  # sampled mode: intervals that found this op running innermost
+    samples: int = 0  # sampled mode: samples taken while this op ran innermost (any thread)
 
     def self_total(self, event: str) -> int | None:
         values = self.counters_self.get(event)
@@ -167,7 +170,7 @@ class Overhead:
     ops: int
     discovery_cpu_ns: int  # CPU time of the thread-discovery thread
     discovery_ticks: int
-    samples: int = 0  # sampled mode: team reads taken at op boundaries
+    samples: int = 0  # sampled mode: samples joined to ops
     method: str = "self-timed callbacks; torch's own RecordFunction dispatch is not included"
 
     @property
@@ -224,6 +227,8 @@ class Profile:
     spans: Spans | None = None
     settings: Settings | None = None  # launched runs: what was asked and what was in force
     workload: DecodeWorkload | None = None
+    sampling: Sampling | None = None  # sampled mode: how the samples were taken
+    stacks: Stacks | None = None  # sampled mode: native stacks per thread and op
 
     @property
     def profiled(self) -> bool:
@@ -261,6 +266,13 @@ class Profile:
                 raise ProfileFormatError("span columns have different lengths")
             if any(t < -1 or t >= n_threads for t in self.spans.thread):
                 raise ProfileFormatError("a span refers to a thread the profile does not have")
+        if self.stacks is not None:
+            n_frames, n_stacks = len(self.stacks.frames), len(self.stacks.stacks)
+            if any(f < 0 or f >= n_frames for stack in self.stacks.stacks for f in stack):
+                raise ProfileFormatError("a stack refers to a frame the profile does not have")
+            for c in self.stacks.counts:
+                if not 0 <= c.stack < n_stacks or not 0 <= c.thread < n_threads or c.op not in ids:
+                    raise ProfileFormatError("a stack count refers to a stack, thread or op the profile does not have")
 
     # Versioned IO lives in io.py; these are the model's own entry points to it.
     def to_dict(self) -> dict:

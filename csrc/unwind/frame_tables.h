@@ -1,0 +1,61 @@
+// Call-frame information (DWARF CFI, .eh_frame) of the code loaded in this process, per PC.
+//
+// Kernel call chains follow frame pointers, and MKL, libgomp and libtorch are built without
+// them, so a sample's user stack is unwound here from a copy of its stack and the CFI every
+// object carries for C++ exceptions. The objects are the ones mapped into this very process:
+// their .eh_frame_hdr (the PT_GNU_EH_FRAME segment) is read straight from memory, as libgcc's
+// unwinder does, with a binary search of its sorted table; the rule found for each PC is
+// cached, so a hot loop costs one hash lookup per frame after its first sample.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace cpuprof {
+
+// How to step from a frame to its caller on x86-64, as CFI says at one PC.
+struct FrameRule {
+  enum class Cfa : uint8_t { Rsp, Rbp };
+  enum class Reg : uint8_t { Same, AtCfaOffset, Undefined };
+  Cfa cfa_reg = Cfa::Rsp;
+  int32_t cfa_offset = 8;
+  Reg ra = Reg::AtCfaOffset;  // the return address; Undefined marks the outermost frame
+  int32_t ra_offset = -8;
+  Reg rbp = Reg::Same;
+  int32_t rbp_offset = 0;
+};
+
+class FrameTables {
+ public:
+  FrameTables();
+  ~FrameTables();
+  FrameTables(const FrameTables&) = delete;
+  FrameTables& operator=(const FrameTables&) = delete;
+
+  enum class Lookup : uint8_t { Found, NoObject, NoInfo };
+  // The rule at `pc`. For a return address pass `pc - 1`: the call may be the last instruction
+  // of its function, and the address after it can belong to the next one.
+  Lookup rule_for(uint64_t pc, FrameRule* out);
+
+  // True when `address` lies in a loaded object's code right after a call instruction: a
+  // plausible return address.
+  bool is_return_address(uint64_t address);
+
+  uint64_t lookups() const { return lookups_; }
+  uint64_t cache_hits() const { return hits_; }
+
+ private:
+  // The rule at `pc` from the .eh_frame_hdr at `hdr` (of the object that contains it).
+  Lookup compute(const uint8_t* hdr, uint64_t pc, FrameRule* out);
+
+  struct CacheEntry {
+    uint64_t pc = 0;  // 0: empty
+    FrameRule rule;
+    Lookup result = Lookup::NoInfo;
+  };
+  static constexpr size_t kCacheSize = 1 << 16;
+  std::unique_ptr<CacheEntry[]> cache_;
+  uint64_t lookups_ = 0, hits_ = 0;
+};
+
+}  // namespace cpuprof

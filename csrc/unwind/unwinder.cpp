@@ -1,0 +1,104 @@
+#include "unwind/unwinder.h"
+
+#include <cstring>
+
+namespace cpuprof {
+
+namespace {
+
+// How far a frame without CFI or frame pointer is searched for its return address.
+constexpr uint64_t kMaxScanBytes = 2048;
+
+// Reads a word of the copied stack at `address`; false when it lies outside the copy.
+bool read_word(uint64_t address, uint64_t sp, const uint8_t* stack, size_t stack_len, uint64_t* value) {
+  if (address < sp || address + 8 > sp + stack_len) return false;
+  std::memcpy(value, stack + (address - sp), 8);
+  return true;
+}
+
+}  // namespace
+
+void unwind_user_stack(const UserRegs& regs, const uint8_t* stack, size_t stack_len, FrameTables& tables,
+                       UnwindResult* out) {
+  out->n = 0;
+  out->by_frame_pointer = 0;
+  if (regs.ip == 0 || regs.sp == 0) {
+    out->stop = UnwindStop::NoUserStack;
+    return;
+  }
+  uint64_t pc = regs.ip, sp = regs.sp, bp = regs.bp;
+  const uint64_t base = regs.sp;
+  bool leaf = true;
+  while (true) {
+    if (out->n == kMaxUnwindFrames) {
+      out->stop = UnwindStop::DepthLimit;
+      return;
+    }
+    out->pcs[out->n++] = pc;
+    FrameRule rule;
+    // A return address points after its call; the call itself is what identifies the frame.
+    const FrameTables::Lookup found = tables.rule_for(leaf ? pc : pc - 1, &rule);
+    uint64_t cfa = 0, ra = 0, next_bp = bp;
+    if (found == FrameTables::Lookup::Found) {
+      if (rule.ra == FrameRule::Reg::Undefined) {
+        out->stop = UnwindStop::Outermost;
+        return;
+      }
+      cfa = (rule.cfa_reg == FrameRule::Cfa::Rsp ? sp : bp) + static_cast<int64_t>(rule.cfa_offset);
+      if (rule.ra != FrameRule::Reg::AtCfaOffset ||
+          !read_word(cfa + static_cast<int64_t>(rule.ra_offset), base, stack, stack_len, &ra)) {
+        out->stop = UnwindStop::StackCopyEnd;
+        return;
+      }
+      if (rule.rbp == FrameRule::Reg::AtCfaOffset &&
+          !read_word(cfa + static_cast<int64_t>(rule.rbp_offset), base, stack, stack_len, &next_bp)) {
+        out->stop = UnwindStop::StackCopyEnd;
+        return;
+      }
+    } else {
+      // No CFI here (JIT code, assembly without it). Code that keeps a frame pointer has pushed the
+      // caller's rbp at [rbp] and the return address above it: trusted when rbp points into this
+      // stack and that word is a return address. Otherwise the stack is scanned upwards for the
+      // first word that is one (it points right after a call instruction in loaded code), as
+      // debuggers do without CFI; the caller then has CFI of its own and needs no rbp.
+      uint64_t saved_bp = 0, candidate = 0;
+      if (bp >= sp && read_word(bp, base, stack, stack_len, &saved_bp) &&
+          read_word(bp + 8, base, stack, stack_len, &candidate) && tables.is_return_address(candidate)) {
+        ra = candidate;
+        next_bp = saved_bp;
+        cfa = bp + 16;
+        ++out->by_frame_pointer;
+      } else {
+        bool found_ra = false;
+        for (uint64_t at = sp; at < sp + kMaxScanBytes; at += 8) {
+          if (!read_word(at, base, stack, stack_len, &candidate)) break;
+          if (tables.is_return_address(candidate)) {
+            ra = candidate;
+            cfa = at + 8;
+            found_ra = true;
+            break;
+          }
+        }
+        if (!found_ra) {
+          out->stop = UnwindStop::NoUnwindInfo;
+          return;
+        }
+        ++out->by_scanning;
+      }
+    }
+    if (ra == 0) {
+      out->stop = UnwindStop::Outermost;
+      return;
+    }
+    if (cfa <= sp) {  // the stack grows down: each caller's frame is above its callee's
+      out->stop = UnwindStop::BadFrame;
+      return;
+    }
+    pc = ra;
+    sp = cfa;
+    bp = next_bp;
+    leaf = false;
+  }
+}
+
+}  // namespace cpuprof

@@ -1,0 +1,45 @@
+// Walks a sampled thread's user stack from its registers and a copy of its stack memory.
+//
+// Each frame is stepped with the CFI rule for its PC (FrameTables); a frame without one (JIT
+// code, hand-written assembly) is stepped by its frame pointer when that points into the copy,
+// or else by the first return address found scanning the stack above it.
+// The walk stops at the outermost frame (whose CFI marks the return address undefined), at the
+// end of the copied stack, or at the first frame neither method can step, and says which.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "unwind/frame_tables.h"
+
+namespace cpuprof {
+
+constexpr int kMaxUnwindFrames = 128;
+
+enum class UnwindStop : uint8_t {
+  Outermost = 0,       // the whole stack: thread start or main
+  StackCopyEnd = 1,    // the copied stack ended before the outermost frame
+  NoUnwindInfo = 2,    // a frame without CFI and without a usable frame pointer (JIT code, ...)
+  BadFrame = 3,        // an implausible step (a stack pointer that does not grow, address 0)
+  DepthLimit = 4,
+  NoUserStack = 5,     // the sample has no user registers (a kernel thread, or not recorded)
+};
+constexpr int kUnwindStopKinds = 6;
+
+struct UserRegs {
+  uint64_t ip = 0, sp = 0, bp = 0;
+};
+
+struct UnwindResult {
+  int n = 0;
+  uint64_t pcs[kMaxUnwindFrames];  // leaf first; the caller frames hold return addresses
+  UnwindStop stop = UnwindStop::NoUserStack;
+  int by_frame_pointer = 0;  // frames stepped by frame pointer, not CFI
+  int by_scanning = 0;       // frames whose return address was found by scanning the stack
+};
+
+// `stack` holds `stack_len` bytes copied from address `regs.sp` upwards.
+void unwind_user_stack(const UserRegs& regs, const uint8_t* stack, size_t stack_len, FrameTables& tables,
+                       UnwindResult* out);
+
+}  // namespace cpuprof

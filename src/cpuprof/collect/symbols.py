@@ -1,0 +1,254 @@
+"""Names for sampled addresses: ELF symbol tables, the kernel's symbols, and JIT perf maps.
+
+Addresses are resolved in the process they were sampled in, against its own mappings
+(/proc/self/maps). Symbol tables are read with numpy straight from the mapped file: libtorch_cpu
+alone has half a million symbols, which pyelftools' per-symbol objects would take seconds to
+walk; pyelftools reads only the headers. Code generated at run time (oneDNN's JIT kernels) has
+no file: it is named from the perf map the generator writes (/tmp/perf-<pid>.map, which oneDNN
+writes when ONEDNN_JIT_PROFILE=2), as perf itself does. An address nothing names becomes
+"library+0x1a2b" (or "[jit] 0x7f..."), never dropped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import mmap
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..model import NativeFrame
+
+KERNEL_START = 0xFFFF800000000000
+
+_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                       ("value", "<u8"), ("size", "<u8")])
+_STT_FUNC, _STT_GNU_IFUNC = 2, 10
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    perms: str
+    path: str  # "" for anonymous memory
+
+
+def read_maps(pid: int | str = "self") -> list[Mapping]:
+    maps = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5:
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        maps.append(Mapping(start, end, int(parts[2], 16), parts[1], parts[5] if len(parts) == 6 else ""))
+    return maps
+
+
+class ElfSymbols:
+    """The function symbols of one ELF file, by address (the file's own virtual addresses)."""
+
+    def __init__(self, path: str) -> None:
+        from elftools.elf.elffile import ELFFile
+
+        self.path = path
+        self.values = np.zeros(0, dtype=np.uint64)
+        self.sizes = np.zeros(0, dtype=np.uint64)
+        self.names = np.zeros(0, dtype=np.uint32)
+        self.loads: list[tuple[int, int, int]] = []  # (file offset, vaddr, filesz) of PT_LOAD
+        self.stripped = True
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            self.loads = [(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"]) for seg in elf.iter_segments()
+                          if seg["p_type"] == "PT_LOAD"]
+            table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
+            if table is None or table["sh_entsize"] != _SYM_DTYPE.itemsize:
+                return
+            strtab = elf.get_section(table["sh_link"])
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        syms = np.frombuffer(data, dtype=_SYM_DTYPE, count=table["sh_size"] // _SYM_DTYPE.itemsize,
+                             offset=table["sh_offset"])
+        kind = syms["info"] & 0xF
+        funcs = syms[((kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC)) & (syms["value"] != 0)]
+        order = np.argsort(funcs["value"], kind="stable")
+        self.values = funcs["value"][order].copy()
+        self.sizes = funcs["size"][order].copy()
+        self.names = funcs["name"][order].copy()
+        self._data = data
+        self._strtab_offset = strtab["sh_offset"]
+        self.stripped = table.name != ".symtab"
+
+    def vaddr(self, file_offset: int) -> int | None:
+        """The ELF virtual address of a byte at this offset in the file."""
+        for offset, vaddr, filesz in self.loads:
+            if offset <= file_offset < offset + max(filesz, 1):
+                return vaddr + file_offset - offset
+        return None
+
+    def lookup(self, vaddr: int) -> str | None:
+        i = int(np.searchsorted(self.values, vaddr, side="right")) - 1
+        # Symbols can nest or overlap (aliases, cold parts): the closest start that still covers
+        # the address, within a few steps back.
+        for j in range(i, max(i - 4, -1), -1):
+            start, size = int(self.values[j]), int(self.sizes[j])
+            if start <= vaddr < start + max(size, 1) or (size == 0 and j == i):
+                return self._name(int(self.names[j]))
+        return None
+
+    def _name(self, offset: int) -> str:
+        start = self._strtab_offset + offset
+        end = self._data.find(b"\0", start)
+        return self._data[start:end].decode("utf-8", "replace")
+
+
+@functools.cache
+def _elf(path: str, mtime_ns: int) -> ElfSymbols | None:
+    try:
+        return ElfSymbols(path)
+    except (OSError, ValueError, Exception):  # not an ELF file, truncated, unreadable
+        return None
+
+
+def elf_symbols(path: str) -> ElfSymbols | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return _elf(path, stat.st_mtime_ns)
+
+
+@functools.cache
+def kernel_symbols() -> tuple[list[int], list[str]]:
+    """Kernel text symbols, sorted; empty where kallsyms hides addresses (kptr_restrict)."""
+    addresses, names = [], []
+    try:
+        with open("/proc/kallsyms") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[1] in "tTwW":
+                    address = int(parts[0], 16)
+                    if address:
+                        addresses.append(address)
+                        names.append(parts[2])
+    except OSError:
+        return [], []
+    order = sorted(range(len(addresses)), key=addresses.__getitem__)
+    return [addresses[i] for i in order], [names[i] for i in order]
+
+
+def read_perf_map(pid: int) -> list[tuple[int, int, str]] | None:
+    """(start, size, name) entries of /tmp/perf-<pid>.map, sorted; None when there is none."""
+    path = Path(f"/tmp/perf-{pid}.map")
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    entries = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) == 3:
+            try:
+                entries.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+            except ValueError:
+                continue
+    return sorted(entries)
+
+
+def demangle(name: str) -> str:
+    if not name.startswith("_Z"):
+        return name
+    try:
+        import cxxfilt
+
+        return str(cxxfilt.demangle(name))
+    except Exception:  # not installed, or a name it cannot parse: the mangled name is still a name
+        return name
+
+
+# (category, module pattern, name pattern): the first rule that matches names a frame's category.
+_RULES: list[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None]] = [
+    ("kernel", re.compile(r"^\[kernel\]$"), None),
+    ("openmp", re.compile(r"^lib(gomp|iomp5|omp)\b"), None),
+    ("openmp", None, re.compile(r"^(gomp_|GOMP_|__kmp|__kmpc|kmp_|omp_)")),
+    ("allocator", re.compile(r"^lib(jemalloc|tcmalloc)"), None),
+    ("allocator", None, re.compile(r"^(malloc|free|calloc|realloc|cfree|posix_memalign|aligned_alloc|_int_malloc|"
+                                   r"_int_free|_int_realloc|sysmalloc|malloc_consolidate|tcache_|__libc_(malloc|"
+                                   r"free|calloc|realloc|memalign)|c10::alloc_cpu|c10::free_cpu|"
+                                   r"c10::DefaultCPUAllocator|je_|tc_)")),
+    ("interpreter", re.compile(r"^(python[0-9.]*|libpython)"), None),
+    ("interpreter", None, re.compile(r"^(_Py|Py[A-Z_])")),
+    ("compute", re.compile(r"^(\[jit\]|libmkl|libdnnl|libopenblas|libblis|libxsmm|libsleef)"), None),
+    ("compute", None, re.compile(r"(^mkl_|^dnnl_|dnnl::impl|^jit_|zendnn|brgemm|gemm|gemv|sleef|"
+                                 r"at::vec::|Sleef_|at::native::.*(kernel|Kernel|vectorized|loop|_impl)|"
+                                 r"cpu_kernel|VectorizedLoop|vml::|fbgemm)")),
+    ("framework", re.compile(r"^lib(torch|c10|shm)"), None),
+]
+
+
+def categorize(module: str, name: str) -> str:
+    for category, module_re, name_re in _RULES:
+        if module_re is not None and not module_re.search(module):
+            continue
+        if name_re is not None and not name_re.search(name):
+            continue
+        return category
+    return "other"
+
+
+class Symbolizer:
+    """Resolves a process's sampled addresses to frames, caching per address."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid or os.getpid()
+        self.maps = read_maps(self.pid)
+        self._starts = [m.start for m in self.maps]
+        self.perf_map = read_perf_map(self.pid)
+        self._perf_starts = [e[0] for e in self.perf_map] if self.perf_map else []
+        self.unresolved = 0
+
+    @property
+    def jit_symbols(self) -> str | None:
+        return f"/tmp/perf-{self.pid}.map" if self.perf_map is not None else None
+
+    def frame(self, pc: int) -> NativeFrame:
+        return self._frame(pc)
+
+    @functools.lru_cache(maxsize=1 << 17)  # noqa: B019  (one symbolizer per profile build)
+    def _frame(self, pc: int) -> NativeFrame:
+        if pc >= KERNEL_START:
+            addresses, names = kernel_symbols()
+            i = bisect.bisect_right(addresses, pc) - 1
+            if i >= 0:
+                return NativeFrame(name=names[i], module="[kernel]", category="kernel")
+            self.unresolved += 1
+            return NativeFrame(name=f"[kernel] {pc:#x}", module="[kernel]", category="kernel")
+        i = bisect.bisect_right(self._starts, pc) - 1
+        mapping = self.maps[i] if i >= 0 and pc < self.maps[i].end else None
+        if mapping is not None and mapping.path.startswith("/"):
+            module = os.path.basename(mapping.path.removesuffix(" (deleted)"))
+            elf = elf_symbols(mapping.path.removesuffix(" (deleted)"))
+            file_offset = pc - mapping.start + mapping.offset
+            vaddr = elf.vaddr(file_offset) if elf is not None else None
+            name = elf.lookup(vaddr) if elf is not None and vaddr is not None else None
+            if name is None:
+                self.unresolved += 1
+                return NativeFrame(name=f"{module}+{file_offset:#x}", module=module, category=categorize(module, ""))
+            name = demangle(name)
+            return NativeFrame(name=name, module=module, category=categorize(module, name))
+        # Anonymous executable memory: code generated at run time.
+        if self.perf_map:
+            j = bisect.bisect_right(self._perf_starts, pc) - 1
+            if j >= 0:
+                start, size, name = self.perf_map[j]
+                if pc < start + size:
+                    return NativeFrame(name=name, module="[jit]", category="compute")
+        self.unresolved += 1
+        if mapping is None:
+            return NativeFrame(name=f"[unknown] {pc:#x}", module="[unknown]", category="other")
+        # Unnamed generated code: one frame per generated region, not per instruction.
+        return NativeFrame(name=f"[jit code at {mapping.start:#x}]", module="[jit]", category="compute")

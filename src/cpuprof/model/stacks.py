@@ -1,0 +1,69 @@
+"""Native stacks of the sampled threads, joined to ops: what flame graphs and traces read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# What a frame's code is, for the per-op split of CPU time (reports name these in full).
+CATEGORIES = ("compute", "openmp", "allocator", "interpreter", "framework", "kernel", "other")
+
+
+@dataclass
+class NativeFrame:
+    name: str  # the demangled function, or "library+0x1a2b" where no symbol covers the address
+    module: str  # the library's file name, "[kernel]", or "[jit]" for code generated at run time
+    category: str  # one of CATEGORIES
+
+
+@dataclass
+class StackCount:
+    """Samples of one thread, in one op, on one stack."""
+
+    stack: int  # index into Stacks.stacks
+    thread: int  # index into Profile.threads
+    op: int  # the op's id (Profile.ops); 1 is "[outside ATen ops]"
+    samples: int
+    cpu_ns: int  # the CPU time (task-clock) these samples stand for
+
+
+@dataclass
+class SampleTimeline:
+    """The newest samples one by one, oldest first (columnar): for traces."""
+
+    time_ns: list[int]
+    thread: list[int]
+    op: list[int]
+    stack: list[int]
+    cpu_us: list[int]
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+
+@dataclass
+class Stacks:
+    frames: list[NativeFrame]
+    stacks: list[list[int]]  # frame indices, leaf first; stack 0 is the empty stack
+    counts: list[StackCount]
+    timeline: SampleTimeline | None = None
+
+
+@dataclass
+class Sampling:
+    """How the samples behind per-op CPU and the stacks were taken, and what they missed."""
+
+    hz: int  # samples per second of each thread's CPU time
+    stack_bytes: int  # user stack copied with each sample for unwinding
+    samples: int  # joined to the op timeline
+    lost: int  # dropped by the kernel because a ring was full
+    unwind: dict[str, int] = field(default_factory=dict)  # how each sample's user stack walk ended
+    frames_by_frame_pointer: int = 0  # frames stepped by frame pointer (no CFI)
+    frames_by_scanning: int = 0  # frames whose return address was found by scanning the stack
+    ambiguous_workers: int = 0  # worker samples while several op-running threads were in ops
+    late_op_events: int = 0
+    op_events_dropped: int = 0
+    stacks_truncated: int = 0  # stacks kept as their leaf alone (the stack table was full)
+    counts_dropped: int = 0
+    timeline_dropped: int = 0
+    jit_symbols: str | None = None  # where names of JIT code came from (a perf map), or None
+    unresolved_frames: int = 0  # frames no symbol table or map names ("library+offset")
