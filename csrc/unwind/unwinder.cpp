@@ -16,6 +16,21 @@ bool read_word(uint64_t address, uint64_t sp, const uint8_t* stack, size_t stack
   return true;
 }
 
+// Whether `ra`, found on the stack at `slot`, is the frame's real return address and not a stale
+// one left in an uninitialised stack slot: the caller it names must step, by its own CFI, to
+// another plausible return address (or be the outermost frame).
+bool plausible_caller(uint64_t ra, uint64_t slot, uint64_t base, const uint8_t* stack, size_t stack_len,
+                      FrameTables& tables) {
+  FrameRule rule;
+  if (tables.rule_for(ra - 1, &rule) != FrameTables::Lookup::Found) return false;
+  if (rule.ra == FrameRule::Reg::Undefined) return true;
+  if (rule.cfa_reg != FrameRule::Cfa::Rsp || rule.ra != FrameRule::Reg::AtCfaOffset) return true;  // needs rbp: unknown
+  const uint64_t cfa = slot + 8 + static_cast<int64_t>(rule.cfa_offset);
+  uint64_t next = 0;
+  if (!read_word(cfa + static_cast<int64_t>(rule.ra_offset), base, stack, stack_len, &next)) return true;  // past the copy
+  return next == 0 || tables.is_return_address(next);
+}
+
 }  // namespace
 
 void unwind_user_stack(const UserRegs& regs, const uint8_t* stack, size_t stack_len, FrameTables& tables,
@@ -72,7 +87,7 @@ void unwind_user_stack(const UserRegs& regs, const uint8_t* stack, size_t stack_
         bool found_ra = false;
         for (uint64_t at = sp; at < sp + kMaxScanBytes; at += 8) {
           if (!read_word(at, base, stack, stack_len, &candidate)) break;
-          if (tables.is_return_address(candidate)) {
+          if (tables.is_return_address(candidate) && plausible_caller(candidate, at, base, stack, stack_len, tables)) {
             ra = candidate;
             cfa = at + 8;
             found_ra = true;
@@ -82,6 +97,18 @@ void unwind_user_stack(const UserRegs& regs, const uint8_t* stack, size_t stack_
         if (!found_ra) {
           out->stop = UnwindStop::NoUnwindInfo;
           return;
+        }
+        // Code without CFI (JIT kernels) often uses rbp as a plain register, having pushed the
+        // caller's below its return address. A caller that keeps a frame pointer needs it back:
+        // among the pushed words, the one pointing above the return address at a saved-rbp /
+        // return-address pair is it.
+        for (uint64_t at = sp; at + 8 < cfa; at += 8) {
+          uint64_t v = 0, above = 0;
+          if (read_word(at, base, stack, stack_len, &v) && v >= cfa && read_word(v + 8, base, stack, stack_len, &above) &&
+              tables.is_return_address(above)) {
+            next_bp = v;
+            break;
+          }
         }
         ++out->by_scanning;
       }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .. import defaults
-from ..model import CPU_EVENT, Profile
+from ..model import CATEGORIES, CPU_EVENT, Profile
 from ..units import fmt_ns, fmt_percent
 from .decode import decode_lines, settings_lines
 from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
@@ -56,6 +56,9 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     report.sections.append(_profile_section(profile))
     report.sections.append(_threads_section(profile))
     report.sections.append(_ops_section(profile, top))
+    native = _native_section(profile, top)
+    if native is not None:
+        report.sections.append(native)
     regions = _regions_section(profile)
     if regions is not None:
         report.sections.append(regions)
@@ -160,8 +163,10 @@ def _ops_section(profile: Profile, top: int) -> Section:
         Column("total", "total", "ns", help="wall time including the ops it called, summed over calls"),
     ]
     if sampled:
+        hz = profile.sampling.hz if profile.sampling else defaults.SAMPLE_HZ
         columns.append(Column("samples", "samples", "int",
-                              help=f"intervals that caught it running; CPU estimates need {defaults.MIN_SAMPLES}"))
+                              help=f"samples (of any thread) taken while it ran, each 1/{hz} s of a thread's CPU; "
+                                   f"busy threads need {defaults.MIN_SAMPLES}"))
     if has_cpu:
         columns += [
             Column("cpu", "CPU", "ns", help="CPU time of all threads while it ran innermost (task-clock)"),
@@ -189,7 +194,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
             n, d = op.self_total(num) or 0, op.self_total(den) or 0
             row[h] = scale * n / d if d else None
         rows.append(row)
-    legend = ["-: not measured" + (" (no sampling interval caught the op running)" if sampled else "")]
+    legend = ["-: not measured" + (" (no sample landed in it)" if sampled else "")]
     if prefix:
         legend.append(f"regions are inside {'/'.join(prefix)}, which encloses every op that has one")
     if has_cpu:
@@ -200,14 +205,88 @@ def _ops_section(profile: Profile, top: int) -> Section:
     if table.outside_cpu_ns is not None:
         notes.append(f"CPU time while no ATen op ran (Python, framework, workers spinning between ops): "
                      f"{fmt_ns(table.outside_cpu_ns)}")
+    if table.profiler_cpu_ns:
+        notes.append(f"CPU time inside cpuprof's own callbacks (and of workers spinning meanwhile), charged to no "
+                     f"op: {fmt_ns(table.profiler_cpu_ns)}")
     if table.withheld_few_samples:
-        notes.append(f"busy threads not shown for {table.withheld_few_samples} op key(s) caught by fewer than "
-                     f"{defaults.MIN_SAMPLES} sampling intervals (too noisy)")
-    if table.withheld_impossible:
-        notes.append(f"CPU not shown for {table.withheld_impossible} op key(s) whose sampled-mode estimate exceeded "
-                     f"what their threads could spend in their wall time (the interval estimator blends "
-                     f"neighbouring ops; exact mode measures them)")
+        notes.append(f"busy threads not shown for {table.withheld_few_samples} op key(s) with fewer than "
+                     f"{defaults.MIN_SAMPLES} samples (too noisy)")
+    if table.capped:
+        notes.append(f"{table.capped} op key(s) had a thread's sampled CPU a little above the op's wall time "
+                     "(sampling noise, within three standard deviations): held to the wall time")
+    if table.withheld_inconsistent:
+        notes.append(f"CPU not shown for {table.withheld_inconsistent} op key(s) whose CPU exceeded what their "
+                     "threads could spend in their wall time by more than measurement noise allows")
     return Section("ops", "Top ops", [], [Table(columns, rows, caption=caption, legend_notes=legend)], notes)
+
+
+def _native_section(profile: Profile, top: int) -> Section | None:
+    """Per op and per thread: which native code the samples were in."""
+    if profile.stacks is None or profile.sampling is None or not profile.stacks.counts:
+        return None
+    from .native import CATEGORY_NAMES, by_op, by_thread, short_function
+
+    splits = by_op(profile)
+    ops = {op.id: op for op in profile.ops}
+    shown = [c for c in CATEGORIES if any(s.by_category.get(c) for s in splits.values())]
+    columns = [Column("op", "op"), Column("inputs", "inputs"), Column("samples", "samples", "int"),
+               Column("cpu", "CPU", "ns", help="CPU time of the samples (all threads)")]
+    columns += [Column(c, c, "share", help=CATEGORY_NAMES[c]) for c in shown]
+    columns.append(Column("functions", "where (share of the op's CPU)",
+                          help="the functions the CPU was in (the stacks' leaves), most first"))
+    rows = []
+    frames = profile.stacks.frames
+    ranked = sorted(splits.items(), key=lambda kv: kv[1].cpu_ns, reverse=True)
+    for op_id, split in ranked[:top]:
+        op = ops.get(op_id)
+        if op is None or not split.cpu_ns:
+            continue
+        row = {"op": op.name, "inputs": inputs_text(op, 40), "samples": split.samples, "cpu": split.cpu_ns}
+        for c in shown:
+            row[c] = split.share(c)
+        row["functions"] = ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
+                                     for f, ns in split.top_functions(3))
+        rows.append(row)
+    threads = by_thread(profile)
+    tcols = [Column("thread", "thread"), Column("role", "role"), Column("cpu", "CPU", "ns")]
+    tcols += [Column(c, c, "share") for c in shown]
+    tcols.append(Column("functions", "where"))
+    trows = []
+    for i in team_order(profile):
+        thread_split = threads.get(i)
+        if thread_split is None or not thread_split.cpu_ns:
+            continue
+        split = thread_split
+        row = {"thread": thread_label(i), "role": profile.threads[i].role, "cpu": split.cpu_ns}
+        for c in shown:
+            row[c] = split.share(c)
+        row["functions"] = ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
+                                     for f, ns in split.top_functions(3))
+        trows.append(row)
+    s = profile.sampling
+    lines = [f"{s.samples:,} samples at {s.hz} Hz of each thread's CPU time, each with its kernel call chain and a "
+             f"{s.stack_bytes:,}-byte copy of its user stack, unwound with the libraries' DWARF unwind tables "
+             "(frame pointers or a stack scan where code has none, as JIT code)"]
+    notes = []
+    if s.lost:
+        notes.append(f"{s.lost:,} samples were lost: a thread's ring buffer filled before the collector drained it")
+    unwound = sum(s.unwind.values())
+    if unwound:
+        whole = s.unwind.get("outermost frame", 0)
+        notes.append(f"user stacks unwound to their outermost frame in {fmt_percent(whole / unwound)} of samples; "
+                     + ", ".join(f"{reason}: {fmt_percent(n / unwound)}" for reason, n in s.unwind.items()
+                                 if reason != "outermost frame"))
+    if s.jit_symbols is None and any(f.module == "[jit]" and f.name.startswith("[jit code") for f in frames):
+        notes.append("code generated at run time (oneDNN's JIT kernels) is unnamed: set ONEDNN_JIT_PROFILE=2 before "
+                     "the first matmul (cpuprof's launches do) so oneDNN writes a perf map of its kernels")
+    if s.unresolved_frames:
+        notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
+    not_sampled = [f"{thread_label(i)} ({t.sampling_error})" for i, t in enumerate(profile.threads) if t.sampling_error]
+    if not_sampled:
+        notes.append("threads not sampled: " + "; ".join(not_sampled))
+    return Section("native", "Native code (from the samples' stacks)", lines,
+                   [Table(columns, rows, caption="ops by sampled CPU time: what kind of code it was in"),
+                    Table(tcols, trows, caption="threads: what kind of code their CPU time was in")], notes)
 
 
 def _regions_section(profile: Profile) -> Section | None:

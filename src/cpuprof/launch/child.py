@@ -227,7 +227,23 @@ class DecodeRun:
         return f"{what} while {self.stage}{tail}"
 
 
+def _remove_perf_map() -> None:
+    """The perf map oneDNN wrote because the launcher asked for it: read by now, not kept."""
+    if os.environ.get("CPUPROF_REMOVE_PERF_MAP") == "1":
+        try:
+            os.unlink(f"/tmp/perf-{os.getpid()}.map")
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    finally:
+        _remove_perf_map()
+
+
+def _main(argv: list[str]) -> int:
     config = from_json(ChildConfig, json.loads(Path(argv[1]).read_text()), "launch")
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)

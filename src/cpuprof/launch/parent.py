@@ -35,6 +35,8 @@ EXIT_FAILED = 1  # the child said what failed and what it saved, in one line
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 LAUNCH_FILENAME = "launch.json"
+# Set in the child's environment when cpuprof, not the user, asked oneDNN for a perf map.
+REMOVE_PERF_MAP = "CPUPROF_REMOVE_PERF_MAP"
 
 
 @dataclass
@@ -144,9 +146,15 @@ def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
     profile_path = out_dir / PROFILE_FILENAME
     if profile_path.exists():
         profile_path.unlink()  # never report a stale profile from an earlier run as this one's
+    env = resolved.child_env()
+    if options.profile.enabled and "ONEDNN_JIT_PROFILE" not in env:
+        # oneDNN names its JIT kernels in a perf map only when asked before it generates any;
+        # the child removes the map when it has read it.
+        env["ONEDNN_JIT_PROFILE"] = "2"
+        env[REMOVE_PERF_MAP] = "1"
     child = subprocess.Popen(
         [sys.executable, "-m", "cpuprof.launch.child", str(launch_file)],
-        env=resolved.child_env(),
+        env=env,
         preexec_fn=resolved.preexec(),
     )
 

@@ -1,0 +1,161 @@
+"""Sampled mode against workloads whose answers are known: how many threads an op keeps busy,
+which native call chain a worker thread is in, and that no figure exceeds what can be true."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# A bf16 GEMM on two OpenMP threads (about 7 ms) alternating with a custom op that busy-loops 2 ms
+# on the calling thread only; with OMP_WAIT_POLICY=passive the idle worker sleeps. The serial op
+# keeps exactly one thread busy. The GEMM's true figure is what exact mode measures.
+GEMM_AND_SERIAL = textwrap.dedent("""
+    import json, sys, time, torch
+    import cpuprof
+    from cpuprof import _test_utils
+
+    lib = torch.library.Library("cpuprof_test", "DEF")
+    lib.define("spin(Tensor x, int ns) -> Tensor")
+    lib.impl("spin", lambda x, ns: (_test_utils.spin_for_ns(ns), x)[1], "CPU")
+
+    torch.set_num_threads(2)
+    a = torch.randn(320, 2048, dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, dtype=torch.bfloat16)
+    x = torch.zeros(1)
+    for _ in range(3):
+        a @ b
+    out = {}
+    for mode, seconds in (("sampled", 4.0), ("exact", 1.5)):
+        with cpuprof.profile("task-clock", mode=mode, warn=False) as prof:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                a @ b
+                torch.ops.cpuprof_test.spin(x, 2_000_000)
+        p = prof.profile
+        rows = {}
+        for op in p.ops:
+            if op.name in ("aten::mm", "cpuprof_test::spin") and op.calls:
+                cpu = op.counters_self["task-clock"]
+                rows[op.name] = {"self_ns": op.self_ns, "cpu": cpu, "samples": op.samples,
+                                 "roles": [t.role for t in p.threads]}
+        out[mode] = rows
+    print(json.dumps(out))
+""")
+
+
+def run_python(code: str, env_extra: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def gemm_and_serial() -> dict:
+    result = run_python(GEMM_AND_SERIAL, {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def busy(row: dict) -> float:
+    return sum(row["cpu"]) / row["self_ns"]
+
+
+def test_serial_op_keeps_one_thread_busy(gemm_and_serial):
+    spin = gemm_and_serial["sampled"]["cpuprof_test::spin"]
+    assert spin["samples"] >= 300
+    assert busy(spin) == pytest.approx(1.0, abs=0.1), spin
+    # and it is the calling thread's time, not the sleeping worker's
+    own = [cpu for cpu, role in zip(spin["cpu"], spin["roles"], strict=True) if role == "dispatch"]
+    assert sum(own) >= 0.9 * sum(spin["cpu"])
+
+
+def test_gemm_busy_threads_match_exact_mode(gemm_and_serial):
+    sampled = busy(gemm_and_serial["sampled"]["aten::mm"])
+    exact = busy(gemm_and_serial["exact"]["aten::mm"])
+    assert exact > 1.3, exact  # both threads work in the GEMM
+    assert sampled == pytest.approx(exact, rel=0.10), (sampled, exact)
+
+
+def test_exact_mode_serial_op(gemm_and_serial):
+    assert busy(gemm_and_serial["exact"]["cpuprof_test::spin"]) == pytest.approx(1.0, abs=0.05)
+
+
+# A native library with a known call chain, run inside an OpenMP parallel region: every thread of
+# the team (the workers too, which py-spy cannot see) must show chain_leaf <- chain_middle <-
+# chain_outer, whether or not the library keeps frame pointers.
+CHAIN_SOURCE = textwrap.dedent("""
+    #include <omp.h>
+    __attribute__((noinline)) void chain_leaf(volatile double* x, long n) {
+      for (long i = 0; i < n; ++i) *x = *x * 1.0000001 + 1e-9;
+    }
+    __attribute__((noinline)) void chain_middle(volatile double* x, long n) {
+      chain_leaf(x, n);
+      __asm__ volatile("" ::: "memory");
+    }
+    __attribute__((noinline)) void chain_outer(volatile double* x, long n) {
+      chain_middle(x, n);
+      __asm__ volatile("" ::: "memory");
+    }
+    void chain_parallel(long n) {
+    #pragma omp parallel
+      {
+        volatile double x = 1.0;
+        chain_outer(&x, n);
+      }
+    }
+""")
+
+CHAIN_DRIVER = textwrap.dedent("""
+    import ctypes, json, sys, time, torch
+    import cpuprof
+    torch.set_num_threads(2)
+    torch.ones(1 << 20).exp_()  # torch's OpenMP team exists
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.chain_parallel.argtypes = [ctypes.c_long]
+    with cpuprof.profile("task-clock", warn=False) as prof:
+        with cpuprof.region("chain"):
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                lib.chain_parallel(2_000_000)
+    p = prof.profile
+    region = next(op.id for op in p.ops if op.name == "chain")
+    st = p.stacks
+    out = {"roles": [t.role for t in p.threads], "stacks": []}
+    for c in st.counts:
+        if c.op == region:
+            names = [st.frames[f].name for f in st.stacks[c.stack]]
+            out["stacks"].append({"thread": c.thread, "samples": c.samples, "names": names})
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler to build the test library")
+@pytest.mark.parametrize("frame_pointers", [False, True], ids=["without-frame-pointers", "with-frame-pointers"])
+def test_native_call_chain_under_openmp_workers(tmp_path: Path, frame_pointers: bool):
+    source = tmp_path / "chain.c"
+    source.write_text(CHAIN_SOURCE)
+    library = tmp_path / "libchain.so"
+    fp = "-fno-omit-frame-pointer" if frame_pointers else "-fomit-frame-pointer"
+    build = subprocess.run(["gcc", "-O2", fp, "-fno-optimize-sibling-calls", "-fno-inline", "-fopenmp", "-shared",
+                            "-fPIC", str(source), "-o", str(library)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    result = run_python(CHAIN_DRIVER.replace("sys.argv[1]", repr(str(library))), {"OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    chain = ["chain_leaf", "chain_middle", "chain_outer"]
+    for role in ("worker", "dispatch"):
+        samples = [s for s in data["stacks"] if data["roles"][s["thread"]] == role]
+        total = sum(s["samples"] for s in samples)
+        assert total >= 200, (role, total)
+        with_chain = sum(s["samples"] for s in samples if s["names"][:3] == chain)
+        assert with_chain >= 0.9 * total, (role, with_chain, total, samples[:3])
+    # the workers' stacks go on through the OpenMP runtime to the thread's start
+    worker = max((s for s in data["stacks"] if data["roles"][s["thread"]] == "worker"), key=lambda s: s["samples"])
+    assert any("gomp" in n or "libgomp" in n for n in worker["names"][3:]), worker["names"]
