@@ -197,6 +197,13 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("frames_by_scanning", &SamplingSnapshot::frames_by_scanning)
       .def_property_readonly("frames", [](const SamplingSnapshot& s) { return array(s.frames, {static_cast<py::ssize_t>(s.frames.size())}); })
       .def_property_readonly("offsets", [](const SamplingSnapshot& s) { return array(s.offsets, {static_cast<py::ssize_t>(s.offsets.size())}); })
+      .def_property_readonly("path_entries", [](const SamplingSnapshot& s) { return array(s.path_entries, {static_cast<py::ssize_t>(s.path_entries.size())}); })
+      .def_property_readonly("path_offsets", [](const SamplingSnapshot& s) { return array(s.path_offsets, {static_cast<py::ssize_t>(s.path_offsets.size())}); })
+      .def_property_readonly("count_path", [](const SamplingSnapshot& s) { return array(s.count_path, {static_cast<py::ssize_t>(s.count_path.size())}); })
+      .def_property_readonly("count_values", [](const SamplingSnapshot& s) {
+        const auto n = static_cast<py::ssize_t>(s.count_stack.size());
+        return array(s.count_values, {n, n ? static_cast<py::ssize_t>(s.count_values.size()) / n : 0});
+      })
       .def_property_readonly("count_stack", [](const SamplingSnapshot& s) { return array(s.count_stack, {static_cast<py::ssize_t>(s.count_stack.size())}); })
       .def_property_readonly("count_slot", [](const SamplingSnapshot& s) { return array(s.count_slot, {static_cast<py::ssize_t>(s.count_slot.size())}); })
       .def_property_readonly("count_entry", [](const SamplingSnapshot& s) { return array(s.count_entry, {static_cast<py::ssize_t>(s.count_entry.size())}); })

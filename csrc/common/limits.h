@@ -44,7 +44,7 @@ constexpr int kOpEventCapacity = 65536;
 // samples one by one for timelines.
 constexpr int kMaxStacks = 65536;
 constexpr int kMaxStackFrames = 2097152;
-constexpr int kMaxStackCounts = 262144;
+constexpr int kMaxStackCounts = 65536;
 constexpr int kDefaultTimelineSamples = 131072;
 // How often the collector thread drains the sample rings, and how long it waits for op events
 // to be published before it joins samples with them.

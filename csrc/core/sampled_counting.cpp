@@ -99,7 +99,7 @@ class SampledCounting final : public CountingStrategy {
     s.unparsed = unparsed_;
     s.ambiguous_workers = ambiguous_;
     s.late_op_events = late_events_;
-    s.stacks_truncated = stacks_.stacks_truncated();
+    s.stacks_truncated = stacks_.stacks().truncated() + stacks_.paths().truncated();
     s.counts_dropped = stacks_.counts_dropped();
     s.timeline_dropped = stacks_.timeline_dropped();
     s.unwind_stops = unwind_stops_;
@@ -108,19 +108,30 @@ class SampledCounting final : public CountingStrategy {
     const int n_states = std::min(options_.states_used->load(), kMaxDispatchThreads);
     for (int i = 0; i < n_states; ++i) s.op_events_dropped += options_.states[i]->events.dropped();
     s.offsets.push_back(0);
-    for (uint32_t id = 1; id <= stacks_.n_stacks(); ++id) {
+    for (uint32_t id = 1; id <= stacks_.stacks().size(); ++id) {
       const uint64_t* pcs;
       int n;
-      stacks_.frames_of(id, &pcs, &n);
+      stacks_.stacks().items_of(id, &pcs, &n);
       s.frames.insert(s.frames.end(), pcs, pcs + n);
       s.offsets.push_back(static_cast<uint32_t>(s.frames.size()));
     }
+    s.path_offsets.push_back(0);
+    for (uint32_t id = 1; id <= stacks_.paths().size(); ++id) {
+      const uint32_t* entries;
+      int n;
+      stacks_.paths().items_of(id, &entries, &n);
+      s.path_entries.insert(s.path_entries.end(), entries, entries + n);
+      s.path_offsets.push_back(static_cast<uint32_t>(s.path_entries.size()));
+    }
+    const int n_events = ctx_.n_events();
     for (const StackCount& c : stacks_.counts()) {
       s.count_stack.push_back(c.stack);
+      s.count_path.push_back(c.path);
       s.count_slot.push_back(c.slot);
       s.count_entry.push_back(c.entry);
       s.count_samples.push_back(c.samples);
-      s.count_cpu_ns.push_back(c.cpu_ns);
+      s.count_cpu_ns.push_back(cpu_event_ >= 0 ? c.values[cpu_event_] : 0);
+      s.count_values.insert(s.count_values.end(), c.values, c.values + n_events);
     }
     for (const TimelineSample& t : stacks_.timeline()) {
       s.timeline_time.push_back(t.time_ns);
@@ -222,7 +233,7 @@ class SampledCounting final : public CountingStrategy {
     by_scanning_ += static_cast<uint64_t>(result.by_scanning);
     for (int i = 0; i < result.n && n < kMaxUnwindFrames * 2; ++i) pcs[n++] = result.pcs[i];
     if (n == 0 && sample.ip) pcs[n++] = sample.ip;  // at least where the CPU was
-    return stacks_.intern(pcs, n);
+    return stacks_.intern_stack(pcs, n);
   }
 
   // Applies dispatching thread `index`'s op events up to `time`.
@@ -319,7 +330,8 @@ class SampledCounting final : public CountingStrategy {
     }
     ctx_.table->entry(innermost).samples.fetch_add(1, std::memory_order_relaxed);
     const uint64_t cpu = cpu_event_ >= 0 ? p.deltas[cpu_event_] : 0;
-    stacks_.count(p.stack, p.slot, innermost, cpu);
+    const uint32_t path_id = depth > 0 ? stacks_.intern_path(path, depth) : kEmptySequence;
+    stacks_.count(p.stack, path_id, p.slot, innermost, p.deltas, static_cast<int>(p.n_deltas));
     stacks_.record(TimelineSample{p.time, p.slot, innermost, p.stack, static_cast<uint32_t>(std::min<uint64_t>(cpu / 1000, UINT32_MAX))});
     ++samples_of_[p.slot];
     joined_.fetch_add(1, std::memory_order_relaxed);

@@ -73,10 +73,14 @@ struct SamplingSnapshot {
   // Stacks: stack i (1..n) is frames[offsets[i-1], offsets[i]), leaf first; offsets[0] = 0.
   std::vector<uint64_t> frames;
   std::vector<uint32_t> offsets;
-  // Per (stack, thread slot, op entry): samples and the CPU time they stand for.
-  std::vector<uint32_t> count_stack, count_entry;
+  // Op paths: path i (1..n) is path_entries[path_offsets[i-1], path_offsets[i]), outermost first.
+  std::vector<uint32_t> path_entries;
+  std::vector<uint32_t> path_offsets;
+  // Per (stack, op path, thread slot): samples, the CPU time they stand for, and every event's
+  // deltas (flattened [count][event]); `count_entry` is the path's innermost op.
+  std::vector<uint32_t> count_stack, count_path, count_entry;
   std::vector<int32_t> count_slot;
-  std::vector<uint64_t> count_samples, count_cpu_ns;
+  std::vector<uint64_t> count_samples, count_cpu_ns, count_values;
   // The newest samples, oldest first.
   std::vector<int64_t> timeline_time;
   std::vector<int32_t> timeline_slot;

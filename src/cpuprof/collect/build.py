@@ -93,14 +93,20 @@ def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple
     stacks: list[list[int]] = [[]]  # stack 0: no stack
     for i in range(1, len(offsets)):
         stacks.append([frame_of(pc) for pc in pcs[offsets[i - 1]:offsets[i]]])
+    entries, path_offsets = sp.path_entries.tolist(), sp.path_offsets.tolist()
+    paths: list[list[int]] = [[]]
+    for i in range(1, len(path_offsets)):
+        paths.append([e for e in entries[path_offsets[i - 1]:path_offsets[i]] if e in op_ids])
+    values = sp.count_values.tolist()
     counts = []
-    for stack, slot, entry, samples, cpu in zip(sp.count_stack.tolist(), sp.count_slot.tolist(),
-                                                  sp.count_entry.tolist(), sp.count_samples.tolist(),
-                                                  sp.count_cpu_ns.tolist(), strict=True):
+    for k, (stack, path, slot, entry, samples, cpu) in enumerate(zip(
+            sp.count_stack.tolist(), sp.count_path.tolist(), sp.count_slot.tolist(), sp.count_entry.tolist(),
+            sp.count_samples.tolist(), sp.count_cpu_ns.tolist(), strict=True)):
         thread = index_of_slot.get(slot)
         if thread is None or entry not in op_ids:
             continue
-        counts.append(StackCount(stack=stack, thread=thread, op=entry, samples=samples, cpu_ns=cpu))
+        counts.append(StackCount(stack=stack, path=path, thread=thread, op=entry, samples=samples, cpu_ns=cpu,
+                                 values=values[k] if k < len(values) else []))
     timeline = None
     if len(sp.timeline_time):
         keep = [i for i, slot in enumerate(sp.timeline_slot.tolist()) if slot in index_of_slot]
@@ -118,7 +124,7 @@ def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple
         counts_dropped=sp.counts_dropped, timeline_dropped=sp.timeline_dropped,
         jit_symbols=symbolizer.jit_symbols, unresolved_frames=symbolizer.unresolved,
     )
-    return sampling, Stacks(frames=frames, stacks=stacks, counts=counts, timeline=timeline)
+    return sampling, Stacks(frames=frames, stacks=stacks, counts=counts, paths=paths, timeline=timeline)
 
 
 def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: bool = True) -> Profile:

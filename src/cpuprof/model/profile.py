@@ -270,9 +270,14 @@ class Profile:
             n_frames, n_stacks = len(self.stacks.frames), len(self.stacks.stacks)
             if any(f < 0 or f >= n_frames for stack in self.stacks.stacks for f in stack):
                 raise ProfileFormatError("a stack refers to a frame the profile does not have")
+            n_paths = len(self.stacks.paths)
+            if any(op not in ids for path in self.stacks.paths for op in path):
+                raise ProfileFormatError("an op path refers to an op the profile does not have")
             for c in self.stacks.counts:
-                if not 0 <= c.stack < n_stacks or not 0 <= c.thread < n_threads or c.op not in ids:
-                    raise ProfileFormatError("a stack count refers to a stack, thread or op the profile does not have")
+                if (not 0 <= c.stack < n_stacks or not 0 <= c.path < n_paths or not 0 <= c.thread < n_threads
+                        or c.op not in ids):
+                    raise ProfileFormatError("a stack count refers to a stack, path, thread or op the profile "
+                                             "does not have")
 
     # Versioned IO lives in io.py; these are the model's own entry points to it.
     def to_dict(self) -> dict:

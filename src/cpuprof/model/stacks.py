@@ -17,13 +17,15 @@ class NativeFrame:
 
 @dataclass
 class StackCount:
-    """Samples of one thread, in one op, on one stack."""
+    """Samples of one thread, on one native stack, while it worked for one op path."""
 
     stack: int  # index into Stacks.stacks
+    path: int  # index into Stacks.paths: the ops open on the thread it worked for
     thread: int  # index into Profile.threads
-    op: int  # the op's id (Profile.ops); 1 is "[outside ATen ops]"
+    op: int  # the op's id (Profile.ops): the path's innermost op, or "[outside ATen ops]" (1) / "[cpuprof callbacks]" (2)
     samples: int
     cpu_ns: int  # the CPU time (task-clock) these samples stand for
+    values: list[int] = field(default_factory=list)  # every counted event's deltas, in Collection.events order
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Stacks:
     frames: list[NativeFrame]
     stacks: list[list[int]]  # frame indices, leaf first; stack 0 is the empty stack
     counts: list[StackCount]
+    paths: list[list[int]] = field(default_factory=lambda: [[]])  # op ids, outermost first; path 0: no op
     timeline: SampleTimeline | None = None
 
 
