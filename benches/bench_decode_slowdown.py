@@ -1,4 +1,4 @@
-"""Slowdown of LLM decoding under cpuprof (sampled and exact) and torch.profiler.
+"""Slowdown of LLM decoding under cpuprof (sampled, sampled + py-spy, exact) and torch.profiler.
 
 What it measures
 ----------------
@@ -8,39 +8,53 @@ cut to 4 layers, bf16, 2 threads; about 0.5 B parameters, 1 GB of weights), then
 the first --warmup left out) under each variant, interleaved round after round with the order
 rotated every round, because the machine is small, shared and noisy:
 
-  none              no profiler; the model's region factory is the default no-op
-  cpuprof sampled   cpuprof.profile(mode="sampled"), events "default", sample interval 4000 µs (the default),
-                    record_shapes=True, and model.region = cpuprof.region (what `cpuprof decode`
-                    does when it profiles)
-  cpuprof exact     the same with mode="exact" (every thread's counters read at every op boundary)
-  torch.profiler    activities=[CPU], record_shapes=True, with_stack=True (no regions)
+  none                       no profiler; the model's region factory is the default no-op
+  cpuprof sampled            cpuprof.profile(mode="sampled"), events "default", sample_hz 1000 (the
+                             default: the kernel samples every thread 1000 times per second of its
+                             CPU time, with 8192 bytes of user stack unwound by the collector thread),
+                             record_shapes=True, python_stacks=False, and model.region =
+                             cpuprof.region (what `cpuprof decode` does when it profiles)
+  cpuprof sampled + py-spy   the same with python_stacks=True: py-spy samples the process from
+                             outside at 100 Hz and its Python stacks are joined to the samples
+  cpuprof exact              mode="exact" (every working thread's counters read at every op boundary),
+                             python_stacks=False
+  torch.profiler             activities=[CPU], record_shapes=True, with_stack=True (no regions)
 
 ``--breakdown`` adds variants that tell the parts of sampled mode's cost apart: regions alone
 (model.region = cpuprof.region, no profiler), sampled mode without regions, and sampled mode
-with a 10x longer sample interval (fewer team reads).
+at a 10x lower sampling rate (fewer samples to take, copy and unwind).
 
 The profiler is started just before run_decode and stopped after it, as the CLI's child does;
-tokens/s is run_decode's (measured decode steps only). The figure reported for each variant is
+tokens/s is run_decode's (measured decode steps only). py-spy's start (~0.3 s, with a 40 ms clock
+marker) and stop happen in the profile's start() and stop(), outside the timed steps, so what
+sampled + py-spy adds to tokens/s is py-spy reading the process's memory while it runs (on 2 CPUs,
+a process competing with the two OpenMP threads). The figure reported for each variant is
 the median over rounds of (variant tokens/s ÷ that round's "none" tokens/s), with its min–max;
 "decode time" is the inverse, so "+2.0%" means each token took 2% longer. For cpuprof variants
 the table also shows cpuprof's own overhead accounting, as shares of the profiled wall time:
-its callbacks on the dispatching thread (overhead.hook_ns, sampled mode's team reads included;
-this excludes torch's RecordFunction work) and the thread-discovery thread's CPU time
-(overhead.sampler_cpu_ns, which competes with the two OpenMP threads for the two cores).
+its callbacks on the dispatching thread (overhead.hook_ns; this excludes torch's RecordFunction
+work), the collector thread's CPU time (overhead.discovery_cpu_ns: thread discovery, draining the
+sample rings, joining samples to ops and unwinding their stacks; it competes with the two OpenMP
+threads for the two cores) and the samples taken (overhead.samples).
 
 --cli: instead runs the whole command line, `python -m cpuprof decode --preset P --json --out DIR`
-against the same with `--no-profile` (and with `--mode exact` if asked via --variants), as
-separate processes, interleaved, reading tokens/s from the saved profile (workload.tokens_per_s).
-Its default preset is tiny (an op-bound toy: it shows the per-op cost at its worst); pass
-`--preset llama-3.2-1b` for the real 1B model (16 layers unless --layers is given).
+against the same with `--no-profile` (and with `--mode exact` or py-spy if asked via --variants),
+as separate processes, interleaved, reading tokens/s from the saved profile
+(workload.tokens_per_s). The cpuprof runs pass `--sample-hz`, and `--python-hz 0` except
+sampled-py (which keeps the CLI's default py-spy rate). Its default preset is tiny (an op-bound
+toy: it shows the per-op cost at its worst); pass `--preset llama-3.2-1b` for the real 1B model
+(16 layers unless --layers is given).
 
-Target: cpuprof's sampled mode adds at most 3% to decode time (the output says met or missed).
+Targets (from the issue; the output says met or missed for each):
+  the default mode (sampled at 1 kHz per thread, with stacks) keeps at least 98% of the bare
+  tokens/s: "cpuprof sampled"'s median tokens/s ratio to none >= 0.98;
+  exact mode adds at most 15% to decode time: "cpuprof exact"'s median added decode time <= 15%.
 
 Run
 ---
     python benches/bench_decode_slowdown.py                     # 1B shapes, 4 layers, 11 rounds
-    python benches/bench_decode_slowdown.py --breakdown         # + regions / no-regions / slow sampler
-    python benches/bench_decode_slowdown.py --sample-interval-us 10000
+    python benches/bench_decode_slowdown.py --breakdown         # + regions / no-regions / 10x lower rate
+    python benches/bench_decode_slowdown.py --sample-hz 4000
     python benches/bench_decode_slowdown.py --cli               # whole CLI, tiny preset
     python benches/bench_decode_slowdown.py --cli --preset llama-3.2-1b --rounds 3
 """
@@ -62,10 +76,15 @@ from pathlib import Path
 
 from _common import machine_line, median, render_table, rotated, span
 
+from cpuprof import defaults  # the limits only: this does not import torch
+
 # torch.profiler (kineto) prints STAGE/USDT lines at every start/stop below log level 6 (set to override).
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
-TARGET_PCT = 3.0
+# Targets from the issue: the default sampled mode keeps this share of the bare tokens/s; exact
+# mode adds at most this much decode time.
+SAMPLED_TARGET_RATIO = 0.98
+EXACT_TARGET_PCT = 15.0
 
 
 def pct_slower(ratio: float) -> float:
@@ -80,30 +99,33 @@ class Variant:
     kind: str  # none | cpuprof | torch
     mode: str = "sampled"
     regions: bool = False
-    sample_interval_us: int = 4000
+    sample_hz: int = 1000
+    python_stacks: bool = False
     tps: list[float] = field(default_factory=list)
     ratio: list[float] = field(default_factory=list)  # tokens/s ÷ the same round's none
     p50_ms: list[float] = field(default_factory=list)  # median step latency of each run
     p50_ratio: list[float] = field(default_factory=list)  # none's p50 ÷ this p50, same round
     hook_pct: list[float] = field(default_factory=list)
-    sampler_pct: list[float] = field(default_factory=list)
+    collector_pct: list[float] = field(default_factory=list)
     hook_ns_per_op: list[float] = field(default_factory=list)
     ops_per_forward: list[float] = field(default_factory=list)
-    tick_us: list[float] = field(default_factory=list)  # sampler CPU per tick
+    tick_us: list[float] = field(default_factory=list)  # collector CPU per tick
+    samples: list[float] = field(default_factory=list)  # kernel samples taken in the run
 
 
 def make_variants(args: argparse.Namespace) -> list[Variant]:
-    slow = args.slow_interval_us or args.sample_interval_us * 10
+    slow = args.slow_hz or max(defaults.MIN_SAMPLE_HZ, args.sample_hz // 10)
     known = {
         "none": Variant("none", "none"),
-        "sampled": Variant("cpuprof sampled", "cpuprof", "sampled", True, args.sample_interval_us),
-        "exact": Variant("cpuprof exact", "cpuprof", "exact", True, args.sample_interval_us),
+        "sampled": Variant("cpuprof sampled", "cpuprof", "sampled", True, args.sample_hz),
+        "sampled-py": Variant("cpuprof sampled + py-spy", "cpuprof", "sampled", True, args.sample_hz,
+                              python_stacks=True),
+        "exact": Variant("cpuprof exact", "cpuprof", "exact", True, args.sample_hz),
         "torch": Variant("torch.profiler", "torch"),
         # --breakdown: the parts of sampled mode's cost
         "regions": Variant("regions only (no profiler)", "none", regions=True),
-        "sampled-noregions": Variant("cpuprof sampled, no regions", "cpuprof", "sampled", False,
-                                     args.sample_interval_us),
-        "sampled-slow": Variant(f"cpuprof sampled, {slow} µs", "cpuprof", "sampled", True, slow),
+        "sampled-noregions": Variant("cpuprof sampled, no regions", "cpuprof", "sampled", False, args.sample_hz),
+        "sampled-slow": Variant(f"cpuprof sampled, {slow} Hz", "cpuprof", "sampled", True, slow),
     }
     if args.cli:
         for name in ("torch", "regions", "sampled-noregions"):
@@ -137,16 +159,16 @@ def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
     started = time.monotonic()
     model = build_model(cfg, dtype, seed=0)
     print(f"built in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-    dropped_said = False
+    dropped_said = pyspy_said = False
 
     def one(v: Variant) -> tuple[float, dict[str, float]]:
-        nonlocal dropped_said
+        nonlocal dropped_said, pyspy_said
         model.region = cpuprof.region if v.regions else no_region
         extra: dict[str, float] = {}
         gc.collect()
         if v.kind == "cpuprof":
             prof = cpuprof.profile(args.events, mode=v.mode, record_shapes=args.record_shapes,
-                                   sample_interval_us=v.sample_interval_us, warn=False)
+                                   sample_hz=v.sample_hz, python_stacks=v.python_stacks, warn=False)
             ctx: contextlib.AbstractContextManager = prof
         elif v.kind == "torch":
             from torch.profiler import ProfilerActivity
@@ -162,14 +184,21 @@ def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
             p = prof.profile
             wall = max(1, p.collection.stopped_ns - p.collection.started_ns)
             extra = {"hook_pct": 100.0 * p.overhead.hook_ns / wall,
-                     "sampler_pct": 100.0 * p.overhead.discovery_cpu_ns / wall,
+                     "collector_pct": 100.0 * p.overhead.discovery_cpu_ns / wall,
                      "hook_ns_per_op": p.overhead.per_op_ns,
                      "ops_per_forward": p.overhead.ops / (args.new_tokens + 1),
-                     "tick_us": p.overhead.discovery_cpu_ns / max(1, p.overhead.discovery_ticks) / 1e3}
+                     "tick_us": p.overhead.discovery_cpu_ns / max(1, p.overhead.discovery_ticks) / 1e3,
+                     "samples": p.overhead.samples}
             if not dropped_said and prof.dropped:
                 names = ", ".join(d.name for d in prof.dropped)
                 print(f"(cpuprof dropped {names}: {prof.dropped[0].reason})", file=sys.stderr)
                 dropped_said = True
+            py = p.sampling.python if p.sampling is not None else None
+            if v.python_stacks and not pyspy_said and py is not None:  # once: did py-spy really run?
+                print(f"(py-spy: {py.error})" if py.error else
+                      f"(py-spy: {py.source} at {py.hz} Hz, {py.samples} stacks, {py.joined} samples joined)",
+                      file=sys.stderr)
+                pyspy_said = True
         model.region = no_region
         extra["p50_ms"] = result.figures.p50_ms
         return result.tokens_per_s, extra
@@ -186,8 +215,8 @@ def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
         base_cmd += ["--layers", str(args.layers)]
     shown = " ".join(["python"] + base_cmd[1:])
     print(f"command: {shown} --out DIR  [--no-profile | --mode sampled|exact "
-          f"--sample-interval-us {args.sample_interval_us} --events {args.events}"
-          f"{'' if args.record_shapes else ' --no-shapes'}]")
+          f"--sample-hz {args.sample_hz} --events {args.events}"
+          f"{'' if args.record_shapes else ' --no-shapes'} [--python-hz 0 unless sampled-py]]")
     workdir = Path(tempfile.mkdtemp(prefix="bench_decode_cli_"))
 
     def one(v: Variant) -> tuple[float, dict[str, float]]:
@@ -196,7 +225,9 @@ def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
         if v.kind == "none":
             cmd.append("--no-profile")
         else:
-            cmd += ["--mode", v.mode, "--sample-interval-us", str(v.sample_interval_us), "--events", args.events]
+            cmd += ["--mode", v.mode, "--sample-hz", str(v.sample_hz), "--events", args.events]
+            if not v.python_stacks:
+                cmd += ["--python-hz", "0"]
             if not args.record_shapes:
                 cmd.append("--no-shapes")
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -209,10 +240,11 @@ def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
         if v.kind == "cpuprof":
             o, c = data["overhead"], data["collection"]
             wall = max(1, c["stopped_ns"] - c["started_ns"])
-            extra = {"hook_pct": 100.0 * o["hook_ns"] / wall, "sampler_pct": 100.0 * o["discovery_cpu_ns"] / wall,
+            extra = {"hook_pct": 100.0 * o["hook_ns"] / wall, "collector_pct": 100.0 * o["discovery_cpu_ns"] / wall,
                      "hook_ns_per_op": o["hook_ns"] / max(1, o["ops"]),
                      "ops_per_forward": o["ops"] / (args.new_tokens + 1),
-                     "tick_us": o["discovery_cpu_ns"] / max(1, o["discovery_ticks"]) / 1e3}
+                     "tick_us": o["discovery_cpu_ns"] / max(1, o["discovery_ticks"]) / 1e3,
+                     "samples": o.get("samples", 0)}
         figures = data["workload"]["figures"]
         extra["p50_ms"] = float(figures["p50_ms"])
         return float(figures["tokens_per_s"]), extra
@@ -268,19 +300,20 @@ def report(args: argparse.Namespace, variants: list[Variant]) -> None:
             f"{median(v.hook_ns_per_op):.0f}" if v.hook_ns_per_op else "-",
             f"{median(v.ops_per_forward):.0f}" if v.ops_per_forward else "-",
             f"{median(v.hook_pct):.2f}%" if v.hook_pct else "-",
-            f"{median(v.sampler_pct):.2f}%" if v.sampler_pct else "-",
+            f"{median(v.collector_pct):.2f}%" if v.collector_pct else "-",
             f"{median(v.tick_us):.0f}" if v.tick_us else "-",
+            f"{median(v.samples):.0f}" if v.samples else "-",
         ])
     print()
     print(render_table(["variant", "tokens/s", "min–max", "vs none", "ratio min–max", "decode time",
                         "time min..max", "best vs best", "p50 step", "hook ns/op", "ops/fwd", "hook % wall",
-                        "sampler % wall", "µs/tick"], rows))
+                        "collector % wall", "µs/tick", "samples"], rows))
     print()
     print("vs none: median over rounds of tokens/s ÷ that round's none; decode time: the same as time per")
-    print("token (+ = slower). hook ns/op, hook % wall, sampler % wall: cpuprof's self-measured overhead")
-    print("(its callbacks on the dispatching thread, sampled-mode team reads included; the thread-discovery")
-    print("thread's CPU) over the profiled wall time;")
-    print("µs/tick: sampler CPU time per tick.")
+    print("token (+ = slower). hook ns/op, hook % wall, collector % wall: cpuprof's self-measured overhead")
+    print("(its callbacks on the dispatching thread; the collector thread's CPU: thread discovery, draining")
+    print("sample rings, unwinding) over the profiled wall time; py-spy's own CPU is not in them.")
+    print("µs/tick: collector CPU time per tick; samples: kernel samples taken in the run (median).")
     print("ops/fwd: ops seen ÷ forward passes (prefill + decode steps). best vs best: the variant's fastest run ÷")
     print("none's fastest (noise here only ever slows a run down, so the fastest runs are the least disturbed).")
     print("p50 step: median over rounds of (none's median step latency ÷ the variant's), a tokens/s ratio that")
@@ -297,17 +330,28 @@ def report(args: argparse.Namespace, variants: list[Variant]) -> None:
             q = median(v.p50_ratio)
             print(f"{v.name}: {r:.3f}x tokens/s ({abs(pct_slower(r)):.1f}% {'slower' if r < 1 else 'faster'}); "
                   f"median step {q:.3f}x ({abs(pct_slower(q)):.1f}% {'slower' if q < 1 else 'faster'})")
-    sampled = next((v for v in variants if v.name == "cpuprof sampled"), None)
+    by_name = {v.name: v for v in variants}
     print()
+    sampled = by_name.get("cpuprof sampled")
     if sampled is None or not sampled.ratio:
-        print("summary: sampled mode not measured (add it with --variants)")
-        return
-    added = pct_slower(median(sampled.ratio))
-    verdict = "MET" if added <= TARGET_PCT else f"MISSED by {added - TARGET_PCT:.1f} points"
+        print("target: sampled mode not measured (add it with --variants)")
+    else:
+        r = median(sampled.ratio)
+        verdict = "MET" if r >= SAMPLED_TARGET_RATIO else f"MISSED by {SAMPLED_TARGET_RATIO - r:.3f}"
+        print(f"target: the default mode (sampled at {sampled.sample_hz} Hz per thread, with stacks) keeps at least "
+              f"{SAMPLED_TARGET_RATIO:.0%} of the bare tokens/s -> {verdict} (measured {r:.3f}x, rounds "
+              f"{min(sampled.ratio):.3f}..{max(sampled.ratio):.3f}; "
+              f"{median(sampled.p50_ratio):.3f}x on the median step)")
+    exact = by_name.get("cpuprof exact")
+    if exact is None or not exact.ratio:
+        print("target: exact mode not measured (add it with --variants)")
+    else:
+        added = pct_slower(median(exact.ratio))
+        verdict = "MET" if added <= EXACT_TARGET_PCT else f"MISSED by {added - EXACT_TARGET_PCT:.1f} points"
+        print(f"target: exact mode adds at most {EXACT_TARGET_PCT:.0f}% to decode time -> {verdict} "
+              f"(measured {added:+.1f}%, rounds {pct_slower(max(exact.ratio)):+.1f}.."
+              f"{pct_slower(min(exact.ratio)):+.1f}%; {pct_slower(median(exact.p50_ratio)):+.1f}% on the median step)")
     parts = [f"{v.name} {pct_slower(median(v.ratio)):+.1f}%" for v in variants[1:] if v.ratio]
-    print(f"target: cpuprof sampled mode adds at most {TARGET_PCT:.0f}% to decode time -> {verdict} "
-          f"(measured {added:+.1f}% on tokens/s, rounds {pct_slower(max(sampled.ratio)):+.1f}.."
-          f"{pct_slower(min(sampled.ratio)):+.1f}%; {pct_slower(median(sampled.p50_ratio)):+.1f}% on the median step)")
     print(f"summary: decode time vs no profiler ({median(variants[0].tps):.2f} tokens/s): " + ", ".join(parts))
 
 
@@ -330,18 +374,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="decode steps left out of tokens/s (default 2)")
     parser.add_argument("--rounds", type=int, default=11, help="measured rounds of every variant (default 11)")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="unrecorded rounds first (default 1)")
-    parser.add_argument("--variants", default="sampled,exact,torch",
-                        help="compared with none, comma separated: sampled, exact, torch, regions, "
-                             "sampled-noregions, sampled-slow (default sampled,exact,torch; with --cli: "
-                             "sampled; --cli has no torch, regions or sampled-noregions)")
+    parser.add_argument("--variants", default="sampled,sampled-py,exact,torch",
+                        help="compared with none, comma separated: sampled, sampled-py, exact, torch, regions, "
+                             "sampled-noregions, sampled-slow (default sampled,sampled-py,exact,torch; with "
+                             "--cli: sampled; --cli has no torch, regions or sampled-noregions)")
     parser.add_argument("--breakdown", action="store_true",
                         help="add regions, sampled-noregions and sampled-slow: regions alone, sampled mode "
-                             "without regions, sampled mode with a longer sample interval")
-    parser.add_argument("--slow-interval-us", type=int, default=None,
-                        help="sample interval of sampled-slow (default 10x --sample-interval-us)")
+                             "without regions, sampled mode at a 10x lower sampling rate")
+    parser.add_argument("--slow-hz", type=int, default=None,
+                        help="sampling rate of sampled-slow (default --sample-hz ÷ 10)")
     parser.add_argument("--events", default="default", help="cpuprof events (default: default)")
-    parser.add_argument("--sample-interval-us", type=int, default=4000,
-                        help="cpuprof sampled-mode interval (default 4000)")
+    parser.add_argument("--sample-hz", type=int, default=defaults.SAMPLE_HZ,
+                        help=f"cpuprof sampled-mode samples per second of each thread's CPU time "
+                             f"(default {defaults.SAMPLE_HZ})")
     parser.add_argument("--no-shapes", dest="record_shapes", action="store_false",
                         help="cpuprof without record_shapes (default: on)")
     args = parser.parse_args(argv)
@@ -353,12 +398,16 @@ def main(argv: list[str] | None = None) -> int:
         args.layers = 4
     if args.rounds < 1 or args.warmup_rounds < 0 or args.threads < 1:
         parser.error("--rounds and --threads must be positive, --warmup-rounds 0 or more")
+    for flag, hz in (("--sample-hz", args.sample_hz), ("--slow-hz", args.slow_hz)):
+        if hz is not None and not defaults.MIN_SAMPLE_HZ <= hz <= defaults.MAX_SAMPLE_HZ:
+            parser.error(f"{flag}: expected {defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ}")
     variants = make_variants(args)
     what = "whole CLI, separate processes" if args.cli else "in-process"
     print(f"bench_decode_slowdown ({what}): {', '.join(v.name for v in variants)}; "
           f"{args.rounds} rounds (+{args.warmup_rounds} warm-up), interleaved, order rotated")
-    print(f"cpuprof: events {args.events}, sample interval {args.sample_interval_us} µs, "
-          f"record_shapes {'on' if args.record_shapes else 'off'}, model regions on"
+    print(f"cpuprof: events {args.events}, sampled at {args.sample_hz} Hz per thread, "
+          f"record_shapes {'on' if args.record_shapes else 'off'}, model regions on, "
+          f"py-spy only in sampled-py"
           + ("" if args.cli else "; torch.profiler: record_shapes + with_stack, no regions"))
     print(machine_line())
     try:

@@ -99,6 +99,8 @@ py::dict limits() {
   d["kJoinLagUs"] = kJoinLagUs;
   d["kDiscoveryIntervalUs"] = kDiscoveryIntervalUs;
   d["kJoinedWorkerCpuNs"] = kJoinedWorkerCpuNs;
+  d["kFdReserveMin"] = kFdReserveMin;
+  d["kFdReserveMax"] = kFdReserveMax;
   d["kMaxKeyInputs"] = kMaxKeyInputs;
   d["kMaxKeyDims"] = kMaxKeyDims;
   d["kMaxOpNameBytes"] = kMaxOpNameBytes;
@@ -213,6 +215,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("timeline_slot", [](const SamplingSnapshot& s) { return array(s.timeline_slot, {static_cast<py::ssize_t>(s.timeline_slot.size())}); })
       .def_property_readonly("timeline_entry", [](const SamplingSnapshot& s) { return array(s.timeline_entry, {static_cast<py::ssize_t>(s.timeline_entry.size())}); })
       .def_property_readonly("timeline_stack", [](const SamplingSnapshot& s) { return array(s.timeline_stack, {static_cast<py::ssize_t>(s.timeline_stack.size())}); })
+      .def_property_readonly("timeline_path", [](const SamplingSnapshot& s) { return array(s.timeline_path, {static_cast<py::ssize_t>(s.timeline_path.size())}); })
       .def_property_readonly("timeline_cpu_us", [](const SamplingSnapshot& s) { return array(s.timeline_cpu_us, {static_cast<py::ssize_t>(s.timeline_cpu_us.size())}); })
       .def_readonly("memory_bytes", &SamplingSnapshot::memory_bytes);
   py::class_<SpanSnapshot>(m, "SpanSnapshot")

@@ -56,6 +56,11 @@ constexpr int kDiscoveryIntervalUs = 20000;
 // and joins the team at once.
 constexpr int kJoinedWorkerCpuNs = 1000000;
 // Op keys: inputs described per op, and the dims (sizes and strides) they share.
+// The last file descriptors under RLIMIT_NOFILE are the profiled program's: cpuprof never takes
+// one of them for a counter, so its threads are left uncounted rather than the program failing.
+// A quarter of the limit, within these bounds.
+constexpr int kFdReserveMin = 8;
+constexpr int kFdReserveMax = 256;
 constexpr int kMaxKeyInputs = 16;
 constexpr int kMaxKeyDims = 48;
 constexpr int kMaxOpNameBytes = 96;

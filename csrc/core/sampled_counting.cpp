@@ -70,6 +70,7 @@ class SampledCounting final : public CountingStrategy {
 
   void collect(int64_t now, bool final) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    frames_.refresh();  // libraries loaded since the last pass (torch loads some lazily)
     // Op events are stamped when their callback began and published a little later; samples are
     // joined only once every op event up to their time has surely been published.
     const int64_t until = final ? INT64_MAX : now - static_cast<int64_t>(kJoinLagUs) * 1000;
@@ -138,6 +139,7 @@ class SampledCounting final : public CountingStrategy {
       s.timeline_slot.push_back(t.slot);
       s.timeline_entry.push_back(t.entry);
       s.timeline_stack.push_back(t.stack);
+      s.timeline_path.push_back(t.path);
       s.timeline_cpu_us.push_back(t.cpu_us);
     }
     s.memory_bytes = stacks_.memory_bytes();
@@ -332,7 +334,7 @@ class SampledCounting final : public CountingStrategy {
     const uint64_t cpu = cpu_event_ >= 0 ? p.deltas[cpu_event_] : 0;
     const uint32_t path_id = depth > 0 ? stacks_.intern_path(path, depth) : kEmptySequence;
     stacks_.count(p.stack, path_id, p.slot, innermost, p.deltas, static_cast<int>(p.n_deltas));
-    stacks_.record(TimelineSample{p.time, p.slot, innermost, p.stack, static_cast<uint32_t>(std::min<uint64_t>(cpu / 1000, UINT32_MAX))});
+    stacks_.record(TimelineSample{p.time, p.slot, innermost, p.stack, path_id, static_cast<uint32_t>(std::min<uint64_t>(cpu / 1000, UINT32_MAX))});
     ++samples_of_[p.slot];
     joined_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -28,6 +28,7 @@ void raise_fd_limit() {
     limit.rlim_cur = limit.rlim_max;
     setrlimit(RLIMIT_NOFILE, &limit);
   }
+  reserve_fds_for_program();
 }
 
 void check_config(const SessionConfig& config) {

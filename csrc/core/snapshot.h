@@ -84,7 +84,7 @@ struct SamplingSnapshot {
   // The newest samples, oldest first.
   std::vector<int64_t> timeline_time;
   std::vector<int32_t> timeline_slot;
-  std::vector<uint32_t> timeline_entry, timeline_stack, timeline_cpu_us;
+  std::vector<uint32_t> timeline_entry, timeline_stack, timeline_path, timeline_cpu_us;
   size_t memory_bytes = 0;
 };
 

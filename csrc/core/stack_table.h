@@ -51,6 +51,7 @@ struct TimelineSample {
   int32_t slot;
   uint32_t entry;
   uint32_t stack;
+  uint32_t path;    // the op path, as in StackCount
   uint32_t cpu_us;  // CPU time the sample stands for (its task-clock delta), in µs
 };
 

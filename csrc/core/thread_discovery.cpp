@@ -1,5 +1,6 @@
 #include "core/thread_discovery.h"
 
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -44,6 +45,8 @@ void ThreadDiscovery::scan() {
 
 void ThreadDiscovery::run() {
   tid_ = static_cast<pid_t>(syscall(SYS_gettid));
+  // Named, so top, perf and py-spy users can tell cpuprof's own thread from the program's.
+  pthread_setname_np(pthread_self(), "cpuprof-collect");
   scan();
   tick(false);  // baseline for telling which threads start working
   {

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -77,6 +78,18 @@ constexpr CacheOp kCacheOps[] = {
 
 std::atomic<int> g_inject_errno{0};
 std::atomic<int> g_inject_count{0};
+std::atomic<long> g_fd_ceiling{-1};  // descriptors at or above it are the program's (-1: none set)
+std::atomic<long> g_fd_reserve{0};
+
+// An fd in the program's reserve is given back: the event is refused as if at the limit.
+int within_budget(int fd) {
+  const long ceiling = g_fd_ceiling.load(std::memory_order_relaxed);
+  if (fd >= 0 && ceiling >= 0 && fd >= ceiling) {
+    ::close(fd);
+    return -EMFILE;
+  }
+  return fd;
+}
 std::atomic<double> g_running_fraction{0.0};
 
 bool read_text(const std::string& path, std::string* out) {
@@ -335,6 +348,20 @@ ParseResult parse_event(const std::string& full_name, const std::string& sysfs_r
   return result;
 }
 
+long reserve_fds_for_program() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    g_fd_ceiling.store(-1);
+    g_fd_reserve.store(0);
+    return 0;
+  }
+  const long soft = static_cast<long>(limit.rlim_cur);
+  const long reserve = std::min<long>(kFdReserveMax, std::max<long>(kFdReserveMin, soft / 4));
+  g_fd_reserve.store(reserve);
+  g_fd_ceiling.store(soft - reserve);
+  return reserve;
+}
+
 void inject_open_errno(int err, int count) {
   g_inject_count.store(count, std::memory_order_relaxed);
   g_inject_errno.store(err, std::memory_order_release);
@@ -378,19 +405,19 @@ int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_form
     // libtorch do not keep; user stacks are unwound from the copied stack instead.
     attr.exclude_callchain_user = 1;
   }
-  int fd = static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC));
+  int fd = within_budget(static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC)));
   if (fd >= 0) return fd;
-  int err = errno;
+  int err = fd == -EMFILE ? EMFILE : errno;
   // perf_event_paranoid 2 forbids kernel-mode counting for non-root users; perf then counts
   // user mode only, and so do we rather than lose the event.
   if ((err == EACCES || err == EPERM) && !spec.exclude_kernel && spec.type != PERF_TYPE_TRACEPOINT) {
     attr.exclude_kernel = 1;
-    fd = static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC));
+    fd = within_budget(static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC)));
     if (fd >= 0) {
       if (user_only) *user_only = true;
       return fd;
     }
-    err = errno;
+    err = fd == -EMFILE ? EMFILE : errno;
   }
   return -err;
 }
@@ -419,8 +446,9 @@ std::string open_error_reason(int err, const EventSpec& spec) {
     case EMFILE: {
       rlimit limit{};
       getrlimit(RLIMIT_NOFILE, &limit);
-      return "file-descriptor limit reached (ulimit -n is " + std::to_string(limit.rlim_cur) +
-             "; one descriptor is needed per event per thread)";
+      return "file-descriptor limit reached (ulimit -n is " + std::to_string(limit.rlim_cur) + ", of which " +
+             std::to_string(g_fd_reserve.load()) +
+             " are left to the program; one descriptor is needed per event per thread)";
     }
     case ENFILE: return "the system-wide file-descriptor limit is reached";
     case ENOSYS: return "this kernel has no perf_event_open";

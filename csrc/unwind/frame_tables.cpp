@@ -238,8 +238,59 @@ bool run_program(Cursor c, uint64_t loc, uint64_t target, uint64_t code_align, i
 
 }  // namespace
 
-FrameTables::FrameTables() : cache_(new CacheEntry[kCacheSize]) {}
+FrameTables::FrameTables() : cache_(new CacheEntry[kCacheSize]) { refresh(); }
 FrameTables::~FrameTables() = default;
+
+void FrameTables::refresh() {
+  struct Counts {
+    unsigned long long adds = 0, subs = 0;
+  } counts;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* c = static_cast<Counts*>(data);
+        c->adds = info->dlpi_adds;
+        c->subs = info->dlpi_subs;
+        return 1;  // the counts are the same in every entry: the first one says
+      },
+      &counts);
+  if (!loader_changed(counts.adds, counts.subs)) return;
+  struct Build {
+    std::vector<Object>* objects;
+    unsigned long long adds = 0, subs = 0;
+  } build{&objects_};
+  objects_.clear();
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* b = static_cast<Build*>(data);
+        b->adds = info->dlpi_adds;
+        b->subs = info->dlpi_subs;
+        const uint8_t* hdr = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_GNU_EH_FRAME) hdr = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+        }
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && ph.p_memsz > 0)
+            b->objects->push_back(Object{info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz, hdr});
+        }
+        return 0;
+      },
+      &build);
+  std::sort(objects_.begin(), objects_.end(), [](const Object& x, const Object& y) { return x.start < y.start; });
+  adds_ = build.adds;
+  subs_ = build.subs;
+  // Cached answers may name unloaded code, or call "no object" what a new library now holds.
+  for (size_t i = 0; i < kCacheSize; ++i) cache_[i].pc = 0;
+}
+
+const FrameTables::Object* FrameTables::object_of(uint64_t pc) const {
+  auto it = std::upper_bound(objects_.begin(), objects_.end(), pc,
+                             [](uint64_t value, const Object& o) { return value < o.start; });
+  if (it == objects_.begin()) return nullptr;
+  --it;
+  return pc < it->end ? &*it : nullptr;
+}
 
 FrameTables::Lookup FrameTables::rule_for(uint64_t pc, FrameRule* out) {
   ++lookups_;
@@ -250,50 +301,73 @@ FrameTables::Lookup FrameTables::rule_for(uint64_t pc, FrameRule* out) {
     *out = entry.rule;
     return entry.result;
   }
-  // The object is found, and its CFI read, inside dl_iterate_phdr: the loader's lock is held
-  // meanwhile, so no dlclose can unmap the tables while they are read.
-  struct Search {
-    FrameTables* self;
-    uint64_t pc;
-    FrameRule* out;
-    Lookup result = Lookup::NoObject;
-  } search{this, pc, out};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) -> int {
-        auto* s = static_cast<Search*>(data);
-        const uint8_t* hdr = nullptr;
-        bool inside = false;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type == PT_GNU_EH_FRAME) hdr = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
-          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && s->pc >= info->dlpi_addr + ph.p_vaddr &&
-              s->pc < info->dlpi_addr + ph.p_vaddr + ph.p_memsz)
-            inside = true;
-        }
-        if (!inside) return 0;
-        s->result = hdr == nullptr ? Lookup::NoInfo : s->self->compute(hdr, s->pc, s->out);
-        return 1;
-      },
-      &search);
-  // A PC outside every object is JIT code (oneDNN's kernels): it stays outside for the session.
+  // A PC outside every object is JIT code (oneDNN's kernels) or not code at all.
+  Lookup result = Lookup::NoObject;
+  if (const Object* object = object_of(pc)) {
+    if (object->eh_frame_hdr == nullptr) {
+      result = Lookup::NoInfo;
+    } else {
+      // The CFI is read inside dl_iterate_phdr's first callback: the loader's lock is held, so no
+      // dlclose can unmap the tables meanwhile, and the counts say whether the table is current.
+      struct Read {
+        FrameTables* self;
+        const uint8_t* hdr;
+        uint64_t pc;
+        FrameRule* out;
+        Lookup result = Lookup::NoObject;
+        bool stale = false;
+      } read{this, object->eh_frame_hdr, pc, out};
+      dl_iterate_phdr(
+          [](dl_phdr_info* info, size_t, void* data) -> int {
+            auto* r = static_cast<Read*>(data);
+            r->stale = r->self->loader_changed(info->dlpi_adds, info->dlpi_subs);
+            if (!r->stale) r->result = r->self->compute(r->hdr, r->pc, r->out);
+            return 1;
+          },
+          &read);
+      if (read.stale) {
+        refresh();  // a library came or went: look again in the new table (next time)
+        return Lookup::NoInfo;
+      }
+      result = read.result;
+    }
+  }
   entry.pc = pc;
   entry.rule = *out;
-  entry.result = search.result;
-  return search.result;
+  entry.result = result;
+  return result;
 }
 
 bool FrameTables::is_return_address(uint64_t address) {
   if (address < 4096) return false;
-  FrameRule unused;
-  // In an object's code (its CFI lookup does not say "no object"), so its bytes are mapped.
-  if (rule_for(address - 1, &unused) == Lookup::NoObject) return false;
-  const uint8_t* p = reinterpret_cast<const uint8_t*>(address);
-  if (p[-5] == 0xe8) return true;  // call rel32
-  // call r/m64: FF /2, with a ModRM byte (and maybe SIB and displacement) after the opcode.
-  for (int len = 2; len <= 7; ++len) {
-    if (p[-len] == 0xff && ((p[-len + 1] >> 3) & 7) == 2) return true;
-  }
-  return false;
+  // In an object's code (most words a scan asks about are not), so its bytes are mapped; they are
+  // read under the loader's lock, with the table known current, so no dlclose can unmap them.
+  const Object* object = object_of(address - 1);
+  if (object == nullptr || address - 7 < object->start) return false;  // a call's bytes lie before it
+  struct Check {
+    const FrameTables* self;
+    const uint8_t* p;
+    bool stale = false, call = false;
+  } check{this, reinterpret_cast<const uint8_t*>(address)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* c = static_cast<Check*>(data);
+        c->stale = c->self->loader_changed(info->dlpi_adds, info->dlpi_subs);
+        if (c->stale) return 1;
+        const uint8_t* p = c->p;
+        if (p[-5] == 0xe8) {  // call rel32
+          c->call = true;
+          return 1;
+        }
+        // call r/m64: FF /2, with a ModRM byte (and maybe SIB and displacement) after the opcode.
+        for (int len = 2; len <= 7; ++len) {
+          if (p[-len] == 0xff && ((p[-len + 1] >> 3) & 7) == 2) c->call = true;
+        }
+        return 1;
+      },
+      &check);
+  if (check.stale) refresh();
+  return check.call;
 }
 
 FrameTables::Lookup FrameTables::compute(const uint8_t* hdr, uint64_t pc, FrameRule* out) {

@@ -6,10 +6,16 @@
 // their .eh_frame_hdr (the PT_GNU_EH_FRAME segment) is read straight from memory, as libgcc's
 // unwinder does, with a binary search of its sorted table; the rule found for each PC is
 // cached, so a hot loop costs one hash lookup per frame after its first sample.
+//
+// Which object holds a PC comes from a sorted table of the objects' executable segments, built
+// from dl_iterate_phdr and rebuilt when the loader's load/unload counts change: a stack scan asks
+// about hundreds of words that are not code, and walking every loaded object (torch loads
+// hundreds) for each was most of the collector's time.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace cpuprof {
 
@@ -44,7 +50,20 @@ class FrameTables {
   uint64_t lookups() const { return lookups_; }
   uint64_t cache_hits() const { return hits_; }
 
+  // Rebuilds the object table if a library was loaded or unloaded since it was built (one
+  // loader call when nothing changed). The collector calls it once per pass.
+  void refresh();
+
  private:
+  struct Object {
+    uint64_t start, end;  // an executable PT_LOAD segment
+    const uint8_t* eh_frame_hdr;  // null: the object has no unwind table
+  };
+  const Object* object_of(uint64_t pc) const;
+  bool loader_changed(unsigned long long adds, unsigned long long subs) const {
+    return adds != adds_ || subs != subs_;
+  }
+
   // The rule at `pc` from the .eh_frame_hdr at `hdr` (of the object that contains it).
   Lookup compute(const uint8_t* hdr, uint64_t pc, FrameRule* out);
 
@@ -56,6 +75,8 @@ class FrameTables {
   static constexpr size_t kCacheSize = 1 << 16;
   std::unique_ptr<CacheEntry[]> cache_;
   uint64_t lookups_ = 0, hits_ = 0;
+  std::vector<Object> objects_;  // sorted by start
+  unsigned long long adds_ = ~0ULL, subs_ = ~0ULL;  // the loader's counts when it was built
 };
 
 }  // namespace cpuprof

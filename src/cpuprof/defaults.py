@@ -34,6 +34,11 @@ MAX_STACK_BYTES: int = CORE_LIMITS["kMaxStackBytes"]
 RING_PAGES: int = CORE_LIMITS["kDefaultRingPages"]
 TIMELINE_SAMPLES: int = CORE_LIMITS["kDefaultTimelineSamples"]
 
+# py-spy's rate beside the native sampler: its stacks are joined by time, so one period is the
+# uncertainty of a Python frame's begin and end; py-spy's own default.
+PYTHON_HZ = 100
+MAX_PYTHON_HZ = 1000
+
 MODES = ("sampled", "exact")
 DEFAULT_MODE = "sampled"
 DEFAULT_EVENTS = "default"

@@ -269,3 +269,29 @@ def test_run_queue_delay_is_warned_about_only_when_a_cpu_is_shared(tmp_path: Pat
     dispatch = next(t for t in profile.threads if t.role == "dispatch")
     # Two busy tasks on one CPU: the decode thread waits for about half of the time.
     assert dispatch.run_delay_ns > 0.2 * profile.collection.wall_ns
+
+
+@pytest.mark.parametrize("limit", [16, 32])
+def test_decode_under_a_low_descriptor_limit_names_what_was_not_counted(tmp_path: Path, limit: int):
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    result = subprocess.run([sys.executable, "-m", "cpuprof", "decode", *TINY, "--threads", "2",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                            preexec_fn=low_limit)
+    assert result.returncode == 0, result.stderr
+    assert "Too many open files" not in result.stderr + result.stdout
+    profile = Profile.load(tmp_path)
+    assert profile.workload.steps_done == profile.workload.new_tokens
+    # every thread is either counted in full, or named with the reason
+    for t in profile.threads:
+        assert not t.uncounted or (t.counting_error and "ulimit -n" in t.counting_error), t
+    uncounted = [t for t in profile.idle_threads if t.uncounted]
+    for t in uncounted:
+        assert f"ulimit -n {limit}" in t.uncounted
+    if uncounted or any(t.uncounted for t in profile.threads):
+        assert "could not be counted" in result.stdout or "not counted on some threads" in result.stdout
+    if limit == 16:  # the worker needs descriptors the reserve keeps for the program
+        assert uncounted or any(t.uncounted for t in profile.threads)

@@ -159,3 +159,65 @@ def test_native_call_chain_under_openmp_workers(tmp_path: Path, frame_pointers: 
     # the workers' stacks go on through the OpenMP runtime to the thread's start
     worker = max((s for s in data["stacks"] if data["roles"][s["thread"]] == "worker"), key=lambda s: s["samples"])
     assert any("gomp" in n or "libgomp" in n for n in worker["names"][3:]), worker["names"]
+
+
+def decode_profile(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "decode"
+    result = subprocess.run([sys.executable, "-m", "cpuprof", "decode", "--preset", "tiny", "--hidden", "256",
+                             "--ffn", "1024", "--layers", "4", "--prompt-len", "16", "--new-tokens", "48",
+                             "--threads", "2", "--out", str(out), "--format", "json", *args],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    from cpuprof.model import Profile
+
+    return {"report": json.loads(result.stdout), "profile": Profile.load(out)}
+
+
+def test_no_op_of_a_decode_shows_more_busy_threads_than_the_team(tmp_path: Path):
+    run = decode_profile(tmp_path)
+    profile, report = run["profile"], run["report"]
+    team = len(profile.threads)
+    assert team == 2, [t.role for t in profile.threads]
+    ops = next(s for s in report["sections"] if s["id"] == "ops")["tables"][0]["rows"]
+    shown = [row["busy"] for row in ops if row.get("busy") is not None]
+    assert shown, ops[:3]
+    assert all(0 < b <= team for b in shown), shown
+    # the raw per-op figures too: within sampling noise (3 sigma of the op's samples) of the team
+    for op in profile.ops:
+        if op.kind != "op" or op.samples < 30 or not op.self_ns:
+            continue
+        busy = sum(op.counters_self["task-clock"]) / op.self_ns
+        assert busy <= team * (1 + 3 / op.samples ** 0.5), (op.name, busy, op.samples)
+    # and no thread has more CPU inside ops than the ops' wall time
+    for k in range(team):
+        inside = sum(op.counters_self["task-clock"][k] for op in profile.ops if op.kind == "op")
+        wall = sum(op.self_ns for op in profile.ops if op.kind == "op")
+        assert inside <= wall * 1.05, (k, inside, wall)
+
+
+# Exact mode with one thread: the reads are the profiler's, never an op's, so no op can show more
+# CPU than its own wall time.
+ONE_THREAD_EXACT = textwrap.dedent("""
+    import json, torch, cpuprof
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256); b = torch.randn(256, 256); x = torch.randn(64, 64)
+    with cpuprof.profile("software", mode="exact", warn=False) as prof:
+        for _ in range(200):
+            y = torch.mm(a, b).relu()
+            z = x.view(-1).as_strided((64,), (1,)).sum()
+    out = [{"name": op.name, "self_ns": op.self_ns, "calls": op.calls, "cpu": sum(op.counters_self["task-clock"])}
+           for op in prof.profile.ops if op.kind == "op" and op.calls]
+    print(json.dumps(out))
+""")
+
+
+def test_exact_mode_one_thread_never_gives_an_op_more_cpu_than_wall():
+    result = run_python(ONE_THREAD_EXACT, {"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    ops = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {"aten::mm", "aten::view", "aten::as_strided"} <= {op["name"] for op in ops}
+    for op in ops:
+        if op["self_ns"] / op["calls"] > 100_000:  # long ops: CPU within the wall time
+            assert op["cpu"] <= op["self_ns"] * 1.02, op
+        # short ones too, in total: the clock reads are not charged to them
+        assert op["cpu"] <= op["self_ns"] * 1.25 + 2_000 * op["calls"] ** 0.5, op

@@ -2,7 +2,8 @@
 // sanitizer by tests/integration/test_native_sanitizers.py. Several threads run nested "ops"
 // through the same entry point the RecordFunction hook uses (with_op_stack, begin_op, end_op)
 // while the main thread starts and stops sessions in both counting modes, with small thread
-// slots and a small op table, and other threads take snapshots all the while.
+// slots and a small op table, and other threads take snapshots all the while; sampled rounds also
+// run the kernel sampling rings, the collector's join and the unwinder.
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -56,7 +57,12 @@ int main() {
   });
   SessionConfig config;
   config.events = {"task-clock", "context-switches", "page-faults"};
-  config.sample_interval_us = 200;
+  // Sampled rounds sample fast, with stacks to unwind and a small timeline and rings, so the
+  // collector drains, joins and wraps all the while.
+  config.sample_hz = 5000;
+  config.stack_bytes = 2048;
+  config.ring_pages = 8;
+  config.timeline_samples = 256;
   config.span_capacity = 64;
   config.op_capacity = 32;
   for (int round = 0; round < 12; ++round) {
@@ -74,6 +80,10 @@ int main() {
     const SessionSnapshot snap = Session::instance().snapshot();
     uint64_t calls = 0;
     for (const EntrySnapshot& e : snap.entries) calls += e.calls;
+    if (config.mode == CountingMode::Sampled && snap.sampling.enabled && snap.sampling.samples == 0) {
+      fprintf(stderr, "round %d: sampled mode joined no samples\n", round);
+      return 1;
+    }
     if (calls == 0) {
       fprintf(stderr, "round %d recorded no op calls (ops_seen %llu unattributed %llu unmatched %llu too_deep %llu truncated %llu entries %zu dispatch %zu threads %zu)\n", round, (unsigned long long)snap.ops_seen, (unsigned long long)snap.unattributed_ops, (unsigned long long)snap.unmatched_ends, (unsigned long long)snap.too_deep, (unsigned long long)snap.truncated_ops, snap.entries.size(), snap.dispatch_tids.size(), snap.threads.size());
       return 1;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import defaults
 from ..model import Profile
+from .labels import thread_label
 
 
 def limit_notes(profile: Profile) -> list[str]:
@@ -30,6 +31,17 @@ def limit_notes(profile: Profile) -> list[str]:
     if lim.threads_beyond_limit:
         notes.append(f"{lim.threads_beyond_limit:,} threads beyond the {lim.max_threads:,} thread slots were not "
                      "counted (raise max_threads)")
+    by_reason: dict[str, list[str]] = {}
+    for t in profile.idle_threads:
+        if t.uncounted:
+            by_reason.setdefault(t.uncounted, []).append(f"tid {t.tid} ({t.name})")
+    for reason, threads in by_reason.items():
+        notes.append(f"{len(threads)} thread{'s' if len(threads) != 1 else ''} could not be counted, so "
+                     f"{'their' if len(threads) != 1 else 'its'} work is in no figure: {', '.join(threads)}: {reason}")
+    partly = [f"{thread_label(i)} ({', '.join(t.uncounted)}: {t.counting_error})"
+              for i, t in enumerate(profile.threads) if t.uncounted and t.counting_error]
+    if partly:
+        notes.append("events not counted on some threads: " + "; ".join(partly))
     if profile.collection is not None:
         user_only = [e.name for e in profile.collection.events if e.user_only]
         if user_only:

@@ -56,12 +56,10 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     report.sections.append(_profile_section(profile))
     report.sections.append(_threads_section(profile))
     report.sections.append(_ops_section(profile, top))
-    native = _native_section(profile, top)
-    if native is not None:
-        report.sections.append(native)
-    regions = _regions_section(profile)
-    if regions is not None:
-        report.sections.append(regions)
+    # Regions right after the ops they hold; then what native code the samples were in.
+    for section in (_regions_section(profile), _native_section(profile, top)):
+        if section is not None:
+            report.sections.append(section)
     notes = limit_notes(profile)
     if notes:
         report.sections.append(Section("notes", "Notes", notes))
@@ -128,10 +126,14 @@ def _threads_section(profile: Profile) -> Section:
     lines = []
     total_cpu = sum(r.cpu_ns or 0 for r in threads)
     if c.wall_ns:
-        idle = len(profile.idle_threads)
-        lines.append(f"{len(rows)} threads worked, using {fmt_ns(total_cpu)} of CPU in {fmt_ns(c.wall_ns)}: "
+        idle = sum(1 for t in profile.idle_threads if not t.uncounted)
+        uncounted = len(profile.idle_threads) - idle
+        lines.append(f"{len(rows)} thread{'s' if len(rows) != 1 else ''} worked, using {fmt_ns(total_cpu)} of CPU in "
+                     f"{fmt_ns(c.wall_ns)}: "
                      f"{total_cpu / c.wall_ns:.2f} CPUs on average"
-                     + (f"; {idle} more thread{'s' if idle != 1 else ''} did no work (not shown)" if idle else ""))
+                     + (f"; {idle} more thread{'s' if idle != 1 else ''} did no work (not shown)" if idle else "")
+                     + (f"; {uncounted} thread{'s' if uncounted != 1 else ''} could not be counted (see the notes)"
+                        if uncounted else ""))
     return Section("threads", "Threads", lines, [Table(columns, rows)])
 
 

@@ -56,15 +56,36 @@ _UNWIND_STOPS = ("outermost frame", "end of the copied stack", "no unwind inform
                  "depth limit", "no user registers")
 
 
+def _errno_text(err: int, perm_hint: str) -> str:
+    name = errno.errorcode.get(err, str(err))
+    if err == errno.EMFILE:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return (f"{name}: file-descriptor limit (ulimit -n {soft}, the last {reserved_fds(soft)} left to the "
+                "program; raise it with ulimit -n)")
+    hint = {errno.EPERM: perm_hint, errno.EACCES: " (perf_event_paranoid)"}.get(err, "")
+    return f"{name}, {os.strerror(err)}{hint}"
+
+
+def reserved_fds(soft_limit: int) -> int:
+    """The core's reserve of descriptors for the program (perf_events.cpp, limits.h)."""
+    from .. import defaults
+
+    return min(defaults.CORE_LIMITS["kFdReserveMax"], max(defaults.CORE_LIMITS["kFdReserveMin"], soft_limit // 4))
+
+
 def _sampling_error(err: int) -> str | None:
     if err == 0:
         return None
     if err < 0:
         return "not sampled (the thread was not found while the session ran)"
-    name = errno.errorcode.get(err, str(err))
-    hint = {errno.EPERM: " (over kernel.perf_event_mlock_kb for an unprivileged user, or perf_event_paranoid)",
-            errno.EACCES: " (perf_event_paranoid)", errno.EMFILE: " (file-descriptor limit)"}.get(err, "")
-    return f"not sampled: {name}, {os.strerror(err)}{hint}"
+    return "not sampled: " + _errno_text(
+        err, " (over kernel.perf_event_mlock_kb for an unprivileged user, or perf_event_paranoid)")
+
+
+def _counting_error(err: int) -> str | None:
+    return _errno_text(err, " (perf_event_paranoid, or a seccomp filter)") if err > 0 else None
 
 
 def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple[Sampling, Stacks]:
@@ -114,7 +135,7 @@ def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple
             time_ns=[int(sp.timeline_time[i]) for i in keep],
             thread=[index_of_slot[int(sp.timeline_slot[i])] for i in keep],
             op=[int(sp.timeline_entry[i]) for i in keep], stack=[int(sp.timeline_stack[i]) for i in keep],
-            cpu_us=[int(sp.timeline_cpu_us[i]) for i in keep])
+            cpu_us=[int(sp.timeline_cpu_us[i]) for i in keep], path=[int(sp.timeline_path[i]) for i in keep])
     sampling = Sampling(
         hz=sp.sample_hz, stack_bytes=sp.stack_bytes, samples=sp.samples, lost=sp.samples_lost,
         unwind={name: int(n) for name, n in zip(_UNWIND_STOPS, sp.unwind_stops, strict=False) if n},
@@ -154,8 +175,11 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             opened_ns=t.opened_ns, run_delay_ns=run_delay, sched_cpu_ns=sched_cpu,
             samples=t.samples, samples_lost=t.samples_lost,
             sampling_error=_sampling_error(t.sample_errno) if snap.sampling.enabled else None,
+            counting_error=_counting_error(t.open_errno) if not all(t.counted) else None,
         ))
-    idle = [IdleThread(tid=t.tid, name=t.name) for slot, t in enumerate(snap.threads) if slot not in index_of_slot]
+    idle = [IdleThread(tid=t.tid, name=t.name,
+                       uncounted=_counting_error(t.open_errno) if not any(t.counted) else None)
+            for slot, t in enumerate(snap.threads) if slot not in index_of_slot]
     by_index = {e.index: e for e in snap.entries}
 
     def region_path(index: int) -> list[str]:

@@ -92,7 +92,9 @@ class profile:
     the module that ran them (a few µs per module call); ``modules=model`` names the regions of
     that model's modules by their attribute names ("layers.*/self_attn/q_proj"). ``timeline`` is how many of the newest
     op spans each dispatching thread keeps (0: aggregates only). ``max_threads`` sizes the thread
-    slots: threads beyond it are counted, not profiled.
+    slots: threads beyond it are counted, not profiled. ``python_stacks`` runs py-spy beside the
+    process at ``python_hz`` and joins its Python stacks to the samples of the dispatching
+    threads (None: when sampling and py-spy is installed).
     """
 
     def __init__(
@@ -107,9 +109,22 @@ class profile:
         timeline: int = 0,
         max_threads: int = defaults.MAX_THREADS,
         modules: bool | Any = False,
+        python_stacks: bool | None = None,
+        python_hz: int = defaults.PYTHON_HZ,
         warn: bool = True,
     ) -> None:
         check_options(mode, sample_hz, stack_bytes, op_capacity, timeline, max_threads)
+        if python_stacks and mode != "sampled":
+            raise UsageError("Python stacks are joined to samples: they need mode='sampled'")
+        if not 1 <= python_hz <= defaults.MAX_PYTHON_HZ:
+            raise UsageError(f"Python sample rate {python_hz} Hz: expected 1 to {defaults.MAX_PYTHON_HZ}")
+        from .pyspy import executable
+
+        self.python_stacks = (mode == "sampled" and executable() is not None) if python_stacks is None \
+            else python_stacks
+        self.python_hz = python_hz
+        self._pyspy: Any = None
+        self._pyspy_error: str | None = None
         self.event_names = event_presets.resolve(events)
         self.mode = mode
         self.record_shapes = record_shapes
@@ -141,12 +156,24 @@ class profile:
         event_presets.validate_names(self.event_names, nat)
         if nat.running():
             raise UsageError("a cpuprof profile is already running in this process")
-        dropped = nat.start(
-            self.event_names, mode=self.mode, record_shapes=self.record_shapes,
-            sample_hz=self.sample_hz, stack_bytes=self.stack_bytes,
-            timeline_samples=defaults.TIMELINE_SAMPLES if self.timeline else 0, ring_pages=self._ring_pages(),
-            op_capacity=self.op_capacity, span_capacity=self.timeline, max_threads=self.max_threads,
-        )
+        if self.python_stacks:
+            # Before the session: py-spy's start and clock marker are not the program's work.
+            from . import pyspy
+
+            self._pyspy, self._pyspy_error = pyspy.start(self.python_hz)
+            if self._pyspy_error and self.warn:
+                _warn(f"no Python stacks: {self._pyspy_error}")
+        try:
+            dropped = nat.start(
+                self.event_names, mode=self.mode, record_shapes=self.record_shapes,
+                sample_hz=self.sample_hz, stack_bytes=self.stack_bytes,
+                timeline_samples=defaults.TIMELINE_SAMPLES if self.timeline or self._pyspy else 0,
+                ring_pages=self._ring_pages(), op_capacity=self.op_capacity, span_capacity=self.timeline,
+                max_threads=self.max_threads,
+            )
+        except BaseException:
+            self._stop_pyspy()
+            raise
         # From here on this object owns the running session: stop() may stop it.
         self._native = nat
         self.dropped = [DroppedEvent(name=d.name, reason=d.reason, errno=d.errno) for d in dropped]
@@ -157,6 +184,7 @@ class profile:
                 self._module_regions = ModuleRegions(attribute_names(self.modules))
         except BaseException:
             nat.stop()
+            self._stop_pyspy()
             raise
         if self.warn:
             by_reason: dict[str, list[str]] = {}
@@ -180,8 +208,35 @@ class profile:
             self._module_regions.remove()
             self._module_regions = None
         self._native.stop()
+        trace = self._stop_pyspy()
         self.profile = self._build(complete=True)
+        self._join_python(self.profile, trace)
         return self.profile
+
+    def _stop_pyspy(self) -> Any:
+        """py-spy's trace, or None (with the reason kept for the profile)."""
+        recorder, self._pyspy = self._pyspy, None
+        if recorder is None:
+            return None
+        from .pyspy import PySpyError
+
+        try:
+            return recorder.stop()
+        except PySpyError as exc:
+            self._pyspy_error = str(exc)
+            if self.warn:
+                _warn(f"no Python stacks: {exc}")
+            return None
+
+    def _join_python(self, profile: Profile, trace: Any) -> None:
+        if not self.python_stacks:
+            return
+        from . import python_join
+
+        if trace is not None:
+            python_join.join(profile, trace)
+        else:
+            python_join.failed(profile, "py-spy", self.python_hz, self._pyspy_error or "py-spy did not run")
 
     @property
     def started(self) -> bool:

@@ -62,10 +62,14 @@ class ElfSymbols:
         self.names = np.zeros(0, dtype=np.uint32)
         self.loads: list[tuple[int, int, int]] = []  # (file offset, vaddr, filesz) of PT_LOAD
         self.stripped = True
+        self.function_starts = np.zeros(0, dtype=np.int64)  # from the unwind tables, sorted
         with open(path, "rb") as f:
             elf = ELFFile(f)
             self.loads = [(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"]) for seg in elf.iter_segments()
                           if seg["p_type"] == "PT_LOAD"]
+            hdr = elf.get_section_by_name(".eh_frame_hdr")
+            if hdr is not None:
+                self.function_starts = _function_starts(hdr.data(), hdr["sh_addr"])
             table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
             if table is None or table["sh_entsize"] != _SYM_DTYPE.itemsize:
                 return
@@ -100,10 +104,33 @@ class ElfSymbols:
                 return self._name(int(self.names[j]))
         return None
 
+    def function_start(self, vaddr: int) -> int | None:
+        """The entry of the function holding ``vaddr`` by the unwind tables (which cover every
+        function, symbol or not), so that a stripped library's samples still group by function."""
+        i = int(np.searchsorted(self.function_starts, vaddr, side="right")) - 1
+        return int(self.function_starts[i]) if i >= 0 else None
+
     def _name(self, offset: int) -> str:
         start = self._strtab_offset + offset
         end = self._data.find(b"\0", start)
         return self._data[start:end].decode("utf-8", "replace")
+
+
+_DW_EH_PE_udata4, _DW_EH_PE_datarel_sdata4 = 0x03, 0x3B
+
+
+def _function_starts(data: bytes, section_addr: int) -> np.ndarray:
+    """Function entries from .eh_frame_hdr's binary-search table (in the encoding every
+    toolchain writes: datarel sdata4 pairs); an empty array for anything else."""
+    if len(data) < 12 or data[0] != 1 or data[2] != _DW_EH_PE_udata4 or data[3] != _DW_EH_PE_datarel_sdata4:
+        return np.zeros(0, dtype=np.int64)
+    ptr_size = {0x1B: 4, 0x03: 4, 0x0B: 4}.get(data[1])
+    if ptr_size is None:
+        return np.zeros(0, dtype=np.int64)
+    count = int.from_bytes(data[4 + ptr_size:8 + ptr_size], "little")
+    start = 8 + ptr_size
+    table = np.frombuffer(data, dtype="<i4", count=min(count * 2, (len(data) - start) // 4), offset=start)
+    return np.sort(table[0::2].astype(np.int64) + section_addr)
 
 
 @functools.cache
@@ -237,7 +264,11 @@ class Symbolizer:
             name = elf.lookup(vaddr) if elf is not None and vaddr is not None else None
             if name is None:
                 self.unresolved += 1
-                return NativeFrame(name=f"{module}+{file_offset:#x}", module=module, category=categorize(module, ""))
+                # No symbol: named by its library and the function's entry (its first byte's file
+                # offset), or the address's own offset where the unwind tables do not cover it.
+                entry = elf.function_start(vaddr) if elf is not None and vaddr is not None else None
+                offset = file_offset - (vaddr - entry) if entry is not None and vaddr is not None else file_offset
+                return NativeFrame(name=f"{module}+{offset:#x}", module=module, category=categorize(module, ""))
             name = demangle(name)
             return NativeFrame(name=name, module=module, category=categorize(module, name))
         # Anonymous executable memory: code generated at run time.

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from .. import defaults
+from ..errors import UsageError
 from ..launch import environment, parent
 from ..launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
+from ..model import Profile
 from ..reports import FORMATS, render
 from ..workload.dtypes import DTYPE_NAMES
 from .common import non_negative_int, positive_float, positive_int
@@ -67,6 +69,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--stack-bytes", type=non_negative_int, default=defaults.STACK_BYTES,
                    help=f"sampled mode: user stack copied per sample to unwind native stacks (default "
                         f"{defaults.STACK_BYTES}, up to {defaults.MAX_STACK_BYTES}, a multiple of 8; 0: leaf only)")
+    c.add_argument("--python-hz", type=non_negative_int, default=defaults.PYTHON_HZ, metavar="HZ",
+                   help=f"sampled mode: py-spy's samples per second for the Python frames above the ops (default "
+                        f"{defaults.PYTHON_HZ}, up to {defaults.MAX_PYTHON_HZ}; 0: no Python stacks)")
     c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by their inputs")
     c.add_argument("--timeline", type=non_negative_int, default=0, metavar="N",
                    help="keep the last N op spans of each op-running thread (default 0)")
@@ -75,6 +80,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--format", default="terminal", choices=FORMATS,
                    help="the report on stdout: terminal (default), markdown or json")
     o.add_argument("--json", action="store_true", help="same as --format json")
+    o.add_argument("--flamegraph", action="store_true",
+                   help="also write flame.svg (merged Python, op and native stacks of every thread, by samples) "
+                        "and trace.json (Chrome/Perfetto) next to the profile")
     o.add_argument("--top", type=positive_int, default=defaults.TOP_OPS,
                    help=f"ops listed in the report (default {defaults.TOP_OPS})")
     o.add_argument("--checkpoint-s", type=positive_float, default=defaults.CHECKPOINT_S, metavar="S",
@@ -106,7 +114,8 @@ def options_from_args(args: argparse.Namespace) -> DecodeOptions:
             top_k=args.top_k, seed=args.seed, hf=args.hf),
         launch=launch,
         profile=ProfileOptions(enabled=args.profile, events=args.events, mode=args.mode, sample_hz=args.sample_hz,
-                               stack_bytes=args.stack_bytes, record_shapes=args.record_shapes, timeline=args.timeline),
+                               stack_bytes=args.stack_bytes, record_shapes=args.record_shapes, timeline=args.timeline,
+                               python_hz=args.python_hz),
         out=args.out, checkpoint_s=args.checkpoint_s,
     )
 
@@ -117,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
 
     p = options.profile
     check_options(p.mode, p.sample_hz, p.stack_bytes, defaults.OP_CAPACITY, p.timeline, defaults.MAX_THREADS)
+    if args.flamegraph and (p.mode != "sampled" or not p.enabled):
+        raise UsageError("--flamegraph draws the samples' stacks: it needs the sampled mode (the default)")
+    if p.python_hz > defaults.MAX_PYTHON_HZ:
+        raise UsageError(f"--python-hz {p.python_hz}: expected 0 (no Python stacks) to {defaults.MAX_PYTHON_HZ}")
     out_dir = Path(options.out) if options.out else parent.default_out_dir()
     fmt = "json" if args.json else args.format
     outcome = parent.launch(options, out_dir)
@@ -128,4 +141,19 @@ def run(args: argparse.Namespace) -> int:
         # The report owns stdout in the data formats; the location goes to stderr there.
         stream = sys.stdout if fmt == "terminal" else sys.stderr
         stream.write(("\n" if fmt == "terminal" else "") + where + "\n")
+        if args.flamegraph and outcome.profile.stacks is not None:
+            stream.write(write_flamegraph(outcome.profile, outcome.out_dir) + "\n")
     return parent.check_outcome(outcome)
+
+
+def write_flamegraph(profile: Profile, out_dir: Path) -> str:
+    """flame.svg and trace.json beside the profile; returns the line that says where."""
+    from ..exports import trace
+    from .common import write_output
+    from .flamegraph import write
+
+    svg, trace_file = out_dir / "flame.svg", out_dir / "trace.json"
+    write_output(str(svg), lambda out: write(profile, out, "svg"))
+    write_output(str(trace_file), lambda out: trace.write(profile, out))
+    return (f"flame graph: {svg} (open in a browser: click to zoom, Ctrl-F to search); "
+            f"trace: {trace_file} (https://ui.perfetto.dev)")

@@ -20,11 +20,22 @@ from .profile import (
     ThreadStat,
 )
 from .settings import AllocatorInfo, InForce, MemPolicy, Requested, Settings, ThreadPlacement, TorchThreads, WeightPages
-from .stacks import CATEGORIES, NativeFrame, SampleTimeline, Sampling, StackCount, Stacks
+from .stacks import (
+    CATEGORIES,
+    NativeFrame,
+    PythonFrame,
+    PythonSampling,
+    PythonSplit,
+    SampleTimeline,
+    Sampling,
+    StackCount,
+    Stacks,
+)
 from .workload import DecodeWorkload, ModelInfo, StepFigures
 
 __all__ = [
-    "CATEGORIES", "NativeFrame", "SampleTimeline", "Sampling", "StackCount", "Stacks",
+    "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
+    "StackCount", "Stacks",
     "CPU_EVENT", "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",
     "DecodeWorkload", "DroppedEvent", "EventInfo", "IdleThread", "InForce", "Limits", "MemPolicy", "Meta",
     "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile", "Requested",

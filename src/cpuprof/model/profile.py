@@ -102,6 +102,7 @@ class ThreadStat:
     samples: int = 0  # sampled mode: samples of this thread joined to ops
     samples_lost: int = 0  # dropped by the kernel (its ring was full)
     sampling_error: str | None = None  # why this thread could not be sampled
+    counting_error: str | None = None  # why the events in ``uncounted`` could not be opened on it
 
     @property
     def cpu_ns(self) -> int | None:
@@ -110,10 +111,12 @@ class ThreadStat:
 
 @dataclass
 class IdleThread:
-    """A thread of the process that did no work during the session."""
+    """A thread of the process that did no work during the session, or that no counter could be
+    opened on (``uncounted`` says why): its work, if any, is in no figure."""
 
     tid: int
     name: str
+    uncounted: str | None = None
 
 
 @dataclass

@@ -22,7 +22,8 @@ class StackCount:
     stack: int  # index into Stacks.stacks
     path: int  # index into Stacks.paths: the ops open on the thread it worked for
     thread: int  # index into Profile.threads
-    op: int  # the op's id (Profile.ops): the path's innermost op, or "[outside ATen ops]" (1) / "[cpuprof callbacks]" (2)
+    # the op's id (Profile.ops): the path's innermost op, "[outside ATen ops]" (1) or "[cpuprof callbacks]" (2)
+    op: int
     samples: int
     cpu_ns: int  # the CPU time (task-clock) these samples stand for
     values: list[int] = field(default_factory=list)  # every counted event's deltas, in Collection.events order
@@ -37,9 +38,30 @@ class SampleTimeline:
     op: list[int]
     stack: list[int]
     cpu_us: list[int]
+    path: list[int] = field(default_factory=list)  # index into Stacks.paths, as in StackCount
 
     def __len__(self) -> int:
         return len(self.time_ns)
+
+
+@dataclass
+class PythonFrame:
+    function: str
+    file: str  # as py-spy names it: the path below site-packages, or the script's path
+    line: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.function} ({self.file}:{self.line})"
+
+
+@dataclass
+class PythonSplit:
+    """How many of one stack count's samples py-spy saw under one Python stack."""
+
+    count: int  # index into Stacks.counts
+    stack: int  # index into Stacks.python_stacks
+    samples: int
 
 
 @dataclass
@@ -49,6 +71,25 @@ class Stacks:
     counts: list[StackCount]
     paths: list[list[int]] = field(default_factory=lambda: [[]])  # op ids, outermost first; path 0: no op
     timeline: SampleTimeline | None = None
+    # Python stacks of the dispatching threads' samples, from py-spy (see PythonSampling)
+    python_frames: list[PythonFrame] = field(default_factory=list)
+    python_stacks: list[list[int]] = field(default_factory=lambda: [[]])  # leaf first; 0: none seen
+    python_splits: list[PythonSplit] = field(default_factory=list)
+
+
+@dataclass
+class PythonSampling:
+    """How the Python stacks were taken and joined, or why there are none."""
+
+    source: str  # "py-spy 0.4.3"
+    hz: int
+    error: str | None = None  # why there are no Python stacks
+    samples: int = 0  # stacks py-spy read
+    errors: int = 0  # stacks py-spy failed to read
+    clock_error_ns: int = 0  # py-spy's times are placed on the op timeline within this
+    joined: int = 0  # dispatching-thread samples given a Python stack
+    unmatched: int = 0  # dispatching-thread samples py-spy had no stack for at their time
+    extrapolated: int = 0  # samples older than the sample timeline, split like the newer ones
 
 
 @dataclass
@@ -70,3 +111,4 @@ class Sampling:
     timeline_dropped: int = 0
     jit_symbols: str | None = None  # where names of JIT code came from (a perf map), or None
     unresolved_frames: int = 0  # frames no symbol table or map names ("library+offset")
+    python: PythonSampling | None = None  # None: Python stacks were not asked for

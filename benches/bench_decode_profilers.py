@@ -1,0 +1,207 @@
+"""Decode of a transformers Llama (nn.Linear layers, ``generate()``) under each profiler, side by side.
+
+Variants, interleaved in one process with the order rotated every round:
+  bare              no profiler
+  cpuprof default   cpuprof.profile(): sampled mode, every thread sampled at 1 kHz of its CPU time with
+                    8 KiB of stack, native stacks unwound, py-spy beside it at 100 Hz (its default)
+  cpuprof native    the same without py-spy
+  cpuprof exact     every working thread read at every op boundary
+  torch.profiler    CPU activity, default options
+  torch.profiler+shapes   record_shapes=True
+  py-spy            py-spy record --nonblocking at 100 Hz on this process, alone
+
+Only generate() is timed (profiler start and stop are not), through transformers' streamer: one
+time per token, so tokens/s is over the decode steps after the warm-up ones. Each round runs every
+variant once; the figures are the per-round ratios to bare (median, min-max over rounds).
+
+Targets (issue 7): the default mode keeps at least 98% of bare tokens/s; exact mode adds at most 15%
+to decode time.
+
+    python benches/bench_decode_profilers.py                  # ~1B-shaped layers x 4, 12 rounds
+    python benches/bench_decode_profilers.py --layers 2 --rounds 10 --new-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from _common import machine_line, median, render_table, rotated, span
+
+VARIANTS = ("bare", "cpuprof default", "cpuprof native", "cpuprof exact", "torch.profiler",
+            "torch.profiler+shapes", "py-spy")
+
+
+@dataclass
+class Result:
+    tps: list[float] = field(default_factory=list)
+    ratio: list[float] = field(default_factory=list)
+    note: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def py_spy_alone(hz: int) -> Iterator[None]:
+    from cpuprof.collect.pyspy import executable
+
+    exe = executable()
+    if exe is None:
+        raise SystemExit("py-spy is not installed")
+    proc = subprocess.Popen([exe, "record", "--nonblocking", "--rate", str(hz), "--format", "raw", "--pid",
+                             str(os.getpid()), "--output", os.devnull], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # started once it says so
+        if "Sampling process" in line:
+            break
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib.AbstractContextManager:
+    import cpuprof
+
+    if name == "bare":
+        return contextlib.nullcontext()
+    if name.startswith("cpuprof"):
+        mode = "exact" if name == "cpuprof exact" else "sampled"
+        python = name == "cpuprof default"
+        prof = cpuprof.profile(args.events, mode=mode, sample_hz=args.sample_hz, python_stacks=python or False,
+                               warn=False)
+
+        @contextlib.contextmanager
+        def run() -> Iterator[None]:
+            with prof:
+                yield
+            p = prof.profile
+            wall = max(1, p.collection.wall_ns)
+            note = (f"hook {p.overhead.per_op_ns / 1e3:.2f} µs/op, {p.overhead.ops / max(1, args.new_tokens + 1):.0f} "
+                    f"ops/token, collector {100 * p.overhead.discovery_cpu_ns / wall:.1f}% of a CPU")
+            if p.sampling is not None:
+                note += f", {p.sampling.samples:,} samples, {p.sampling.lost} lost"
+                if p.sampling.python is not None:
+                    py = p.sampling.python
+                    note += f", py-spy {'error: ' + py.error if py.error else f'{py.samples} stacks'}"
+            notes.append(note)
+
+        return run()
+    if name.startswith("torch.profiler"):
+        from torch.profiler import ProfilerActivity, profile
+
+        return profile(activities=[ProfilerActivity.CPU], record_shapes=name.endswith("shapes"))
+    if name == "py-spy":
+        return py_spy_alone(args.python_hz)
+    raise ValueError(name)
+
+
+def build_model(args: argparse.Namespace):  # noqa: ANN201  (a transformers model)
+    import torch
+    import transformers
+
+    from cpuprof.workload.hf import HFModel
+
+    config = transformers.LlamaConfig(
+        hidden_size=args.hidden, intermediate_size=args.ffn, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, vocab_size=args.vocab,
+        max_position_embeddings=4096, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    return HFModel(model=model, name="llama (random)", model_type="llama", dtype=torch.bfloat16)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--warmup-rounds", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--ffn", type=int, default=8192)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--warmup", type=int, default=2, help="decode steps left out of tokens/s")
+    ap.add_argument("--events", default="default")
+    ap.add_argument("--sample-hz", type=int, default=1000)
+    ap.add_argument("--python-hz", type=int, default=100)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset; bare is always first")
+    args = ap.parse_args(argv)
+    if args.rounds < 10:
+        print("note: fewer than 10 rounds; the spread will not mean much", file=sys.stderr)
+
+    import torch
+
+    from cpuprof.workload.hf import run_hf_decode
+
+    torch.set_num_threads(args.threads)
+    names = ["bare"] + [v for v in args.variants.split(",") if v and v != "bare"]
+    unknown = set(names) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
+    print(machine_line())
+    hf = build_model(args)
+    params = sum(p.numel() for p in hf.model.parameters())
+    print(f"transformers {__import__('transformers').__version__} LlamaForCausalLM, random weights: {args.layers} "
+          f"layers, hidden {args.hidden}, ffn {args.ffn}, {params / 1e9:.2f} B params, bf16; {args.threads} threads; "
+          f"prompt {args.prompt_len}, {args.new_tokens} new tokens ({args.warmup} warm-up), greedy")
+    results = {n: Result() for n in names}
+
+    def one(name: str) -> float:
+        gc.collect()
+        ctx = context(name, args, results[name].note)
+        with ctx:
+            out = run_hf_decode(hf, prompt_len=args.prompt_len, new_tokens=args.new_tokens, warmup=args.warmup)
+        return out.figures.tokens_per_s
+
+    run_one: Callable[[str], float] = one
+    total = args.warmup_rounds + args.rounds
+    started = time.monotonic()
+    for r in range(total):
+        tps = {n: run_one(n) for n in rotated(names, r)}
+        if r >= args.warmup_rounds:
+            for n in names:
+                results[n].tps.append(tps[n])
+                results[n].ratio.append(tps[n] / tps["bare"])
+        line = "  ".join(f"{n} {tps[n]:.2f}" for n in names)
+        print(f"  round {r + 1}/{total}{'' if r >= args.warmup_rounds else ' (warm-up)'}: {line} tokens/s "
+              f"[{time.monotonic() - started:.0f} s]", file=sys.stderr, flush=True)
+
+    rows = []
+    for n in names:
+        res = results[n]
+        ratio = median(res.ratio)
+        rows.append([n, f"{median(res.tps):.2f}", span(res.tps), f"{ratio:.3f}", span(res.ratio, "{:.3f}"),
+                     f"{100 * (1 / ratio - 1):+.1f}%"])
+    print()
+    print(render_table(["variant", "tokens/s", "min–max", "vs bare", "min–max", "decode time"], rows))
+    print("(tokens/s: median over rounds; vs bare: median of the per-round ratios, with their spread; decode time: "
+          "added time per token at that median)")
+    for n in names:
+        if results[n].note:
+            print(f"  {n}: {results[n].note[-1]}")
+    print()
+    if "cpuprof default" in results:
+        r = median(results["cpuprof default"].ratio)
+        print(f"target: cpuprof's default mode keeps >= 98% of bare tokens/s: {100 * r:.1f}% -> "
+              f"{'met' if r >= 0.98 else 'MISSED'}")
+    if "cpuprof exact" in results:
+        added = 1 / median(results["cpuprof exact"].ratio) - 1
+        print(f"target: exact mode adds <= 15% to decode time: {100 * added:+.1f}% -> "
+              f"{'met' if added <= 0.15 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""``cpuprof trace DIR -o trace.json``: a saved profile as a Chrome/Perfetto trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..exports import trace
+from ..model import Profile
+from .common import write_output
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "trace", help="a profile as a Chrome/Perfetto trace: a track per thread, op spans, sampled work, CPU counters",
+        description="Op spans need the run to keep them (decode --timeline N); every sampled run has the slices "
+                    "of what each thread's samples worked for and its CPU use over time. Open the file in "
+                    "https://ui.perfetto.dev or chrome://tracing.")
+    p.add_argument("path", help="directory written by cpuprof, or a profile.json")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace file ('-': standard output)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = Profile.load(args.path)
+    n = write_output(args.output, lambda out: trace.write(profile, out))
+    if args.output != "-":
+        print(f"wrote {args.output} ({n:,} trace events)", file=sys.stderr)
+    return 0
