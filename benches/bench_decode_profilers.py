@@ -3,8 +3,8 @@
 Variants, interleaved in one process with the order rotated every round:
   bare              no profiler
   cpuprof default   cpuprof.profile(): sampled mode, every thread sampled at 1 kHz of its CPU time with
-                    8 KiB of stack, native stacks unwound, py-spy beside it at 100 Hz (its default)
-  cpuprof native    the same without py-spy
+                    8 KiB of stack, native stacks unwound
+  cpuprof+py-spy    the same with Python stacks: py-spy beside it at 100 Hz (python_stacks=True)
   cpuprof exact     every working thread read at every op boundary
   torch.profiler    CPU activity, default options
   torch.profiler+shapes   record_shapes=True
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from _common import machine_line, median, render_table, rotated, span
 
-VARIANTS = ("bare", "cpuprof default", "cpuprof native", "cpuprof exact", "torch.profiler",
+VARIANTS = ("bare", "cpuprof default", "cpuprof+py-spy", "cpuprof exact", "torch.profiler",
             "torch.profiler+shapes", "py-spy")
 
 
@@ -75,9 +75,8 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
         return contextlib.nullcontext()
     if name.startswith("cpuprof"):
         mode = "exact" if name == "cpuprof exact" else "sampled"
-        python = name == "cpuprof default"
-        prof = cpuprof.profile(args.events, mode=mode, sample_hz=args.sample_hz, python_stacks=python or False,
-                               warn=False)
+        prof = cpuprof.profile(args.events, mode=mode, sample_hz=args.sample_hz,
+                               python_stacks=name == "cpuprof+py-spy", python_hz=args.python_hz, warn=False)
 
         @contextlib.contextmanager
         def run() -> Iterator[None]:

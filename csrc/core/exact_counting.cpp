@@ -37,10 +37,10 @@ class ExactCounting final : public CountingStrategy {
     stride_ = static_cast<size_t>(kMaxExactTeam) * n_events_;
     rusage_gate_ = true;
     for (int e = 0; e < context.n_events(); ++e) {
+      if (context.cpu_clock_event[e]) cpu_clock_mask_ |= 1u << e;
       if (context.cpu_clock_event[e] && cpu_event_ < 0) {
         cpu_event_ = e;
       } else {
-        has_other_events_ = true;
         const EventSpec& spec = context.events[e];
         rusage_gate_ = rusage_gate_ && spec.kind == EventKind::Software &&
                        (spec.config == PERF_COUNT_SW_CONTEXT_SWITCHES || spec.config == PERF_COUNT_SW_CPU_MIGRATIONS ||
@@ -165,21 +165,29 @@ class ExactCounting final : public CountingStrategy {
   // Other dispatching threads' counters belong to their own ops.
   bool reads(int slot, int own) const { return slot == own || !ctx_.team->is_dispatch(slot); }
 
-  // One member's values into `row`: its CPU clock in the CPU-clock event, and the other events
-  // from a perf read when the clock moved since this thread last read it (else the last values).
-  // The calling thread's clock is read after its perf counters at a begin (`clock_last`) and
-  // before them at an end, so neither read lands inside the op's CPU time.
+  // One member's values into `row`: its CPU clock in the CPU-clock event; its ring-counted
+  // events (software events and tracepoints: memory loads, see thread_counters.h); and the rest
+  // (hardware events) from a perf read when the clock moved since this thread last read it (else
+  // the last values). The calling thread's clock is read after everything else at a begin
+  // (`clock_last`) and before it at an end, so neither read lands inside the op's CPU time.
   void read_member(Buffers& b, int m, int slot, bool own, RawCount* row, bool clock_last = false) {
     const ThreadSlot& thread = ctx_.registry->slot(slot);
     RawCount* last = b.last.get() + static_cast<size_t>(m) * n_events_;
     uint32_t counted = 0;
-    if (own && clock_last && has_other_events_ && own_changed(b)) thread.counters.read_raw(last, &counted);
+    const bool read_groups = (thread.counters.group_events() & ~cpu_clock_mask_) != 0;
+    if (own && clock_last) {
+      thread.counters.read_rings(last, &counted);
+      if (read_groups && own_changed(b)) thread.counters.read_groups(last, &counted);
+    }
     timespec ts;
     const bool clock_ok = clock_gettime(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &ts) == 0;
     const uint64_t cpu = clock_ok ? static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec : 0;
-    if (has_other_events_ && !(own && clock_last) && (own ? own_changed(b) : cpu != b.last_cpu[m] || !clock_ok)) {
-      thread.counters.read_raw(last, &counted);
-      b.last_cpu[m] = cpu;
+    if (!(own && clock_last)) {
+      thread.counters.read_rings(last, &counted);
+      if (read_groups && (own ? own_changed(b) : cpu != b.last_cpu[m] || !clock_ok)) {
+        thread.counters.read_groups(last, &counted);
+        b.last_cpu[m] = cpu;
+      }
     }
     std::copy(last, last + n_events_, row);
     // The clock in place of perf's task-clock: the same nanoseconds, unscaled (no time "enabled").
@@ -226,9 +234,9 @@ class ExactCounting final : public CountingStrategy {
   CountingContext& ctx_;
   std::vector<Buffers> buffers_;
   int cpu_event_ = -1;             // task-clock's index, read from the threads' CPU clocks
+  uint32_t cpu_clock_mask_ = 0;    // every CPU-clock event (task-clock, cpu-clock)
   int64_t read_overhead_ns_ = 0;   // CPU time between two reads of a thread's own clock
-  bool has_other_events_ = false;  // events that need a perf read
-  bool rusage_gate_ = false;       // they are all ones rusage can tell unchanged
+  bool rusage_gate_ = false;       // the other events are all ones rusage can tell unchanged
   int n_events_ = 1;
   size_t stride_ = 0;
 };

@@ -114,7 +114,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   sampling.stack_bytes = static_cast<uint32_t>(config.stack_bytes);
   sampling.ring_pages = static_cast<size_t>(config.ring_pages);
   const bool sampled = config.mode == CountingMode::Sampled;
-  registry_.configure(events, config.max_threads, sampled ? &sampling : nullptr);
+  registry_.configure(events, config.max_threads, sampled ? &sampling : nullptr, /*count_by_ring=*/!sampled);
   CountingOptions options;
   options.mode = config.mode;
   options.sample_hz = config.sample_hz;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,10 +34,11 @@ SchedStat read_schedstat(pid_t tid) {
 }
 
 void ThreadRegistry::configure(const std::vector<EventSpec>& events, int max_threads,
-                               const ThreadCounters::Sampling* sampling) {
+                               const ThreadCounters::Sampling* sampling, bool count_by_ring) {
   std::lock_guard<std::mutex> lock(mutex_);
   events_ = events;
   sampled_ = sampling != nullptr;
+  count_by_ring_ = count_by_ring;
   if (sampling != nullptr) sampling_ = *sampling;
   // Slots are reused across sessions (their counters are closed at stop); resized only here,
   // while no session runs and so nothing reads them.
@@ -87,7 +89,7 @@ int ThreadRegistry::add_locked(pid_t tid) {
   // a busy one among them loses samples, counted, rather than the process running out of memory.
   ThreadCounters::Sampling sampling = sampling_;
   if (n >= 64) sampling.ring_pages = std::min<size_t>(sampling.ring_pages, 16);
-  slot.counters.open(tid, events_, &slot.open_errno, sampled_ ? &sampling : nullptr);
+  slot.counters.open(tid, events_, &slot.open_errno, sampled_ ? &sampling : nullptr, count_by_ring_);
   size_.store(n + 1, std::memory_order_release);
   return n;
 }
@@ -101,14 +103,22 @@ int ThreadRegistry::scan(pid_t exclude_tid) {
   // Thread ids are read before taking the lock, so the directory walk never blocks a thread's
   // first op; every thread is listed, however many there are.
   std::vector<pid_t> tids;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return 0;
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    const pid_t tid = static_cast<pid_t>(atoi(entry->d_name));
-    if (tid != exclude_tid) tids.push_back(tid);
+  // The directory stays open between scans and is re-read from its start: opening it resolves
+  // /proc/self and walks the path, which was most of a scan's cost.
+  if (task_dir_fd_ < 0) task_dir_fd_ = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (task_dir_fd_ < 0 || lseek(task_dir_fd_, 0, SEEK_SET) != 0) return 0;
+  alignas(8) char buffer[8192];
+  while (true) {
+    const long got = syscall(SYS_getdents64, task_dir_fd_, buffer, sizeof(buffer));
+    if (got <= 0) break;
+    for (long at = 0; at < got;) {
+      const auto* entry = reinterpret_cast<const dirent64*>(buffer + at);
+      at += entry->d_reclen;
+      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+      const pid_t tid = static_cast<pid_t>(atoi(entry->d_name));
+      if (tid != exclude_tid) tids.push_back(tid);
+    }
   }
-  closedir(dir);
   std::lock_guard<std::mutex> lock(mutex_);
   int added = 0;
   int beyond = 0;
@@ -127,6 +137,8 @@ int ThreadRegistry::scan(pid_t exclude_tid) {
 
 void ThreadRegistry::reset_after_fork() {
   new (&mutex_) std::mutex();
+  if (task_dir_fd_ >= 0) ::close(task_dir_fd_);  // the parent's task directory
+  task_dir_fd_ = -1;
   const int n = size_.load(std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) slots_[i]->counters.close();
   size_.store(0, std::memory_order_release);
@@ -134,6 +146,8 @@ void ThreadRegistry::reset_after_fork() {
 
 void ThreadRegistry::close_all() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (task_dir_fd_ >= 0) ::close(task_dir_fd_);
+  task_dir_fd_ = -1;
   const int n = size_.load(std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) slots_[i]->counters.close();
 }

@@ -50,9 +50,10 @@ struct ThreadSlot {
 class ThreadRegistry {
  public:
   // Sizes the slots for up to `max_threads` threads and forgets every earlier thread. With
-  // `sampling`, every thread's counters sample (see ThreadCounters::open).
+  // `sampling`, every thread's counters sample; with `count_by_ring` (exact mode) software events
+  // are counted through rings (see ThreadCounters::open).
   void configure(const std::vector<EventSpec>& events, int max_threads,
-                 const ThreadCounters::Sampling* sampling = nullptr);
+                 const ThreadCounters::Sampling* sampling = nullptr, bool count_by_ring = false);
   // Opens counters on threads of this process not seen yet, except `exclude_tid` (the
   // discovery thread itself). Returns how many were added.
   int scan(pid_t exclude_tid);
@@ -75,6 +76,8 @@ class ThreadRegistry {
   std::vector<EventSpec> events_;
   ThreadCounters::Sampling sampling_;
   bool sampled_ = false;
+  int task_dir_fd_ = -1;  // /proc/self/task, kept open across scans
+  bool count_by_ring_ = false;
   std::vector<std::unique_ptr<ThreadSlot>> slots_;
   std::atomic<int> size_{0};
   std::atomic<int> beyond_limit_{0};

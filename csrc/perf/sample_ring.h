@@ -27,6 +27,13 @@ class SampleRing {
   void unmap();
   bool mapped() const { return base_ != nullptr; }
   size_t bytes() const { return mapped_bytes_; }
+  size_t data_size() const { return data_size_; }
+  // Bytes written and not yet consumed.
+  uint64_t pending() const {
+    if (base_ == nullptr) return 0;
+    auto* page = static_cast<const perf_event_mmap_page*>(base_);
+    return __atomic_load_n(&page->data_head, __ATOMIC_ACQUIRE) - page->data_tail;
+  }
 
   // Calls visit(header, record) for each record in order; `record` is contiguous and valid only
   // during the call. A visit that returns false leaves that record unconsumed (it is read again

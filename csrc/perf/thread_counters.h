@@ -1,5 +1,13 @@
 // The counters of one thread: its events split into perf groups, each read with one read().
 //
+// Exact mode counts software events and tracepoints another way: each is a sampling event of
+// period 1, so every occurrence writes a bare record into a small ring of its own, and the count
+// is the records consumed. Reading it is a few memory loads:
+// no system call, and above all no read() of a thread running on another CPU, which interrupts
+// that CPU (about 10 µs here) and is what made exact mode slow when OpenMP workers spin. A ring
+// found full may have dropped records: the event's true count is then read() once and the
+// difference kept, so more occurrences between two reads than the ring holds are still counted.
+//
 // Software events and tracepoints share one group, so on a machine without a PMU a thread costs
 // exactly one read() per snapshot. Hardware events go in groups of at most four (what a core's
 // general-purpose counters hold) so the kernel can multiplex whole groups; PMU events from sysfs
@@ -8,6 +16,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -35,16 +44,25 @@ class ThreadCounters {
     uint32_t stack_bytes = 8192;
     size_t ring_pages = 64;
   };
-  int open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno, const Sampling* sampling = nullptr);
+  // With `count_by_ring` (exact mode), software events and tracepoints other than the CPU clock
+  // are counted through rings (above); one whose ring cannot be set up joins its group instead.
+  int open(pid_t tid, const std::vector<EventSpec>& events, int* first_errno, const Sampling* sampling = nullptr,
+           bool count_by_ring = false);
 
   // Cumulative values since open(), scaled for multiplexing. `scaled` and `counted` are bitmasks
   // over event indices. Allocation-free: called on the per-op path in exact mode.
   bool read(uint64_t* values, uint32_t* scaled, uint32_t* counted) const;
   // The raw readings, for deltas scaled per interval (scale_delta). `counted` as above.
   bool read_raw(RawCount* values, uint32_t* counted) const;
+  // The two halves of read_raw: the ring-counted events (memory loads), and the groups (one
+  // read() each). Each writes only its own events' values and bits.
+  void read_rings(RawCount* values, uint32_t* counted) const;
+  bool read_groups(RawCount* values, uint32_t* counted) const;
+  uint32_t ring_events() const { return ring_mask_; }  // bitmask of the ring-counted events
+  uint32_t group_events() const { return group_mask_; }
 
   void close();
-  bool is_open() const { return n_groups_ > 0; }
+  bool is_open() const { return n_groups_ > 0 || n_ring_counts_ > 0; }
 
   // Sampling: the ring of the sampling group, and which event each value of a sample is.
   bool sampling() const { return ring_.mapped(); }
@@ -61,6 +79,23 @@ class ThreadCounters {
     int n = 0;                  // members read back, in order
     int event_index[kMaxEvents];
   };
+  // One ring-counted event. Its ring is consumed by whichever thread reads it first (a try-lock:
+  // a reader that finds it busy takes the count last published).
+  struct RingCount {
+    int event = -1;
+    int fd = -1;
+    SampleRing ring;
+    mutable std::atomic<uint64_t> count{0};
+    mutable uint64_t seen = 0;      // records consumed
+    mutable int64_t correction = 0;  // the true count (a read()) minus `seen`, since records were lost
+    mutable std::atomic<bool> busy{false};
+    mutable std::vector<uint8_t> scratch;
+  };
+  uint64_t ring_count(const RingCount& r) const;
+  bool open_ring_count(const EventSpec& spec, pid_t tid, int event);
+  RingCount ring_counts_[kMaxEvents];
+  int n_ring_counts_ = 0;
+  uint32_t ring_mask_ = 0, group_mask_ = 0;
   SampleRing ring_;
   int sample_group_ = -1;
   int sampling_errno_ = 0;

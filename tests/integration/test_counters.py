@@ -264,10 +264,11 @@ def test_multiplexed_counts_are_scaled_and_marked():
             cpu = time.thread_time_ns() - before
     me = prof.profile.threads[own_slot(prof.profile)]
     assert "task-clock" in me.scaled  # the thread's totals are perf counts, scaled back
-    # Per op, exact mode takes CPU time from the thread's clock, which is never multiplexed; the
-    # other events' per-op deltas are perf counts, scaled and marked.
-    assert "context-switches" in prof.profile.collection.scaled_events
-    assert "task-clock" not in prof.profile.collection.scaled_events
+    # Per op, exact mode takes CPU time from the thread's clock, which is never multiplexed, and
+    # counts software events one record per occurrence (a ring each): exact, never scaled.
+    # Hardware events (none here) are perf counts, scaled and marked.
+    assert "context-switches" not in me.scaled
+    assert prof.profile.collection.scaled_events == []
     spin = region_op(prof.profile, "spin")
     assert spin.counters_incl["task-clock"][own_slot(prof.profile)] == pytest.approx(cpu, rel=0.05)
 
@@ -447,3 +448,26 @@ def test_timeline_spans_carry_counters_only_in_exact_mode(mode):
         assert spans.counters[index][0] >= 18_000_000  # task-clock of the spin
     else:
         assert spans.counters[index] == []
+
+
+def test_exact_mode_counts_every_fault_of_the_workers_inside_one_op():
+    # One fill_ of fresh memory on two OpenMP threads: every page faults once, on whichever thread
+    # writes it, all inside one op; far more faults per thread than a counting ring holds, so
+    # the count must survive the ring overflowing (it is re-read) without interrupting the worker.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.ones(1 << 20).mul_(2)  # the team exists and has worked
+        pages = 16384
+        with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
+            x = torch.empty(pages * 1024)  # fp32: 4 KiB per 1024 elements, untouched until the fill
+            x.fill_(1.0)
+    finally:
+        torch.set_num_threads(previous)
+    p = prof.profile
+    fill = next(op for op in p.ops if op.name == "aten::fill_")
+    faults = fill.counters_incl["page-faults"]
+    assert sum(faults) >= pages, faults
+    assert sum(faults) < pages * 1.1, faults  # each page once (a few more for the op's own work)
+    worker = [v for v, t in zip(faults, p.threads, strict=True) if t.role == "worker"]
+    assert worker and max(worker) > 1000, (faults, [t.role for t in p.threads])

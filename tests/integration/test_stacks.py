@@ -40,7 +40,7 @@ KNOWN_CALLERS = textwrap.dedent("""
             x = torch.add(x, 1.0)
 
     a @ b
-    with cpuprof.profile("task-clock", timeline=1000, warn=False) as prof:
+    with cpuprof.profile("task-clock", timeline=1000, python_stacks=True, warn=False) as prof:
         python_caller_of_matmul()
         python_caller_of_add()
     prof.export(sys.argv[1])

@@ -92,9 +92,10 @@ class profile:
     the module that ran them (a few µs per module call); ``modules=model`` names the regions of
     that model's modules by their attribute names ("layers.*/self_attn/q_proj"). ``timeline`` is how many of the newest
     op spans each dispatching thread keeps (0: aggregates only). ``max_threads`` sizes the thread
-    slots: threads beyond it are counted, not profiled. ``python_stacks`` runs py-spy beside the
-    process at ``python_hz`` and joins its Python stacks to the samples of the dispatching
-    threads (None: when sampling and py-spy is installed).
+    slots: threads beyond it are counted, not profiled. ``python_stacks=True`` runs py-spy beside
+    the process at ``python_hz`` and joins its Python stacks to the samples of the dispatching
+    threads; off by default, since py-spy's own CPU time competes with the program's where no
+    CPU is spare.
     """
 
     def __init__(
@@ -109,7 +110,7 @@ class profile:
         timeline: int = 0,
         max_threads: int = defaults.MAX_THREADS,
         modules: bool | Any = False,
-        python_stacks: bool | None = None,
+        python_stacks: bool = False,
         python_hz: int = defaults.PYTHON_HZ,
         warn: bool = True,
     ) -> None:
@@ -118,10 +119,7 @@ class profile:
             raise UsageError("Python stacks are joined to samples: they need mode='sampled'")
         if not 1 <= python_hz <= defaults.MAX_PYTHON_HZ:
             raise UsageError(f"Python sample rate {python_hz} Hz: expected 1 to {defaults.MAX_PYTHON_HZ}")
-        from .pyspy import executable
-
-        self.python_stacks = (mode == "sampled" and executable() is not None) if python_stacks is None \
-            else python_stacks
+        self.python_stacks = python_stacks
         self.python_hz = python_hz
         self._pyspy: Any = None
         self._pyspy_error: str | None = None

@@ -69,9 +69,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--stack-bytes", type=non_negative_int, default=defaults.STACK_BYTES,
                    help=f"sampled mode: user stack copied per sample to unwind native stacks (default "
                         f"{defaults.STACK_BYTES}, up to {defaults.MAX_STACK_BYTES}, a multiple of 8; 0: leaf only)")
-    c.add_argument("--python-hz", type=non_negative_int, default=defaults.PYTHON_HZ, metavar="HZ",
-                   help=f"sampled mode: py-spy's samples per second for the Python frames above the ops (default "
-                        f"{defaults.PYTHON_HZ}, up to {defaults.MAX_PYTHON_HZ}; 0: no Python stacks)")
+    c.add_argument("--python-hz", type=non_negative_int, metavar="HZ",
+                   help=f"sampled mode: run py-spy beside the decode at HZ samples per second, for the Python frames "
+                        f"above the ops in stacks (up to {defaults.MAX_PYTHON_HZ}; default 0, none, or "
+                        f"{defaults.PYTHON_HZ} with --flamegraph; py-spy's own CPU time competes with the decode "
+                        "where no CPU is spare)")
     c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by their inputs")
     c.add_argument("--timeline", type=non_negative_int, default=0, metavar="N",
                    help="keep the last N op spans of each op-running thread (default 0)")
@@ -115,9 +117,15 @@ def options_from_args(args: argparse.Namespace) -> DecodeOptions:
         launch=launch,
         profile=ProfileOptions(enabled=args.profile, events=args.events, mode=args.mode, sample_hz=args.sample_hz,
                                stack_bytes=args.stack_bytes, record_shapes=args.record_shapes, timeline=args.timeline,
-                               python_hz=args.python_hz),
+                               python_hz=python_hz(args)),
         out=args.out, checkpoint_s=args.checkpoint_s,
     )
+
+
+def python_hz(args: argparse.Namespace) -> int:
+    if args.python_hz is not None:
+        return int(args.python_hz)
+    return defaults.PYTHON_HZ if args.flamegraph else 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -89,7 +89,7 @@ class DecodeRun:
         events.validate_names(events.resolve(popts.events), native.load())
         self.prof = profile(popts.events, mode=popts.mode, record_shapes=popts.record_shapes,
                             sample_hz=popts.sample_hz, stack_bytes=popts.stack_bytes, timeline=popts.timeline,
-                            python_stacks=None if popts.python_hz else False, python_hz=popts.python_hz or 1,
+                            python_stacks=popts.python_hz > 0, python_hz=popts.python_hz or 1,
                             # A checkpoint's own model marks no regions: its modules do (named once
                             # the model is loaded).
                             modules=bool(self.wl.hf))

@@ -40,7 +40,7 @@ class ProfileOptions:
     stack_bytes: int = defaults.STACK_BYTES
     record_shapes: bool = True
     timeline: int = 0
-    python_hz: int = defaults.PYTHON_HZ  # py-spy's rate; 0: no Python stacks
+    python_hz: int = 0  # py-spy's rate; 0: no Python stacks
 
 
 @dataclass
