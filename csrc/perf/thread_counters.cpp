@@ -134,6 +134,8 @@ bool ThreadCounters::open_ring_count(const EventSpec& spec, pid_t tid, int event
 }
 
 uint64_t ThreadCounters::ring_count(const RingCount& r) const {
+  // Nothing new (the common case, read at every op boundary): two loads, no lock.
+  if (r.ring.pending() == 0) return r.count.load(std::memory_order_acquire);
   if (r.busy.exchange(true, std::memory_order_acquire)) return r.count.load(std::memory_order_acquire);
   auto& ring = const_cast<SampleRing&>(r.ring);
   // Full (short of the largest record, a LOST one): the kernel may be dropping records.
