@@ -93,10 +93,12 @@ def _profile_section(profile: Profile) -> Section:
             consequence = "; IPC and miss rates are not shown"
         lines.append(f"not counted: {', '.join(names)}: {reason}{consequence}")
     if c.wall_ns:
-        samples = f", {o.samples:,} team reads" if c.mode == "sampled" else ""
+        collector = ("collector thread (thread discovery; draining, unwinding and joining "
+                     f"{o.samples:,} samples)" if c.mode == "sampled" else "thread discovery")
         lines.append(f"profiler overhead: {fmt_ns(o.hook_ns)} in cpuprof's op callbacks "
-                     f"({fmt_percent(o.hook_ns / c.wall_ns)} of the wall time, {o.per_op_ns:.0f} ns per op{samples}); "
-                     f"thread discovery {fmt_ns(o.discovery_cpu_ns)} of CPU")
+                     f"({fmt_percent(o.hook_ns / c.wall_ns)} of the wall time, {o.per_op_ns:.0f} ns per op); "
+                     f"{collector} {fmt_ns(o.discovery_cpu_ns)} of CPU "
+                     f"({fmt_percent(o.discovery_cpu_ns / c.wall_ns)} of one CPU)")
     return Section("profile", "Profile", lines)
 
 

@@ -180,10 +180,15 @@ def read_perf_map(pid: int) -> list[tuple[int, int, str]] | None:
         parts = line.split(maxsplit=2)
         if len(parts) == 3:
             try:
-                entries.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+                # oneDNN numbers each generated instance of a kernel ("jit_brgemm_kernel_t.4"): the
+                # kernel's name is what a reader compares, so instances are one frame.
+                entries.append((int(parts[0], 16), int(parts[1], 16), _JIT_INSTANCE.sub("", parts[2].strip())))
             except ValueError:
                 continue
     return sorted(entries)
+
+
+_JIT_INSTANCE = re.compile(r"\.\d+$")
 
 
 def demangle(name: str) -> str:
