@@ -282,6 +282,8 @@ PYBIND11_MODULE(_native, m) {
       py::arg("errno"), py::arg("name"));
   m.def("inject_open_errno", &inject_open_errno, py::arg("errno"), py::arg("count") = -1,
         "Test hook: the next `count` perf_event_open calls fail with `errno` (count < 0: all; errno 0 clears).");
+  m.def("inject_sampling_errno", &inject_sampling_errno, py::arg("errno"),
+        "Test hook: every open of a sampling event fails with `errno` (0 clears); counting still works.");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
         "Test hook: report groups as running this fraction of their enabled time (0 clears).");
   m.def(

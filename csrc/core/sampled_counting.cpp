@@ -143,10 +143,13 @@ class SampledCounting final : public CountingStrategy {
       s.timeline_cpu_us.push_back(t.cpu_us);
     }
     s.memory_bytes = stacks_.memory_bytes();
-    for (size_t slot = 0; slot < out->threads.size() && slot < samples_of_.size(); ++slot) {
-      out->threads[slot].samples = samples_of_[slot];
-      out->threads[slot].samples_lost = lost_of_[slot];
-      s.samples_lost += lost_of_[slot];
+    // Every thread, sampled or not: one that never gave a sample must still say why.
+    for (size_t slot = 0; slot < out->threads.size() && slot < static_cast<size_t>(ctx_.registry->size()); ++slot) {
+      if (slot < samples_of_.size()) {
+        out->threads[slot].samples = samples_of_[slot];
+        out->threads[slot].samples_lost = lost_of_[slot];
+        s.samples_lost += lost_of_[slot];
+      }
       const ThreadSlot& t = ctx_.registry->slot(static_cast<int>(slot));
       out->threads[slot].sample_errno = t.counters.sampled() ? 0 : (t.counters.sampling_errno() ? t.counters.sampling_errno() : -1);
     }

@@ -77,6 +77,7 @@ constexpr CacheOp kCacheOps[] = {
 };
 
 std::atomic<int> g_inject_errno{0};
+std::atomic<int> g_inject_sampling_errno{0};  // fails only the opens that would sample every N ns
 std::atomic<int> g_inject_count{0};
 std::atomic<long> g_fd_ceiling{-1};  // descriptors at or above it are the program's (-1: none set)
 std::atomic<long> g_fd_reserve{0};
@@ -362,6 +363,8 @@ long reserve_fds_for_program() {
   return reserve;
 }
 
+void inject_sampling_errno(int err) { g_inject_sampling_errno.store(err, std::memory_order_release); }
+
 void inject_open_errno(int err, int count) {
   g_inject_count.store(count, std::memory_order_relaxed);
   g_inject_errno.store(err, std::memory_order_release);
@@ -370,6 +373,8 @@ void inject_open_errno(int err, int count) {
 int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only,
               const SampleSpec* sample, bool monotonic) {
   if (user_only) *user_only = false;
+  const int sampling_refused = g_inject_sampling_errno.load(std::memory_order_acquire);
+  if (sampling_refused != 0 && sample != nullptr && sample->period > 1) return -sampling_refused;
   int injected = g_inject_errno.load(std::memory_order_acquire);
   if (injected != 0) {
     int remaining = g_inject_count.load(std::memory_order_relaxed);

@@ -63,6 +63,9 @@ struct SampleSpec {
 int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_format, bool* user_only = nullptr,
               const SampleSpec* sample = nullptr, bool monotonic = false);
 void inject_open_errno(int err, int count);
+// Fault injection: every open of a time-sampling event fails with `err` (0 clears), as under a
+// seccomp filter or paranoid level that refuses sampling; counting still works.
+void inject_sampling_errno(int err);
 // Sets aside the last descriptors under the current RLIMIT_NOFILE for the profiled program
 // (perf_open refuses them with EMFILE); returns how many.
 long reserve_fds_for_program();

@@ -32,7 +32,7 @@ class SampleRing {
   uint64_t pending() const {
     if (base_ == nullptr) return 0;
     auto* page = static_cast<const perf_event_mmap_page*>(base_);
-    return __atomic_load_n(&page->data_head, __ATOMIC_ACQUIRE) - page->data_tail;
+    return __atomic_load_n(&page->data_head, __ATOMIC_ACQUIRE) - __atomic_load_n(&page->data_tail, __ATOMIC_RELAXED);
   }
 
   // Calls visit(header, record) for each record in order; `record` is contiguous and valid only
@@ -43,7 +43,7 @@ class SampleRing {
     if (base_ == nullptr) return;
     auto* page = static_cast<perf_event_mmap_page*>(base_);
     const uint64_t head = __atomic_load_n(&page->data_head, __ATOMIC_ACQUIRE);
-    uint64_t tail = page->data_tail;
+    uint64_t tail = __atomic_load_n(&page->data_tail, __ATOMIC_RELAXED);
     while (tail < head) {
       const size_t offset = static_cast<size_t>(tail & (data_size_ - 1));
       perf_event_header header;

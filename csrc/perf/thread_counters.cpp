@@ -63,12 +63,13 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
     // The software group samples: its leader (task-clock, always the first event) with the
     // sample spec, all its members on the same clock (the kernel requires it).
     const bool in_sampling_group = sampling != nullptr && group_slot == &software_group && sampling_errno_ == 0;
-    const bool samples_here = in_sampling_group && leader < 0;
+    bool samples_here = in_sampling_group && leader < 0;
     int fd = perf_open(spec, tid, leader, kReadFormat, nullptr, samples_here ? &spec_sample : nullptr,
                        in_sampling_group);
     if (fd < 0 && samples_here) {
       // Sampling refused (seccomp, an old kernel's sample_type limits): count without it.
       sampling_errno_ = -fd;
+      samples_here = false;
       fd = perf_open(spec, tid, leader, kReadFormat);
     }
     if (fd < 0) {

@@ -127,7 +127,12 @@ CHAIN_DRIVER = textwrap.dedent("""
     p = prof.profile
     region = next(op.id for op in p.ops if op.name == "chain")
     st = p.stacks
-    out = {"roles": [t.role for t in p.threads], "stacks": []}
+    out = {"roles": [t.role for t in p.threads], "stacks": [],
+           # what the assertion messages show if the chain is missing
+           "threads": [(t.tid, t.role, t.samples, t.sampling_error) for t in p.threads],
+           "idle": [(t.tid, t.name, t.uncounted) for t in p.idle_threads],
+           "by_op": sorted({(next(o.name for o in p.ops if o.id == c.op), p.threads[c.thread].role): 0
+                            for c in st.counts}.keys())}
     for c in st.counts:
         if c.op == region:
             names = [st.frames[f].name for f in st.stacks[c.stack]]
@@ -153,7 +158,7 @@ def test_native_call_chain_under_openmp_workers(tmp_path: Path, frame_pointers: 
     for role in ("worker", "dispatch"):
         samples = [s for s in data["stacks"] if data["roles"][s["thread"]] == role]
         total = sum(s["samples"] for s in samples)
-        assert total >= 200, (role, total)
+        assert total >= 200, (role, total, data["threads"], data["idle"], data["by_op"])
         with_chain = sum(s["samples"] for s in samples if s["names"][:3] == chain)
         assert with_chain >= 0.9 * total, (role, with_chain, total, samples[:3])
     # the workers' stacks go on through the OpenMP runtime to the thread's start
@@ -221,3 +226,50 @@ def test_exact_mode_one_thread_never_gives_an_op_more_cpu_than_wall():
             assert op["cpu"] <= op["self_ns"] * 1.02, op
         # short ones too, in total: the clock reads are not charged to them
         assert op["cpu"] <= op["self_ns"] * 1.25 + 2_000 * op["calls"] ** 0.5, op
+
+
+SAMPLING_FAULTS = textwrap.dedent("""
+    import sys, torch, cpuprof
+    from cpuprof import _native, _test_utils
+    fault = sys.argv[1]
+    torch.set_num_threads(1)
+    if fault == "refused":
+        _native.inject_sampling_errno(13)  # EACCES, as a paranoid level or seccomp filter gives
+        prof = cpuprof.profile("software")
+    else:  # a ring far too small for the rate: the kernel drops samples and says how many
+        prof = cpuprof.profile("software", sample_hz=20000, stack_bytes=0)
+        prof._ring_pages = lambda: 1
+    with prof:
+        with cpuprof.region("spin"):
+            for _ in range(20):
+                _test_utils.spin_for_ns(10_000_000)
+                torch.ones(64).add_(1)
+    prof.export(sys.argv[2])
+    prof.report()
+""")
+
+
+@pytest.mark.parametrize("fault, words, note", [
+    ("refused", "not sampled: EACCES", "threads not sampled"),
+    ("overflow", "samples lost", "samples were lost"),
+])
+def test_sampling_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fault: str, words: str, note: str):
+    result = subprocess.run([sys.executable, "-c", SAMPLING_FAULTS, fault, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    warnings = [line for line in result.stderr.splitlines() if words in line]
+    assert len(warnings) == 1 and warnings[0].startswith("cpuprof: warning: "), result.stderr
+    assert note in result.stdout  # the report says it too
+    from cpuprof.model import Profile
+
+    p = Profile.load(tmp_path)
+    spin = next(op for op in p.ops if op.name == "spin")
+    assert spin.calls == 1 and spin.incl_ns >= 200_000_000  # wall time is measured either way
+    me = p.threads[0]
+    assert me.cpu_ns and me.cpu_ns >= 190_000_000  # and the thread's total CPU, exactly
+    if fault == "refused":
+        assert me.sampling_error and "EACCES" in me.sampling_error
+        assert p.sampling.samples == 0
+    else:
+        assert p.sampling.lost > 0 and p.sampling.samples > 0

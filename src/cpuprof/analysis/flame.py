@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..model import CPU_EVENT, NativeFrame, Profile
+from ..model import NativeFrame, Profile
 from .labels import thread_label
 
 WEIGHTS = ("samples", "cpu")  # and any counted event by name
@@ -140,7 +140,3 @@ def python_variants(profile: Profile) -> dict[int, list[tuple[tuple[FlameFrame, 
 def weight_unit(profile: Profile, weight: str) -> str:
     kind, _ = resolve_weight(profile, weight)
     return {"samples": "samples", "cpu": "nanoseconds"}.get(kind, weight)
-
-
-def uses_cpu(weight: str) -> bool:
-    return weight == "cpu" or weight == CPU_EVENT

@@ -4,9 +4,10 @@ in (the stack's leaf) and by what that code is (compute kernel, OpenMP runtime, 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..model import CATEGORIES, NativeFrame, Profile
+from ..model import CATEGORIES, NativeFrame, Profile, StackCount
 
 CATEGORY_NAMES = {
     "compute": "compute kernels (BLAS, oneDNN, ATen, JIT code)",
@@ -39,14 +40,14 @@ def leaf(profile: Profile, stack: int) -> NativeFrame | None:
     return profile.stacks.frames[frames[0]] if frames else None
 
 
-def by_op(profile: Profile) -> dict[int, NativeSplit]:
-    """Per op id: the samples that landed in it (all threads), split by leaf category and function."""
+def _split_by(profile: Profile, key: Callable[[StackCount], int]) -> dict[int, NativeSplit]:
+    """The samples grouped by ``key``, each group split by leaf category and function."""
     out: dict[int, NativeSplit] = defaultdict(NativeSplit)
     if profile.stacks is None:
         return out
     stacks = profile.stacks
     for c in stacks.counts:
-        split = out[c.op]
+        split = out[key(c)]
         split.cpu_ns += c.cpu_ns
         split.samples += c.samples
         frames = stacks.stacks[c.stack]
@@ -55,24 +56,16 @@ def by_op(profile: Profile) -> dict[int, NativeSplit]:
         if frames:
             split.by_function[frames[0]] = split.by_function.get(frames[0], 0) + c.cpu_ns
     return out
+
+
+def by_op(profile: Profile) -> dict[int, NativeSplit]:
+    """Per op id: the samples that landed in it (all threads)."""
+    return _split_by(profile, lambda c: c.op)
 
 
 def by_thread(profile: Profile) -> dict[int, NativeSplit]:
-    """Per thread index: its samples, split by leaf category and function."""
-    out: dict[int, NativeSplit] = defaultdict(NativeSplit)
-    if profile.stacks is None:
-        return out
-    stacks = profile.stacks
-    for c in stacks.counts:
-        split = out[c.thread]
-        split.cpu_ns += c.cpu_ns
-        split.samples += c.samples
-        frames = stacks.stacks[c.stack]
-        category = stacks.frames[frames[0]].category if frames else "other"
-        split.by_category[category] = split.by_category.get(category, 0) + c.cpu_ns
-        if frames:
-            split.by_function[frames[0]] = split.by_function.get(frames[0], 0) + c.cpu_ns
-    return out
+    """Per thread index: its samples."""
+    return _split_by(profile, lambda c: c.thread)
 
 
 def short_function(frame: NativeFrame, width: int = 48) -> str:

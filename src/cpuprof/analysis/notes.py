@@ -42,6 +42,18 @@ def limit_notes(profile: Profile) -> list[str]:
               for i, t in enumerate(profile.threads) if t.uncounted and t.counting_error]
     if partly:
         notes.append("events not counted on some threads: " + "; ".join(partly))
+    s = profile.sampling
+    if s is not None:
+        not_sampled = [f"{thread_label(i)} ({t.sampling_error})" for i, t in enumerate(profile.threads)
+                       if t.sampling_error]
+        if not_sampled:
+            notes.append("threads not sampled, so their per-op CPU time and stacks are missing (their totals are "
+                         "counted): " + "; ".join(not_sampled))
+        if s.lost:
+            notes.append(f"{s.lost:,} samples were lost: a thread's sample ring filled before the collector drained "
+                         "it, so per-op CPU time is short by as many sampling periods")
+        if s.python is not None and s.python.error:
+            notes.append(f"no Python frames in the stacks: {s.python.error}")
     if profile.collection is not None:
         user_only = [e.name for e in profile.collection.events if e.user_only]
         if user_only:

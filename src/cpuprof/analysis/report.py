@@ -271,9 +271,12 @@ def _native_section(profile: Profile, top: int) -> Section | None:
     lines = [f"{s.samples:,} samples at {s.hz} Hz of each thread's CPU time, each with its kernel call chain and a "
              f"{s.stack_bytes:,}-byte copy of its user stack, unwound with the libraries' DWARF unwind tables "
              "(frame pointers or a stack scan where code has none, as JIT code)"]
+    py = s.python
+    if py is not None and py.error is None:
+        lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), placed on the op timeline "
+                     f"within ±{fmt_ns(py.clock_error_ns)} and joined to {py.joined:,} samples of the op-running "
+                     f"threads ({py.unmatched:,} found no Python stack)")
     notes = []
-    if s.lost:
-        notes.append(f"{s.lost:,} samples were lost: a thread's ring buffer filled before the collector drained it")
     unwound = sum(s.unwind.values())
     if unwound:
         whole = s.unwind.get("outermost frame", 0)
@@ -285,9 +288,6 @@ def _native_section(profile: Profile, top: int) -> Section | None:
                      "the first matmul (cpuprof's launches do) so oneDNN writes a perf map of its kernels")
     if s.unresolved_frames:
         notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
-    not_sampled = [f"{thread_label(i)} ({t.sampling_error})" for i, t in enumerate(profile.threads) if t.sampling_error]
-    if not_sampled:
-        notes.append("threads not sampled: " + "; ".join(not_sampled))
     return Section("native", "Native code (from the samples' stacks)", lines,
                    [Table(columns, rows, caption="ops by sampled CPU time: what kind of code it was in"),
                     Table(tcols, trows, caption="threads: what kind of code their CPU time was in")], notes)

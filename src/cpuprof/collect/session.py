@@ -80,6 +80,24 @@ def check_options(mode: str, sample_hz: int, stack_bytes: int, op_capacity: int,
         raise UsageError(f"max threads {max_threads}: expected 1 to {defaults.MAX_THREADS_LIMIT}")
 
 
+def sampling_warnings(p: Profile) -> list[str]:
+    """One line for each way the samples fell short: what the report's notes then detail."""
+    out: list[str] = []
+    if p.collection is None or not p.collection.events:
+        return out  # nothing could be opened: the dropped-events warning said why
+    by_reason: dict[str, list[str]] = {}
+    for i, t in enumerate(p.threads):
+        if t.sampling_error and "task-clock" not in t.uncounted:  # else its counting error says why
+            by_reason.setdefault(t.sampling_error, []).append(f"T{i}")
+    for reason, labels in by_reason.items():
+        out.append(f"{', '.join(labels)} {reason}: their per-op CPU time and stacks are missing; their totals are "
+                   "still counted")
+    if p.sampling is not None and p.sampling.lost:
+        out.append(f"{p.sampling.lost:,} samples lost (a sample ring filled before the collector drained it): "
+                   "per-op CPU time is short by as many sampling periods")
+    return out
+
+
 class profile:
     """Profiles every ATen op, with counters of every thread of the process.
 
@@ -209,6 +227,9 @@ class profile:
         trace = self._stop_pyspy()
         self.profile = self._build(complete=True)
         self._join_python(self.profile, trace)
+        if self.warn:
+            for line in sampling_warnings(self.profile):
+                _warn(line)
         return self.profile
 
     def _stop_pyspy(self) -> Any:
