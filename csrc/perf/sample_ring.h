@@ -37,7 +37,8 @@ class SampleRing {
 
   // Calls visit(header, record) for each record in order; `record` is contiguous and valid only
   // during the call. A visit that returns false leaves that record unconsumed (it is read again
-  // next time). `scratch` must hold the largest record (64 KiB: a record's size is 16 bits).
+  // next time). A record that wraps is copied into `scratch`; one larger than `scratch` is passed
+  // as nullptr (a reader that needs every record's bytes gives 64 KiB: a record's size is 16 bits).
   template <typename Visit>
   void consume(std::vector<uint8_t>& scratch, Visit&& visit) {
     if (base_ == nullptr) return;
@@ -52,9 +53,11 @@ class SampleRing {
       const uint8_t* record;
       if (offset + header.size <= data_size_) {
         record = data_ + offset;
-      } else {
+      } else if (header.size <= scratch.size()) {
         copy_out(offset, scratch.data(), header.size);
         record = scratch.data();
+      } else {
+        record = nullptr;
       }
       if (!visit(header, record)) break;
       tail += header.size;

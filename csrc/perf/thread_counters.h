@@ -89,7 +89,7 @@ class ThreadCounters {
     mutable uint64_t seen = 0;      // records consumed
     mutable int64_t correction = 0;  // the true count (a read()) minus `seen`, since records were lost
     mutable std::atomic<bool> busy{false};
-    mutable std::vector<uint8_t> scratch;
+    mutable std::vector<uint8_t> scratch;  // empty: the count needs headers only, not record bytes
   };
   uint64_t ring_count(const RingCount& r) const;
   bool open_ring_count(const EventSpec& spec, pid_t tid, int event);
