@@ -193,11 +193,16 @@ def test_no_op_of_a_decode_shows_more_busy_threads_than_the_team(tmp_path: Path)
             continue
         busy = sum(op.counters_self["task-clock"]) / op.self_ns
         assert busy <= team * (1 + 3 / op.samples ** 0.5), (op.name, busy, op.samples)
-    # and no thread has more CPU inside ops than the ops' wall time
+    # and no thread has more CPU inside ops than the ops' wall time, within sampling noise: a
+    # worker that spins between ops carries CPU spent outside ops into the op its sample lands in,
+    # so a thread busy all the time shows about the wall time, give or take 3 sigma of its samples
+    assert profile.sampling is not None
+    period_ns = 1e9 / profile.sampling.hz
+    wall = sum(op.self_ns for op in profile.ops if op.kind == "op")
     for k in range(team):
         inside = sum(op.counters_self["task-clock"][k] for op in profile.ops if op.kind == "op")
-        wall = sum(op.self_ns for op in profile.ops if op.kind == "op")
-        assert inside <= wall * 1.05, (k, inside, wall)
+        samples = inside / period_ns
+        assert inside <= wall + 3 * samples ** 0.5 * period_ns, (k, inside, wall, samples)
 
 
 # Exact mode with one thread: the reads are the profiler's, never an op's, so no op can show more

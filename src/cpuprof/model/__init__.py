@@ -19,6 +19,7 @@ from .profile import (
     Status,
     ThreadStat,
 )
+from .roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
 from .settings import AllocatorInfo, InForce, MemPolicy, Requested, Settings, ThreadPlacement, TorchThreads, WeightPages
 from .stacks import (
     CATEGORIES,
@@ -34,6 +35,7 @@ from .stacks import (
 from .workload import DecodeWorkload, ModelInfo, StepFigures
 
 __all__ = [
+    "BandwidthRoof", "ComputeRoof", "KernelRoof", "MachineRoofs", "Repeated",
     "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
     "StackCount", "Stacks",
     "CPU_EVENT", "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import ProfileFormatError
 from .machine import OpenMPInfo
+from .roofs import MachineRoofs
 from .settings import Settings
 from .stacks import Sampling, Stacks
 from .workload import DecodeWorkload
@@ -232,6 +233,7 @@ class Profile:
     workload: DecodeWorkload | None = None
     sampling: Sampling | None = None  # sampled mode: how the samples were taken
     stacks: Stacks | None = None  # sampled mode: native stacks per thread and op
+    roofs: MachineRoofs | None = None  # the machine's measured limits the GEMMs and decode are judged against
 
     @property
     def profiled(self) -> bool:

@@ -1,0 +1,88 @@
+"""The machine's measured limits (roofs) a profile's GEMMs and decode speed are judged against.
+
+Every roof is measured, never taken from a datasheet: memory bandwidth by native STREAM-style
+kernels at the run's thread count and binding, compute by large GEMMs through torch, and the
+"kernel roof" by the best decode-shaped GEMV torch itself reaches. Each figure keeps its spread
+over repetitions, so a report can say how far apart two figures must be to differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Repeated:
+    """One figure measured ``repetitions`` times: the best run, the median, and the spread."""
+
+    best: float
+    median: float
+    spread: float  # (max - min) / median over the repetitions
+    repetitions: int
+
+
+@dataclass
+class BandwidthRoof:
+    """Memory bandwidth of one STREAM-style kernel, in GB/s (1e9 bytes/s, STREAM's own counting:
+    copy moves 2 arrays' bytes per pass, triad 3; write-allocate traffic is not counted)."""
+
+    kernel: str  # "copy" or "triad"
+    gb_per_s: Repeated
+    threads: int
+    array_bytes: int  # each array's size (several times the last-level cache)
+    node: int | None = None  # the NUMA node the arrays were on; None: the run's memory policy decided
+
+
+@dataclass
+class ComputeRoof:
+    """Peak compute for one dtype: the best GFLOP/s of a large square GEMM through torch."""
+
+    dtype: str  # f32, bf16
+    gflop_per_s: Repeated
+    threads: int
+    size: int  # the GEMM was [size, size] x [size, size]
+
+
+@dataclass
+class KernelRoof:
+    """The best bandwidth torch's own GEMV reaches at decode shapes (F.linear of one row by a weight
+    matrix several times the last-level cache): what this torch build can do, as opposed to what
+    the memory can."""
+
+    dtype: str
+    gb_per_s: Repeated
+    threads: int
+    shape: list[int]  # [1, in] x [out, in]
+
+
+@dataclass
+class MachineRoofs:
+    """Roofs for one machine fingerprint, thread count and binding; cached, with their date."""
+
+    fingerprint: dict[str, str]  # cpu model, cores, memory, torch version, OpenMP runtime
+    key: str  # the cache key: a hash of the fingerprint, the thread count and the CPUs
+    measured: str  # ISO 8601, UTC
+    seconds: float  # how long the calibration took
+    threads: int
+    cpus: list[int]  # the CPUs the calibration ran on
+    bandwidth: list[BandwidthRoof] = field(default_factory=list)
+    compute: list[ComputeRoof] = field(default_factory=list)
+    kernel: list[KernelRoof] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # what could not be measured, and why
+    from_cache: bool = False  # True: read from the cache, not measured by this run
+
+    def memory_gb_per_s(self) -> float | None:
+        """The memory roof: the best triad (STREAM's headline kernel), else the best copy."""
+        for kernel in ("triad", "copy"):
+            figures = [b.gb_per_s.best for b in self.bandwidth if b.kernel == kernel]
+            if figures:
+                return max(figures)
+        return None
+
+    def compute_gflop_per_s(self, dtype: str) -> float | None:
+        figures = [c.gflop_per_s.best for c in self.compute if c.dtype == dtype]
+        return max(figures) if figures else None
+
+    def kernel_gb_per_s(self, dtype: str) -> float | None:
+        figures = [k.gb_per_s.best for k in self.kernel if k.dtype == dtype]
+        return max(figures) if figures else None
