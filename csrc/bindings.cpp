@@ -14,6 +14,8 @@
 #include "core/session.h"
 #include "common/limits.h"
 #include "perf/perf_events.h"
+#include "roofs/stream_kernels.h"
+#include "sources/memory_hook.h"
 #include "sources/op_hook.h"
 #include "sources/regions.h"
 
@@ -22,8 +24,20 @@ using namespace cpuprof;
 
 namespace {
 
-void install_hook_with_shapes() { install_op_hook(true); }
-void install_hook_without_shapes() { install_op_hook(false); }
+// The allocator's reports come through the starting thread's debug info: installed beside the op
+// hook, on the thread that starts the session.
+void install_hook_with_shapes() {
+  install_op_hook(true);
+  install_memory_hook();
+}
+void install_hook_without_shapes() {
+  install_op_hook(false);
+  install_memory_hook();
+}
+void remove_hooks() {
+  remove_op_hook();
+  remove_memory_hook();
+}
 
 std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, const std::string& mode,
                                         bool record_shapes, int sample_hz, int stack_bytes, size_t timeline_samples,
@@ -53,7 +67,7 @@ std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, 
 
 void stop_session() {
   py::gil_scoped_release release;
-  Session::instance().stop(remove_op_hook);
+  Session::instance().stop(remove_hooks);
 }
 
 SessionSnapshot take_snapshot() {
@@ -163,7 +177,11 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("incl_ns", &EntrySnapshot::incl_ns)
       .def_readonly("self_ns", &EntrySnapshot::self_ns)
       .def_readonly("max_ns", &EntrySnapshot::max_ns)
-      .def_readonly("samples", &EntrySnapshot::samples);
+      .def_readonly("samples", &EntrySnapshot::samples)
+      .def_readonly("alloc_bytes", &EntrySnapshot::alloc_bytes)
+      .def_readonly("allocs", &EntrySnapshot::allocs)
+      .def_readonly("freed_bytes", &EntrySnapshot::freed_bytes)
+      .def_readonly("frees", &EntrySnapshot::frees);
   py::class_<ThreadSnapshot>(m, "ThreadSnapshot")
       .def_readonly("tid", &ThreadSnapshot::tid)
       .def_readonly("name", &ThreadSnapshot::name)
@@ -253,6 +271,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("discovery_cpu_ns", &SessionSnapshot::discovery_cpu_ns)
       .def_readonly("discovery_ticks", &SessionSnapshot::discovery_ticks)
       .def_readonly("samples", &SessionSnapshot::samples)
+      .def_readonly("memory_reported", &SessionSnapshot::memory_reported)
       .def_readonly("scaled_events", &SessionSnapshot::scaled_events)
       .def_readonly("dispatch_tids", &SessionSnapshot::dispatch_tids)
       .def_readonly("max_threads", &SessionSnapshot::max_threads)
@@ -312,4 +331,12 @@ PYBIND11_MODULE(_native, m) {
   m.def("snapshot", &take_snapshot);
   m.def("now_ns", &now_ns);
   m.def("gettid", [] { return static_cast<int>(syscall(SYS_gettid)); });
+  m.def(
+      "stream_seconds",
+      [](const std::string& kernel, size_t array_bytes, int threads, int repetitions) {
+        py::gil_scoped_release release;  // a calibration runs for seconds; other Python threads keep going
+        return stream_seconds(kernel, array_bytes, threads, repetitions);
+      },
+      py::arg("kernel"), py::arg("array_bytes"), py::arg("threads"), py::arg("repetitions"),
+      "Seconds of each pass of a STREAM-style 'copy' or 'triad' over arrays of array_bytes each.");
 }

@@ -58,6 +58,12 @@ struct OpEntry {
   std::atomic<uint64_t> self_ns{0};
   std::atomic<uint64_t> max_ns{0};
   std::atomic<uint64_t> samples{0};  // sampled mode: deadlines that found this op innermost
+  // torch's allocator reports (c10 memory reporting), charged to the innermost open op of the
+  // thread that allocated: what torch.profiler's profile_memory sees, per key.
+  std::atomic<uint64_t> alloc_bytes{0};
+  std::atomic<uint64_t> allocs{0};
+  std::atomic<uint64_t> freed_bytes{0};
+  std::atomic<uint64_t> frees{0};
 };
 
 // Fixed entries, so reports can find them by index.

@@ -105,6 +105,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   pool_used_.store(0);
   ops_seen_.store(0);
   too_deep_.store(0);
+  memory_reported_.store(false);
   no_state_.store(0);
   unmatched_.store(0);
   truncated_ = 0;
@@ -174,6 +175,26 @@ DispatchState* Session::dispatch_state() {
   state->ready.store(true, std::memory_order_release);
   t_binding.state = state;
   return state;
+}
+
+void Session::record_allocation(int64_t bytes) {
+  // Only a thread that already runs ops has an op to charge; any other thread's allocation (an
+  // OpenMP worker's scratch) is charged outside ops without making the thread a dispatching one.
+  uint32_t entry = kOutsideEntry;
+  if (t_binding.generation == generation_.load(std::memory_order_relaxed) && t_binding.state != nullptr) {
+    const DispatchState* state = t_binding.state;
+    const int depth = state->local_depth;
+    if (depth > 0 && depth <= kMaxDepth) entry = state->frames[depth - 1].entry;
+  }
+  OpEntry& e = table_.entry(entry);
+  if (bytes >= 0) {
+    e.alloc_bytes.fetch_add(static_cast<uint64_t>(bytes), std::memory_order_relaxed);
+    e.allocs.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    e.freed_bytes.fetch_add(static_cast<uint64_t>(-bytes), std::memory_order_relaxed);
+    e.frees.fetch_add(1, std::memory_order_relaxed);
+  }
+  memory_reported_.store(true, std::memory_order_relaxed);
 }
 
 void Session::end_op(DispatchState* state, int64_t enter_ns, uintptr_t id) {

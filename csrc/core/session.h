@@ -82,6 +82,9 @@ class Session {
                 Fill&& fill);
   void end_op(DispatchState* state, int64_t enter_ns, uintptr_t id);
   bool record_shapes() const { return config_.record_shapes; }
+  // One allocation (bytes > 0) or free (bytes < 0) reported by torch's allocator on the calling
+  // thread, charged to its innermost open op (or to "outside ops"). Lock-free, allocation-free.
+  void record_allocation(int64_t bytes);
   // An op on a thread beyond kMaxDispatchThreads: timed by nobody, counted here.
   void count_unattributed() { no_state_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -107,6 +110,7 @@ class Session {
   alignas(64) std::atomic<int> in_flight_{0};
   alignas(64) std::atomic<uint64_t> ops_seen_{0};
   std::atomic<uint64_t> too_deep_{0};
+  std::atomic<bool> memory_reported_{false};
   std::atomic<uint64_t> no_state_{0};
   std::atomic<uint64_t> unmatched_{0};
   uint64_t truncated_ = 0;

@@ -74,6 +74,7 @@ SessionSnapshot Session::snapshot() {
   out.discovery_cpu_ns = discovery_ ? discovery_->cpu_ns() : 0;
   out.discovery_ticks = discovery_ ? discovery_->ticks() : 0;
   out.samples = counting_ ? counting_->samples() : 0;
+  out.memory_reported = memory_reported_.load(std::memory_order_relaxed);
   const uint32_t scaled = context_.scaled_events.load();
   for (int e = 0; e < n_events; ++e) {
     if ((scaled >> e) & 1u) out.scaled_events.push_back(context_.events[e].name);
@@ -148,7 +149,8 @@ SessionSnapshot Session::snapshot() {
     }
     const uint64_t calls = e.calls.load();
     const uint64_t samples = e.samples.load();
-    if (calls == 0 && !any_counts && samples == 0) {
+    const uint64_t allocs = e.allocs.load(), frees = e.frees.load();
+    if (calls == 0 && !any_counts && samples == 0 && allocs == 0 && frees == 0) {
       out.counters_self.resize(row);
       out.counters_incl.resize(row);
       continue;
@@ -166,6 +168,10 @@ SessionSnapshot Session::snapshot() {
     item.self_ns = e.self_ns.load();
     item.max_ns = e.max_ns.load();
     item.samples = samples;
+    item.allocs = allocs;
+    item.alloc_bytes = e.alloc_bytes.load();
+    item.frees = frees;
+    item.freed_bytes = e.freed_bytes.load();
     out.entries.push_back(std::move(item));
   }
 

@@ -35,6 +35,7 @@ struct EntrySnapshot {
   bool inputs_truncated = false;
   std::vector<InputSnapshot> inputs;
   uint64_t calls = 0, incl_ns = 0, self_ns = 0, max_ns = 0, samples = 0;
+  uint64_t alloc_bytes = 0, allocs = 0, freed_bytes = 0, frees = 0;  // torch allocator reports
 };
 
 struct ThreadSnapshot {
@@ -105,6 +106,7 @@ struct SessionSnapshot {
   uint64_t ops_seen = 0, too_deep = 0, unattributed_ops = 0, unmatched_ends = 0, truncated_ops = 0;
   int64_t hook_ns = 0, discovery_cpu_ns = 0;
   uint64_t discovery_ticks = 0, samples = 0;
+  bool memory_reported = false;  // torch's allocator reported to the session (alloc_* are measured)
   std::vector<std::string> scaled_events;  // per-op deltas scaled for multiplexing
   std::vector<pid_t> dispatch_tids;
   int max_threads = 0;

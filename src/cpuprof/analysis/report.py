@@ -7,11 +7,15 @@ from collections import defaultdict
 from .. import defaults
 from ..model import CATEGORIES, CPU_EVENT, Profile
 from ..units import fmt_ns, fmt_percent
+from .ceiling import ceiling_section
 from .decode import decode_lines, settings_lines
 from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
+from .memory import memory_section
 from .notes import limit_notes
 from .ops import op_table, region_rows
 from .report_model import Column, Report, Section, Table
+from .roofline import roofline_section
+from .roofs import roofs_section
 from .threads import run_queue_warning, thread_rows
 
 # Derived metrics shown where both events were counted: (header, numerator, denominator, scale, help).
@@ -48,16 +52,27 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     if profile.settings is not None:
         report.sections.append(Section("settings", "Settings in force (read back inside the profiled process)",
                                        settings_lines(profile.settings)))
+    roofs = roofs_section(profile)
+    if profile.workload is None and not profile.profiled and roofs is not None:
+        report.title = "cpuprof calibrate"  # the roofs alone: nothing was decoded
+        report.sections.append(roofs)
+        return report
     if not profile.profiled:
         why = ("not profiled (--no-profile): no counters were collected" if profile.status.complete
                else f"not profiled: the run ended before profiling started ({profile.status.reason or 'unknown'})")
         report.sections.append(Section("profile", "Profile", [why]))
         return report
+    # Against the machine's limits first: how far decoding is from its ceiling, and why.
+    for section in (ceiling_section(profile), roofs):
+        if section is not None:
+            report.sections.append(section)
     report.sections.append(_profile_section(profile))
     report.sections.append(_threads_section(profile))
     report.sections.append(_ops_section(profile, top))
-    # Regions right after the ops they hold; then what native code the samples were in.
-    for section in (_regions_section(profile), _native_section(profile, top)):
+    # Regions right after the ops they hold; then each GEMM against the roofs, what native code
+    # the samples were in, and where the memory went.
+    for section in (_regions_section(profile), roofline_section(profile, top), _native_section(profile, top),
+                    memory_section(profile)):
         if section is not None:
             report.sections.append(section)
     notes = limit_notes(profile)

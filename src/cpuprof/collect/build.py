@@ -201,7 +201,8 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             counters_self={n: counters_self[row, :, k].tolist() for k, n in enumerate(names)},
             counters_incl={n: counters_incl[row, :, k].tolist() for k, n in enumerate(names)},
             inputs=_inputs(e.inputs) if e.has_inputs else None, inputs_truncated=e.inputs_truncated,
-            samples=e.samples,
+            samples=e.samples, alloc_bytes=e.alloc_bytes, allocs=e.allocs, freed_bytes=e.freed_bytes,
+            frees=e.frees,
         ))
     spans = None
     if snap.span_capacity:
@@ -225,7 +226,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         collection=Collection(
             mode=snap.mode, events=[EventInfo(name=e.name, kind=e.kind, user_only=e.user_only) for e in snap.events],
             record_shapes=snap.record_shapes, started_ns=snap.started_ns, stopped_ns=stopped_ns,
-            scaled_events=list(snap.scaled_events),
+            scaled_events=list(snap.scaled_events), memory_reported=snap.memory_reported,
         ),
         capabilities=collection_capabilities(),
         threads=threads,

@@ -43,16 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--seed", type=int, default=0,
                    help="seed of the random weights, the prompt and top-k sampling (default 0)")
     w.add_argument("--hf", metavar="PATH", help="decode a local Hugging Face checkpoint (needs transformers)")
-    launch = p.add_argument_group("launch: threads, pinning, OpenMP, NUMA")
-    launch.add_argument("--threads", help="OpenMP/torch threads (default: every CPU of the chosen set)")
-    launch.add_argument("--numa", metavar="NODE", help="bind CPUs and memory to this NUMA node")
-    launch.add_argument("--cpus", metavar="LIST", help="explicit CPU list, e.g. 0-3,8")
-    launch.add_argument("--bind", default="close", help="close (default), spread or none")
-    launch.add_argument("--omp", default="gnu", help="gnu (torch's libgomp, default) or intel (libiomp5, preloaded)")
-    launch.add_argument("--blocktime", metavar="MS",
-                        help="ms an idle OpenMP thread spins before sleeping (KMP_BLOCKTIME / GOMP_SPINCOUNT)")
-    launch.add_argument("--allocator", default="default", help="default, jemalloc or tcmalloc (preloaded)")
-    launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
+    add_launch_arguments(p)
     c = p.add_argument_group("profiling")
     c.add_argument("--no-profile", dest="profile", action="store_false",
                    help="decode without the profiler (a baseline)")
@@ -77,6 +68,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--no-shapes", dest="record_shapes", action="store_false", help="do not key ops by their inputs")
     c.add_argument("--timeline", type=non_negative_int, default=0, metavar="N",
                    help="keep the last N op spans of each op-running thread (default 0)")
+    c.add_argument("--roofs", default="auto", choices=("auto", "remeasure", "off"),
+                   help="the machine's measured roofs (memory bandwidth, compute, GEMV kernel) every GEMM and the "
+                        "decode ceiling are judged against: auto (default) takes them from the cache for this "
+                        "machine, torch and launch, or measures them first (a few seconds, once); remeasure; off")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="where the profile is saved (default cpuprof-out/decode-<time>)")
     o.add_argument("--format", default="terminal", choices=FORMATS,
@@ -92,23 +87,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def add_launch_arguments(p: argparse.ArgumentParser) -> None:
+    """The launch options decode and calibrate share: the same flags mean the same launch."""
+    launch = p.add_argument_group("launch: threads, pinning, OpenMP, NUMA")
+    launch.add_argument("--threads", help="OpenMP/torch threads (default: every CPU of the chosen set)")
+    launch.add_argument("--numa", metavar="NODE", help="bind CPUs and memory to this NUMA node")
+    launch.add_argument("--cpus", metavar="LIST", help="explicit CPU list, e.g. 0-3,8")
+    launch.add_argument("--bind", default="close", help="close (default), spread or none")
+    launch.add_argument("--omp", default="gnu", help="gnu (torch's libgomp, default) or intel (libiomp5, preloaded)")
+    launch.add_argument("--blocktime", metavar="MS",
+                        help="ms an idle OpenMP thread spins before sleeping (KMP_BLOCKTIME / GOMP_SPINCOUNT)")
+    launch.add_argument("--allocator", default="default", help="default, jemalloc or tcmalloc (preloaded)")
+    launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
+
+
 def options_from_args(args: argparse.Namespace) -> DecodeOptions:
     """The CLI's strings parsed into typed options (UsageError, one line, for anything malformed)."""
     overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
-    topology = None
-    cpus = None
-    if args.cpus is not None:
-        from ..machine.topology import read_topology
-
-        topology = read_topology()
-        cpus = environment.parse_cpus(args.cpus, topology)
-    launch = environment.LaunchSettings(
-        threads=environment.parse_threads(args.threads) if args.threads is not None else None,
-        numa=environment.parse_numa(args.numa) if args.numa is not None else None,
-        cpus=cpus, bind=args.bind, omp=args.omp,
-        blocktime_ms=environment.parse_blocktime(args.blocktime) if args.blocktime is not None else None,
-        allocator=args.allocator, oversubscribe=args.oversubscribe,
-    )
+    launch = launch_from_args(args)
     return DecodeOptions(
         workload=WorkloadOptions(
             preset=args.preset, overrides=overrides, dtype=args.dtype, prompt_len=args.prompt_len,
@@ -118,7 +114,24 @@ def options_from_args(args: argparse.Namespace) -> DecodeOptions:
         profile=ProfileOptions(enabled=args.profile, events=args.events, mode=args.mode, sample_hz=args.sample_hz,
                                stack_bytes=args.stack_bytes, record_shapes=args.record_shapes, timeline=args.timeline,
                                python_hz=python_hz(args)),
-        out=args.out, checkpoint_s=args.checkpoint_s,
+        out=args.out, checkpoint_s=args.checkpoint_s, roofs=args.roofs,
+    )
+
+
+def launch_from_args(args: argparse.Namespace) -> environment.LaunchSettings:
+    topology = None
+    cpus = None
+    if args.cpus is not None:
+        from ..machine.topology import read_topology
+
+        topology = read_topology()
+        cpus = environment.parse_cpus(args.cpus, topology)
+    return environment.LaunchSettings(
+        threads=environment.parse_threads(args.threads) if args.threads is not None else None,
+        numa=environment.parse_numa(args.numa) if args.numa is not None else None,
+        cpus=cpus, bind=args.bind, omp=args.omp,
+        blocktime_ms=environment.parse_blocktime(args.blocktime) if args.blocktime is not None else None,
+        allocator=args.allocator, oversubscribe=args.oversubscribe,
     )
 
 

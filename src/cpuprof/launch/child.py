@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CpuprofError
-from ..model import DecodeWorkload, Meta, ModelInfo, Profile, Settings, Status
+from ..model import DecodeWorkload, KvCachePoint, MachineRoofs, MemoryPoint, Meta, ModelInfo, Profile, Settings, Status
 from ..model.codec import from_json
 from ..units import fmt_params
 from ..workload.figures import step_figures
@@ -49,6 +49,16 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def rss_bytes() -> int:
+    """Resident memory now (statm's second field, in pages)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+ROOFLINE_FILENAME = "roofline.svg"  # beside profile.json: the GEMMs on the roofline chart
+MAX_MEMORY_POINTS = 4096  # the RSS timeline keeps the first this many points (one per decode step)
+
+
 def _meta() -> Meta:
     import datetime
     import socket
@@ -76,6 +86,9 @@ class DecodeRun:
         self.workload: DecodeWorkload | None = None
         self.settings = Settings(requested=config.requested, cpu_set=config.cpu_set, topology=config.topology)
         self.last_checkpoint = time.monotonic()
+        self.started = time.monotonic()
+        self.roofs: MachineRoofs | None = None
+        self.rss_timeline: list[MemoryPoint] = []
 
     # -- steps ----------------------------------------------------------------------------------
     def check_events(self) -> None:
@@ -137,9 +150,38 @@ class DecodeRun:
         from .in_force import compare, read_in_force
 
         self.stage = "reading the settings in force"
-        in_force = read_in_force(model.parameter_tensors())
+        in_force = read_in_force(model.parameter_tensors() if model is not None else None)
         self.settings.in_force = in_force
         self.settings.warnings = compare(self.config.requested, in_force)
+
+    def mark_memory(self, phase: str) -> None:
+        """One point of the RSS timeline; cheap (one /proc read) and never inside a timed step."""
+        if len(self.rss_timeline) < MAX_MEMORY_POINTS:
+            elapsed = round(time.monotonic() - self.started, 4)
+            self.rss_timeline.append(MemoryPoint(time_s=elapsed, rss_bytes=rss_bytes(), phase=phase))
+
+    def calibrate(self) -> None:
+        """The machine's roofs at this run's threads and CPUs, from the cache or measured now, before
+        the profiler starts (the measurement is not part of the profile)."""
+        from ..machine import roofs
+
+        mode = self.options.roofs
+        if mode == "off":
+            return
+        self.stage = "measuring the machine's roofs"
+        # The run's CPU set, not this thread's affinity: bound runs pin each thread to one CPU.
+        cpus = sorted(self.config.requested.cpus or os.sched_getaffinity(0))
+        measured, notes = roofs.ensure(self.config.threads, cpus, force=mode == "remeasure",
+                                       progress=lambda line: self.progress.show(line, phase="calibrate"))
+        for note in notes:
+            self.progress.done(f"note: {note}")
+        measured.errors.extend(notes)
+        self.roofs = measured
+        if measured.from_cache:
+            self.progress.done(f"machine roofs from the cache (measured {measured.measured[:10]}, "
+                               f"{measured.seconds:.1f} s; re-measure with: python -m cpuprof calibrate)")
+        else:
+            self.progress.done(f"measured the machine's roofs in {measured.seconds:.1f} s (cached for the next runs)")
 
     def decode(self, model: Any) -> None:
         from ..workload import run_decode
@@ -151,6 +193,7 @@ class DecodeRun:
 
         def on_step(index: int, latency_s: float, steps: int) -> None:
             self.latencies.append(latency_s)
+            self.mark_memory(f"step {index + 1}")
             wl.steps_done = len(self.latencies)
             recent = self.latencies[-5:]
             rate = self.wl.batch * len(recent) / sum(recent)
@@ -165,12 +208,16 @@ class DecodeRun:
             self.prof.start()
         self.progress.show(f"prefill of {self.wl.prompt_len} tokens ...", phase="prefill")
         w = self.wl
+        from .. import region
+
+        phase = region if self.prof is not None else None
         if w.hf:
             result = run_hf_decode(model, prompt_len=w.prompt_len, new_tokens=total, batch=w.batch, warmup=w.warmup,
-                                   sampling=w.sampling, top_k=w.top_k, seed=w.seed, on_step=on_step)
+                                   sampling=w.sampling, top_k=w.top_k, seed=w.seed, on_step=on_step, phase=phase)
         else:
             result = run_decode(model, model.cfg, prompt_len=w.prompt_len, new_tokens=total, batch=w.batch,
-                                warmup=w.warmup, sampling=w.sampling, top_k=w.top_k, seed=w.seed, on_step=on_step)
+                                warmup=w.warmup, sampling=w.sampling, top_k=w.top_k, seed=w.seed, on_step=on_step,
+                                phase=phase)
         if self.prof is not None:
             self.prof.stop()
         wl.steps_done = len(result.step_latencies_s)
@@ -183,6 +230,7 @@ class DecodeRun:
         wl.prompt_ids = result.prompt_ids
         wl.output_ids = result.generated_ids
         wl.peak_rss_bytes = peak_rss_bytes()
+        wl.kv_cache = [KvCachePoint(position=p, bytes=b) for p, b in result.kv_cache]
         self.progress.done(f"decoded {total} tokens: {result.tokens_per_s:.2f} tokens/s after "
                            f"{self.wl.warmup} warm-up steps")
 
@@ -202,10 +250,20 @@ class DecodeRun:
                 self.workload.step_latencies_s = list(self.latencies)
                 self.workload.figures = step_figures(self.latencies, self.wl.warmup, self.wl.batch)
             self.workload.peak_rss_bytes = peak_rss_bytes()
+            self.workload.rss_timeline = list(self.rss_timeline)
         profile.workload = self.workload
         profile.settings = self.settings
+        profile.roofs = self.roofs
         profile.status = Status(complete=complete, reason=reason)
         profile.save(self.out)
+        if profile.profiled and profile.roofs is not None:
+            from ..analysis.roofline import gemm_groups
+            from ..exports import roofline_svg
+
+            svg = roofline_svg.render(gemm_groups(profile), profile.roofs,
+                                      title=f"{profile.workload.model.name if profile.workload else 'GEMMs'}: "
+                                            "GEMMs against the roofs")
+            (self.out / ROOFLINE_FILENAME).write_text(svg)
 
     def fail(self, what: str, debug_hint: bool = False) -> int:
         """Saves what was measured and says, in the one error line, what failed and where that is."""
@@ -251,8 +309,16 @@ def _main(argv: list[str]) -> int:
     run = DecodeRun(config)
     try:
         run.check_events()
+        run.mark_memory("start")
+        if config.options.calibrate_only:
+            run.calibrate()
+            run.read_settings(None)  # after torch and its OpenMP runtime are loaded
+            run.save(complete=True)
+            return 0
         model = run.build()
+        run.mark_memory("built")
         run.read_settings(model)
+        run.calibrate()
         run.decode(model)
         run.save(complete=True)
         return 0

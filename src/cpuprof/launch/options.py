@@ -50,6 +50,9 @@ class DecodeOptions:
     profile: ProfileOptions = field(default_factory=ProfileOptions)
     out: str | None = None
     checkpoint_s: float = defaults.CHECKPOINT_S
+    # The machine's roofs: "auto" (cached, else measured before decoding), "remeasure", "off".
+    roofs: str = "auto"
+    calibrate_only: bool = False  # `cpuprof calibrate`: measure the roofs under this launch, decode nothing
 
 
 @dataclass

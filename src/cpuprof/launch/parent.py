@@ -46,9 +46,9 @@ class DecodeOutcome:
     returncode: int
 
 
-def default_out_dir() -> Path:
+def default_out_dir(command: str = "decode") -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("cpuprof-out") / f"decode-{stamp}"
+    return Path("cpuprof-out") / f"{command}-{stamp}"
 
 
 def check_out_dir(path: Path) -> None:
@@ -113,7 +113,9 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
     check_dtype(wl.dtype)
     resolved = environment.validate(options.launch, topology)
     model = None
-    if wl.hf:
+    if options.calibrate_only:
+        pass  # no model: the roofs are measured under this launch alone
+    elif wl.hf:
         _check_hf(wl.hf, wl.dtype, wl.batch, wl.prompt_len + wl.new_tokens, _available_memory(resolved.mem_nodes))
     else:
         model = resolve_config(wl.preset, wl.overrides)

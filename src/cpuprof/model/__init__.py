@@ -32,10 +32,10 @@ from .stacks import (
     StackCount,
     Stacks,
 )
-from .workload import DecodeWorkload, ModelInfo, StepFigures
+from .workload import DecodeWorkload, KvCachePoint, MemoryPoint, ModelInfo, StepFigures
 
 __all__ = [
-    "BandwidthRoof", "ComputeRoof", "KernelRoof", "MachineRoofs", "Repeated",
+    "BandwidthRoof", "KvCachePoint", "MemoryPoint", "ComputeRoof", "KernelRoof", "MachineRoofs", "Repeated",
     "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
     "StackCount", "Stacks",
     "CPU_EVENT", "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",

@@ -75,6 +75,7 @@ class Collection:
     started_ns: int
     stopped_ns: int
     scaled_events: list[str] = field(default_factory=list)  # per-op deltas scaled for multiplexing
+    memory_reported: bool = False  # torch's allocator reported allocations and frees per op
 
     @property
     def wall_ns(self) -> int:
@@ -156,6 +157,12 @@ class OpStat:
     inputs: list[OpInput] | None = None  # None: not recorded (--no-shapes) or unreadable
     inputs_truncated: bool = False  # more inputs or dims than the key keeps
     samples: int = 0  # sampled mode: samples taken while this op ran innermost (any thread)
+    # torch's allocator reports while this op was innermost on the thread that allocated
+    # (Collection.memory_reported says whether they were measured at all)
+    alloc_bytes: int = 0
+    allocs: int = 0
+    freed_bytes: int = 0
+    frees: int = 0
 
     def self_total(self, event: str) -> int | None:
         values = self.counters_self.get(event)

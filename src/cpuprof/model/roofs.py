@@ -52,7 +52,7 @@ class KernelRoof:
     dtype: str
     gb_per_s: Repeated
     threads: int
-    shape: list[int]  # [1, in] x [out, in]
+    shape: list[int]  # [1, in, out]: a [1, in] row times an [out, in] weight
 
 
 @dataclass

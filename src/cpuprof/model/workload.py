@@ -36,6 +36,23 @@ class ModelInfo:
 
 
 @dataclass
+class MemoryPoint:
+    """The process's resident memory at one moment of the run (for an RSS-over-time chart)."""
+
+    time_s: float  # since the decode child started
+    rss_bytes: int
+    phase: str  # "start", "built", "prefill", "step 3", ...
+
+
+@dataclass
+class KvCachePoint:
+    """Bytes the KV cache holds (all layers, every sequence of the batch) at one context length."""
+
+    position: int
+    bytes: int
+
+
+@dataclass
 class DecodeWorkload:
     model: ModelInfo
     batch: int
@@ -52,6 +69,8 @@ class DecodeWorkload:
     bytes_read_method: str = ""  # how bytes_read_per_token was obtained
     build_s: float | None = None
     peak_rss_bytes: int | None = None
+    rss_timeline: list[MemoryPoint] = field(default_factory=list)
+    kv_cache: list[KvCachePoint] = field(default_factory=list)  # at the prompt's end and the last step
     # The tokens, so runs can be checked against each other and against other implementations.
     prompt_ids: list[list[int]] = field(default_factory=list)  # per sequence
     output_ids: list[list[int]] = field(default_factory=list)  # per sequence: prefill's token, then each step's

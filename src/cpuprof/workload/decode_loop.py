@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -19,7 +19,11 @@ from torch import Tensor
 from ..errors import UsageError
 from ..model import StepFigures
 from .figures import step_figures
+from .llama import RegionFactory, no_region
 from .presets import ModelConfig
+
+#: The region the prefill runs in when profiled: ops outside it are the decode steps'.
+PREFILL_REGION = "prefill"
 
 SAMPLING_MODES: tuple[str, ...] = ("greedy", "topk")
 
@@ -51,6 +55,8 @@ class DecodeResult:
     prompt_ids: list[list[int]]
     #: Analytic bytes read per generated token at the mean context of the measured steps.
     bytes_read_per_token: int
+    #: (context length, KV cache bytes at it): at the prompt's end and after the last step.
+    kv_cache: list[tuple[int, int]] = field(default_factory=list)
     bytes_read_method: str = (
         "analytic, from the model shape: every weight matrix once per step, the KV cache and an embedding row "
         "per sequence, at the measured steps' mean context; divided by the batch"
@@ -113,8 +119,12 @@ def run_decode(
     top_k: int = 50,
     seed: int = 0,
     on_step: Callable[[int, float, int], None] | None = None,
+    phase: RegionFactory | None = None,
 ) -> DecodeResult:
     """Prefill a seeded random prompt, then run ``new_tokens`` timed decode steps.
+
+    ``phase`` names the prefill (region ``prefill``), so a profile can tell its compute-bound
+    GEMMs from the decode steps' memory-bound ones.
 
     The first ``warmup`` steps are kept in ``step_latencies_s`` but left out of tokens/s
     and the percentiles.  ``on_step(step_index, latency_s, total_steps)`` runs after every
@@ -129,7 +139,8 @@ def run_decode(
         model.reset_cache(batch, prompt_len + new_tokens)
 
         start = time.perf_counter_ns()
-        token = sample(model(prompt, 0))
+        with (phase or no_region)(PREFILL_REGION):
+            token = sample(model(prompt, 0))
         ttft_ns = time.perf_counter_ns() - start
 
         tokens = [token]
@@ -168,4 +179,5 @@ def run_decode(
         generated_ids=torch.cat(tokens, dim=1).tolist(),
         prompt_ids=prompt.tolist(),
         bytes_read_per_token=bytes_per_token,
+        kv_cache=[(c, cfg.kv_cache_bytes(dtype_bytes, c, batch)) for c in (prompt_len, prompt_len + new_tokens)],
     )

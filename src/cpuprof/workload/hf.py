@@ -24,9 +24,10 @@ from torch import Tensor
 
 from ..errors import CpuprofError, UsageError
 from .checkpoints import read_config
-from .decode_loop import SAMPLING_MODES, DecodeResult
+from .decode_loop import PREFILL_REGION, SAMPLING_MODES, DecodeResult
 from .dtypes import dtype_name_of
 from .figures import step_figures
+from .llama import RegionFactory, no_region
 
 
 def check_architecture(path: str | os.PathLike[str]) -> str:
@@ -129,8 +130,11 @@ class _StepClock:
     """A generate() streamer that times each token: the first put is the prompt, the next ones
     the tokens, one per step, as soon as they are chosen."""
 
-    def __init__(self, on_token: Callable[[int, float], None]) -> None:
+    def __init__(self, on_token: Callable[[int, float], None], phase: RegionFactory | None = None) -> None:
         self.on_token = on_token
+        # The prefill runs between the prompt's put and the first token's: its region opens and
+        # closes there, on the thread that runs generate().
+        self._prefill = (phase or no_region)(PREFILL_REGION)
         self.marks: list[int] = []  # when prefill started, then when each token came
         self.latencies_ns: list[int] = []
         self.callback_ns = 0
@@ -141,7 +145,10 @@ class _StepClock:
         if not self.marks:
             self.marks.append(now)
             self._last = now
+            self._prefill.__enter__()
             return
+        if len(self.marks) == 1:
+            self._prefill.__exit__(None, None, None)
         self.latencies_ns.append(now - self._last)
         self.marks.append(now)
         self.on_token(len(self.latencies_ns) - 1, self.latencies_ns[-1] / 1e9)
@@ -180,6 +187,7 @@ def run_hf_decode(
     top_k: int = 50,
     seed: int = 0,
     on_step: Callable[[int, float, int], None] | None = None,
+    phase: RegionFactory | None = None,
 ) -> DecodeResult:
     """Prefills a seeded random prompt and generates ``new_tokens`` more tokens with generate().
 
@@ -200,7 +208,7 @@ def run_hf_decode(
         if index > 0 and on_step is not None:
             on_step(index - 1, latency_s, new_tokens)
 
-    clock = _StepClock(on_token)
+    clock = _StepClock(on_token, phase)
     sampling_args: dict[str, Any] = (
         {"do_sample": False} if sampling == "greedy" else {"do_sample": True, "top_k": top_k, "top_p": 1.0,
                                                             "temperature": 1.0}
@@ -226,6 +234,7 @@ def run_hf_decode(
         figures=figures, decode_wall_s=sum(steps_s[warmup:]),
         generated_ids=out.sequences[:, prompt_len:].tolist(), prompt_ids=prompt.tolist(),
         bytes_read_per_token=sum(step_bytes) // len(step_bytes) // batch,
+        kv_cache=[(c, kv_bytes_per_step(out.past_key_values, c)) for c in (prompt_len, prompt_len + new_tokens)],
         bytes_read_method=(f"from the loaded weights ({dtype_name_of(hf.dtype)}; every matrix once per step, tied "
                            "embeddings once, one embedding row per sequence) and the KV cache's own tensors at the "
                            "measured steps' mean context; divided by the batch"),

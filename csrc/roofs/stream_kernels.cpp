@@ -1,0 +1,140 @@
+#include "roofs/stream_kernels.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace cpuprof {
+
+namespace {
+
+// 2 MiB: arrays start on a huge-page boundary, so transparent huge pages (where enabled) can back
+// them from the first byte and TLB misses do not depend on where malloc happened to put them.
+constexpr size_t kAlignment = size_t{2} << 20;
+constexpr double kA = 1.0, kB = 2.0, kC = 0.5, kScalar = 3.0;
+
+// bad_alloc becomes MemoryError in Python; the plain one says nothing about how much was asked.
+class ArrayAllocError : public std::bad_alloc {
+ public:
+  explicit ArrayAllocError(std::string message) : message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+struct FreeDeleter {
+  void operator()(double* p) const { std::free(p); }
+};
+using Array = std::unique_ptr<double[], FreeDeleter>;
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+Array allocate(size_t bytes, size_t arrays) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlignment, bytes) != 0 || p == nullptr) {
+    throw ArrayAllocError("cannot allocate " + std::to_string(arrays) + " arrays of " + mib(bytes) +
+                          " each for the bandwidth kernels");
+  }
+  return Array(static_cast<double*>(p));
+}
+
+bool is_triad(const std::string& kernel) {
+  if (kernel == "triad") return true;
+  if (kernel == "copy") return false;
+  throw std::invalid_argument("stream kernel must be 'copy' or 'triad', not '" + kernel + "'");
+}
+
+}  // namespace
+
+std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes, int threads, int repetitions) {
+  const bool triad = is_triad(kernel);
+  if (threads < 1) throw std::invalid_argument("threads must be at least 1, not " + std::to_string(threads));
+  if (repetitions < 1) {
+    throw std::invalid_argument("repetitions must be at least 1, not " + std::to_string(repetitions));
+  }
+  const size_t n_arrays = triad ? 3 : 2;
+  const size_t n = array_bytes / sizeof(double);
+  if (n == 0) throw std::invalid_argument("array_bytes must hold at least one double");
+  if (n > static_cast<size_t>(std::numeric_limits<int64_t>::max()) / n_arrays / sizeof(double)) {
+    throw ArrayAllocError("arrays of " + std::to_string(array_bytes) + " bytes cannot be addressed");
+  }
+  const size_t bytes = (n * sizeof(double) + kAlignment - 1) / kAlignment * kAlignment;
+  // Checked before touching anything: with overcommit, an allocation far beyond the machine's
+  // memory can succeed and the first touch then gets the process killed instead of an error.
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0 && n_arrays * bytes > static_cast<size_t>(pages) * static_cast<size_t>(page_size)) {
+    throw ArrayAllocError(std::to_string(n_arrays) + " arrays of " + mib(bytes) + " each exceed the physical memory (" +
+                          mib(static_cast<size_t>(pages) * static_cast<size_t>(page_size)) + ")");
+  }
+
+  Array a = allocate(bytes, n_arrays);
+  Array b = triad ? allocate(bytes, n_arrays) : Array();
+  Array c = allocate(bytes, n_arrays);
+  double* __restrict__ pa = a.get();
+  double* __restrict__ pb = b.get();
+  double* __restrict__ pc = c.get();
+  const int64_t count = static_cast<int64_t>(n);
+
+  // First touch with the kernels' own static schedule: each page is faulted in by the thread that
+  // later streams it, so under a local memory policy it sits on that thread's node.
+  int team = 0;
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+      pa[i] = kA;
+      if (pb) pb[i] = kB;
+      pc[i] = kC;
+    }
+  }
+  // A smaller team (OMP_THREAD_LIMIT, nested parallelism, dynamic adjustment) would be measured
+  // and reported as the bandwidth of `threads`.
+  if (team != threads) {
+    throw std::runtime_error("the OpenMP runtime ran " + std::to_string(team) + " threads of the " +
+                             std::to_string(threads) + " asked (OMP_THREAD_LIMIT or OMP_DYNAMIC?)");
+  }
+
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<size_t>(repetitions));
+  for (int pass = 0; pass <= repetitions; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    if (triad) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+      for (int64_t i = 0; i < count; ++i) pa[i] = pb[i] + kScalar * pc[i];
+    } else {
+#pragma omp parallel for schedule(static) num_threads(threads)
+      for (int64_t i = 0; i < count; ++i) pc[i] = pa[i];
+    }
+    const auto stop = std::chrono::steady_clock::now();
+    if (pass > 0) seconds.push_back(std::chrono::duration<double>(stop - start).count());
+  }
+
+  // Reading every result keeps the compiler from dropping passes whose output nobody used, and
+  // catches a kernel that did not do its work (STREAM checks its arrays the same way).
+  const double* out = triad ? pa : pc;
+  const double expected = triad ? kB + kScalar * kC : kA;
+  double sum = 0.0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : sum)
+  for (int64_t i = 0; i < count; ++i) sum += out[i];
+  const double want = expected * static_cast<double>(count);
+  if (!(std::fabs(sum - want) <= 1e-9 * want)) {
+    throw std::runtime_error("stream " + kernel + " produced wrong results (sum " + std::to_string(sum) +
+                             ", expected " + std::to_string(want) + ")");
+  }
+  return seconds;
+}
+
+}  // namespace cpuprof

@@ -1,0 +1,24 @@
+// STREAM-style memory bandwidth kernels, the measured memory roof of a profile.
+//
+// Native rather than numpy or torch: their element-wise kernels allocate temporaries, run their
+// own threading and count traffic differently; STREAM's figures are what people compare against,
+// so these follow its rules (one array per operand, every array far larger than the caches, the
+// bytes of the named arrays counted, write-allocate traffic not).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace cpuprof {
+
+// Runs `kernel` ("copy": c[i] = a[i]; "triad": a[i] = b[i] + s * c[i]) over arrays of
+// `array_bytes` bytes each, on an OpenMP team of `threads`, and returns the wall seconds of each
+// of `repetitions` passes (a first, untimed pass warms caches, TLBs and the thread team).
+// Throws std::invalid_argument for an unknown kernel, zero threads or repetitions, or arrays
+// smaller than one element; std::bad_alloc (with the sizes in its message) when the arrays cannot
+// be allocated or would not fit in physical memory; std::runtime_error when the runtime gives a
+// smaller team than asked or the results are wrong.
+std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes, int threads, int repetitions);
+
+}  // namespace cpuprof

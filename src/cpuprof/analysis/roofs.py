@@ -1,0 +1,64 @@
+"""The machine's measured roofs, as a report section: what every GEMM and the decode ceiling are
+judged against, with the spread that says how much to trust them."""
+
+from __future__ import annotations
+
+from ..model import MachineRoofs, Profile, format_cpulist
+from ..units import fmt_bytes
+from .report_model import Column, Section, Table
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def roofs_table(roofs: MachineRoofs) -> Table:
+    columns = [Column("roof", "roof", help="what was measured"),
+               Column("dtype", "dtype"),
+               Column("best", "best", "ratio", help="the best repetition: GB/s for bandwidth, GFLOP/s for compute"),
+               Column("unit", "unit"),
+               Column("median", "median", "ratio", help="the median repetition"),
+               Column("spread", "spread", "share", help="(max - min) / median over the repetitions"),
+               Column("runs", "runs", "int", help="repetitions"),
+               Column("how", "how", help="the kernel and its size")]
+    rows = []
+    for b in roofs.bandwidth:
+        where = f", arrays on node {b.node}" if b.node is not None else ""
+        rows.append({"roof": f"memory ({b.kernel})", "dtype": "f64", "best": b.gb_per_s.best, "unit": "GB/s",
+                     "median": b.gb_per_s.median, "spread": b.gb_per_s.spread, "runs": b.gb_per_s.repetitions,
+                     "how": f"native STREAM {b.kernel}, {_threads(b.threads)}, 3 x {fmt_bytes(b.array_bytes)}{where}"
+                     if b.kernel == "triad" else
+                     f"native STREAM {b.kernel}, {_threads(b.threads)}, 2 x {fmt_bytes(b.array_bytes)}{where}"})
+    for c in roofs.compute:
+        rows.append({"roof": "compute", "dtype": c.dtype, "best": c.gflop_per_s.best, "unit": "GFLOP/s",
+                     "median": c.gflop_per_s.median, "spread": c.gflop_per_s.spread,
+                     "runs": c.gflop_per_s.repetitions,
+                     "how": f"torch.mm [{c.size},{c.size}]x[{c.size},{c.size}], {_threads(c.threads)}"})
+    for k in roofs.kernel:
+        # the GEMV's shape is [1, in, out]: one activation row times an nn.Linear weight [out, in]
+        gemv = f"[1,{k.shape[1]}]x[{k.shape[2]},{k.shape[1]}]ᵀ" if len(k.shape) == 3 else str(k.shape)
+        rows.append({"roof": "GEMV kernel", "dtype": k.dtype, "best": k.gb_per_s.best, "unit": "GB/s",
+                     "median": k.gb_per_s.median, "spread": k.gb_per_s.spread, "runs": k.gb_per_s.repetitions,
+                     "how": f"F.linear {gemv}, {_threads(k.threads)}"})
+    return Table(columns, rows, caption="measured roofs: the best repetition is the roof")
+
+
+def roofs_lines(roofs: MachineRoofs) -> list[str]:
+    origin = (f"from the cache (measured {roofs.measured[:16].replace('T', ' ')} UTC in {roofs.seconds:.1f} s)"
+              if roofs.from_cache else f"measured for this run in {roofs.seconds:.1f} s (now cached)")
+    fp = roofs.fingerprint
+    machine = ", ".join(f"{k} {v}" for k, v in fp.items())
+    lines = [f"{origin}, at {_threads(roofs.threads)} on CPUs {format_cpulist(roofs.cpus)}; {machine}"]
+    bw = roofs.memory_gb_per_s()
+    if bw is not None:
+        lines.append(f"memory roof {bw:.1f} GB/s (STREAM triad: 3 arrays' bytes per pass, write-allocate "
+                     "traffic not counted, as STREAM counts)")
+    lines += [f"not measured: {e}" for e in roofs.errors]
+    return lines
+
+
+def roofs_section(profile: Profile) -> Section | None:
+    roofs = profile.roofs
+    if roofs is None:
+        return None
+    return Section("roofs", "Machine roofs (measured)", roofs_lines(roofs), [roofs_table(roofs)])

@@ -1,0 +1,45 @@
+"""``cpuprof calibrate``: measure the machine's roofs under a launch, as ``decode`` would run.
+
+The roofs (STREAM-style memory bandwidth, peak GEMM compute per dtype, the best decode GEMV torch
+reaches) depend on the thread count, the CPUs and the OpenMP runtime, so they are measured in a
+child launched exactly like a decode child, and cached under that launch's key; ``decode`` then
+reads them from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import CpuprofError
+from ..launch import parent
+from ..launch.options import DecodeOptions, ProfileOptions
+from ..reports import FORMATS, render
+from .decode import add_launch_arguments, launch_from_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate", help="measure the machine's memory bandwidth, peak compute and GEMV kernel roof (cached)",
+        description="Measures, in a child launched like `decode` with the same launch options, the roofs every "
+                    "GEMM and the decode ceiling are judged against: STREAM-style copy and triad bandwidth "
+                    "(native OpenMP kernels), peak GEMM GFLOP/s per dtype and the best decode-shaped GEMV "
+                    "bandwidth torch reaches; each with its spread over repetitions. The result is cached per "
+                    "machine, torch, OpenMP runtime, thread count and CPUs, and `decode` uses it.")
+    add_launch_arguments(p)
+    p.add_argument("--out", metavar="DIR", help="where the result is saved (default cpuprof-out/calibrate-<time>)")
+    p.add_argument("--format", default="terminal", choices=FORMATS, help="terminal (default), markdown or json")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = DecodeOptions(launch=launch_from_args(args), profile=ProfileOptions(enabled=False),
+                            roofs="remeasure", calibrate_only=True)
+    out_dir = Path(args.out) if args.out else parent.default_out_dir("calibrate")
+    outcome = parent.launch(options, out_dir)
+    if outcome.profile is not None and outcome.profile.roofs is not None:
+        render(outcome.profile, sys.stdout, format=args.format)
+    elif outcome.returncode == 0:
+        raise CpuprofError(f"the calibration child wrote no roofs (see {out_dir})")
+    return parent.check_outcome(outcome)

@@ -1,0 +1,454 @@
+"""Measuring the machine's roofs in this process, and caching them per machine, torch and binding.
+
+The roofs are measured where they are used: in the process whose thread count, affinity, memory
+policy and OpenMP runtime are the run's own (the decode child), because each of these changes
+what the memory and the GEMM kernels reach. A calibration takes a few seconds, so its result is
+cached, keyed by everything it depends on; an entry for the same machine and binding but another
+torch or OpenMP runtime is not reused, and the reason is said in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import NativeModuleError
+from ..model.codec import DecodeError, from_json, to_json
+from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
+from .openmp import openmp_in_process
+from .topology import _meminfo, _model_name
+
+CACHE_VERSION = 1
+CACHE_FILE = "roofs.json"
+# Entries kept in the cache file; the oldest go first (one per machine, torch, runtime and binding).
+MAX_CACHE_ENTRIES = 64
+
+DEFAULT_REPETITIONS = 7
+MIN_REPETITIONS = 5
+# Every streamed array (and the GEMV weight) is at least this, and at least LLC_MULTIPLE times the
+# last-level cache, so what is measured is memory, not cache.
+MIN_STREAM_BYTES = 32 << 20
+LLC_MULTIPLE = 4
+# Assumed when sysfs does not say (a container without /sys/devices/system/cpu/*/cache).
+FALLBACK_LLC_BYTES = 64 << 20
+# The arrays may take at most this share of MemAvailable: a calibration must not push the
+# machine (or the model about to be loaded) into swap or the OOM killer.
+MEMORY_SHARE = 0.5
+# Compute roof: square GEMMs from GEMM_START, doubled while one takes less than GEMM_MIN_SECONDS,
+# so a timer's resolution and the thread team's start-up are noise, and the calibration stays short.
+GEMM_START = 256
+GEMM_MAX = 4096
+GEMM_MIN_SECONDS = 0.03
+# Kernel roof: a decode GEMV, one token's row against a weight of this many input features
+# (Llama-3.2-1B's hidden size).
+GEMV_IN = 2048
+
+# STREAM's counting: the bytes of the named arrays each pass reads and writes.
+STREAM_ARRAYS = {"copy": 2, "triad": 3}
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
+
+# Fingerprint entries that differ between two torch installs on one machine and binding; an
+# entry that differs only in these gets a reason instead of silence.
+_SOFTWARE = {"torch": "torch", "openmp": "the OpenMP runtime"}
+
+Progress = Callable[[str], None]
+
+
+@dataclasses.dataclass
+class RoofsCache:
+    """The cache file: every calibration this user ran, one per key."""
+
+    version: int
+    entries: list[MachineRoofs] = dataclasses.field(default_factory=list)
+
+
+# --- what the calibration depends on ------------------------------------------------------------
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _size_bytes(text: str) -> int | None:
+    """sysfs cache sizes: "32K", "1024K", "32768K", sometimes "1M" or plain bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text)
+    if not match:
+        return None
+    return int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[match.group(2)]
+
+
+def llc_bytes(root: str | Path = "/") -> int | None:
+    """Size of cpu0's last-level cache (its highest-level unified or data cache), from sysfs."""
+    base = Path(root, "sys/devices/system/cpu/cpu0/cache")
+    best: tuple[int, int] | None = None
+    for index in sorted(base.glob("index*")) if base.is_dir() else []:
+        level_text, size_text = _read(index / "level"), _read(index / "size")
+        if level_text is None or size_text is None or (_read(index / "type") or "").strip() == "Instruction":
+            continue
+        size = _size_bytes(size_text)
+        if size is not None and level_text.strip().isdigit():
+            best = max(best or (0, 0), (int(level_text), size))
+    return best[1] if best else None
+
+
+def mem_available_bytes() -> int | None:
+    return _meminfo(_read("/proc/meminfo")).get("MemAvailable")
+
+
+def fingerprint() -> dict[str, str]:
+    """What the roofs depend on besides the binding: the CPU, the memory, torch and its OpenMP runtime.
+
+    Imports torch (its version, and the OpenMP runtime it maps, are part of the answer).
+    """
+    import torch
+
+    meminfo = _meminfo(_read("/proc/meminfo"))
+    total = meminfo.get("MemTotal")
+    active = openmp_in_process().active
+    return {
+        "cpu": _model_name(_read("/proc/cpuinfo")) or "unknown",
+        "logical_cpus": str(os.cpu_count() or 0),
+        # In GiB with one decimal: MemTotal moves by a few kB between kernels and boots.
+        "memory": f"{total / 2**30:.1f} GiB" if total else "unknown",
+        "torch": str(torch.__version__),
+        "openmp": active.runtime if active else "unknown",
+        # Where the arrays may live changes what they stream at (a remote node, interleaving).
+        "memory_policy": _memory_policy(),
+    }
+
+
+def _memory_policy() -> str:
+    from . import numa
+
+    try:
+        mode, nodes = numa.get_mempolicy()
+        allowed = numa.mems_allowed()
+    except OSError:
+        return "unknown"
+    return f"{mode} {','.join(map(str, nodes)) or '-'}; nodes allowed {','.join(map(str, allowed))}"
+
+
+def cache_key(fp: dict[str, str], threads: int, cpus: Sequence[int]) -> str:
+    text = json.dumps({"fingerprint": fp, "threads": threads, "cpus": sorted(cpus)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_path() -> Path:
+    """$CPUPROF_CACHE_DIR/roofs.json, else $XDG_CACHE_HOME/cpuprof/roofs.json, else ~/.cache/cpuprof/."""
+    if os.environ.get("CPUPROF_CACHE_DIR"):
+        return Path(os.environ["CPUPROF_CACHE_DIR"], CACHE_FILE)
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"], "cpuprof", CACHE_FILE)
+    return Path.home() / ".cache" / "cpuprof" / CACHE_FILE
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+
+def repeated(values: Sequence[float]) -> Repeated:
+    """Rates (higher is better) over repetitions: the best, the median and the relative spread."""
+    median = statistics.median(values)
+    spread = (max(values) - min(values)) / median if median > 0 else 0.0
+    return Repeated(best=max(values), median=median, spread=spread, repetitions=len(values))
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.0f} MiB"
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def _memory_node() -> int | None:
+    """The one node the calibration's memory can be on, when there is only one; None otherwise."""
+    from . import numa
+
+    try:
+        allowed = numa.mems_allowed()
+        if len(allowed) == 1:
+            return allowed[0]
+        mode, nodes = numa.get_mempolicy()
+    except OSError:
+        return None
+    return nodes[0] if mode == "bind" and len(nodes) == 1 else None
+
+
+def _bandwidth(
+    kernel: str, array_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress
+) -> BandwidthRoof:
+    from .. import native
+
+    arrays = STREAM_ARRAYS[kernel]
+    if available is not None and arrays * array_bytes > MEMORY_SHARE * available:
+        raise MemoryError(
+            f"{arrays} arrays of {_mib(array_bytes)} need more than half of the {_mib(available)} available"
+        )
+    progress(f"calibrating: {kernel} bandwidth ({_threads(threads)}, {arrays} arrays of {_mib(array_bytes)}) ...")
+    seconds = native.load().stream_seconds(kernel, array_bytes, threads, repetitions)
+    moved = arrays * (array_bytes // 8 * 8)
+    return BandwidthRoof(
+        kernel=kernel,
+        gb_per_s=repeated([moved / s / 1e9 for s in seconds]),
+        threads=threads,
+        array_bytes=array_bytes,
+        node=_memory_node(),
+    )
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    if dtype not in dtypes:
+        raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(dtypes)})")
+    return dtypes[dtype]
+
+
+def _timed(fn: Callable[..., object], *args: Any, **kwargs: Any) -> float:
+    start = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - start
+
+
+def _generator() -> Any:
+    """A private generator: the calibration must not move the global RNG a workload seeds from."""
+    import torch
+
+    return torch.Generator().manual_seed(0)
+
+
+def _compute(dtype: str, threads: int, repetitions: int, progress: Progress) -> ComputeRoof:
+    import torch
+
+    tdtype = _torch_dtype(dtype)
+    progress(f"calibrating: {dtype} compute (square GEMMs, {_threads(threads)}) ...")
+    generator = _generator()
+    n = GEMM_START
+    while True:
+        a = torch.rand(n, n, dtype=tdtype, generator=generator)
+        b = torch.rand(n, n, dtype=tdtype, generator=generator)
+        # Into one preallocated output: a fresh one would be page-faulted in every repetition.
+        c = torch.empty(n, n, dtype=tdtype)
+        torch.mm(a, b, out=c)  # the first call picks and prepares the kernel (oneDNN, MKL)
+        elapsed = _timed(torch.mm, a, b, out=c)
+        if elapsed >= GEMM_MIN_SECONDS or n >= GEMM_MAX:
+            break
+        n *= 2
+    seconds = [elapsed] + [_timed(torch.mm, a, b, out=c) for _ in range(repetitions - 1)]
+    return ComputeRoof(
+        dtype=dtype, gflop_per_s=repeated([2 * n**3 / s / 1e9 for s in seconds]), threads=threads, size=n
+    )
+
+
+def _kernel(
+    dtype: str, weight_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress
+) -> KernelRoof:
+    import torch
+    import torch.nn.functional as F
+
+    tdtype = _torch_dtype(dtype)
+    size = DTYPE_BYTES[dtype]
+    # Output features rounded up to a multiple of 256, like real projection widths.
+    out = -(-weight_bytes // (GEMV_IN * size * 256)) * 256
+    if available is not None and out * GEMV_IN * size > MEMORY_SHARE * available:
+        raise MemoryError(
+            f"a weight of {_mib(out * GEMV_IN * size)} needs more than half of the {_mib(available)} available"
+        )
+    progress(f"calibrating: {dtype} GEMV kernel roof ([1,{GEMV_IN}] x [{out},{GEMV_IN}], {_threads(threads)}) ...")
+    generator = _generator()
+    weight = torch.empty(out, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
+    x = torch.empty(1, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
+    for _ in range(2):  # untimed: the first calls choose the kernel and fault in its buffers
+        F.linear(x, weight)
+    seconds = [_timed(F.linear, x, weight) for _ in range(repetitions)]
+    moved = (weight.numel() + x.numel() + out) * size
+    return KernelRoof(
+        dtype=dtype, gb_per_s=repeated([moved / s / 1e9 for s in seconds]), threads=threads, shape=[1, GEMV_IN, out]
+    )
+
+
+def calibrate(
+    threads: int,
+    cpus: list[int],
+    dtypes: Sequence[str] = ("f32", "bf16"),
+    progress: Progress | None = None,
+    repetitions: int = DEFAULT_REPETITIONS,
+) -> MachineRoofs:
+    """Measures every roof in this process, on ``threads`` threads of the affinity already in force.
+
+    ``cpus`` is recorded (and keys the cache), not applied. What cannot be measured becomes one
+    line in ``errors`` and the rest is still measured; this never raises for a measurement.
+    """
+    import torch
+
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, not {threads}")
+    repetitions = max(repetitions, MIN_REPETITIONS)
+    say = progress or (lambda _line: None)
+    started = time.perf_counter()
+    fp = fingerprint()
+    llc = llc_bytes() or FALLBACK_LLC_BYTES
+    stream_bytes = max(LLC_MULTIPLE * llc, MIN_STREAM_BYTES)
+    available = mem_available_bytes()
+    roofs = MachineRoofs(
+        fingerprint=fp,
+        key=cache_key(fp, threads, cpus),
+        measured=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        seconds=0.0,
+        threads=threads,
+        cpus=sorted(cpus),
+    )
+    torch_threads = torch.get_num_threads()
+    if torch_threads != threads:
+        torch.set_num_threads(threads)  # torch's GEMMs must run on the team being calibrated
+    try:
+        for kernel in STREAM_ARRAYS:
+            try:
+                roofs.bandwidth.append(_bandwidth(kernel, stream_bytes, threads, repetitions, available, say))
+            except (ValueError, MemoryError, RuntimeError, NativeModuleError) as exc:
+                roofs.errors.append(f"{kernel} bandwidth not measured: {exc}")
+        for dtype in dtypes:
+            try:
+                roofs.compute.append(_compute(dtype, threads, repetitions, say))
+            except (ValueError, MemoryError, RuntimeError) as exc:
+                roofs.errors.append(f"{dtype} compute roof not measured: {exc}")
+        for dtype in dtypes:
+            try:
+                roofs.kernel.append(_kernel(dtype, stream_bytes, threads, repetitions, available, say))
+            except (ValueError, MemoryError, RuntimeError) as exc:
+                roofs.errors.append(f"{dtype} kernel roof not measured: {exc}")
+    finally:
+        if torch_threads != threads:
+            torch.set_num_threads(torch_threads)
+    roofs.seconds = time.perf_counter() - started
+    return roofs
+
+
+# --- the cache -----------------------------------------------------------------------------------
+
+
+class _Unusable(Exception):
+    """The cache file exists but cannot be used; the message is the one line that says why."""
+
+
+def _load(path: Path) -> RoofsCache | None:
+    """The cache file, None when there is none; raises _Unusable when it cannot be used."""
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _Unusable(f"the roofs cache {path} cannot be read ({exc.strerror or exc}); measuring again") from exc
+    try:
+        cache = from_json(RoofsCache, json.loads(text))
+        if cache.version != CACHE_VERSION:
+            raise DecodeError(f"version {cache.version}, this cpuprof writes {CACHE_VERSION}")
+    except (json.JSONDecodeError, DecodeError) as exc:
+        what = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise _Unusable(f"the roofs cache {path} is damaged ({what}); measuring again") from exc
+    return cache
+
+
+def _differs(entry: MachineRoofs, fp: dict[str, str], threads: int, cpus: Sequence[int]) -> str | None:
+    """Why an entry for this machine and binding measured with other software is not used."""
+    if entry.threads != threads or entry.cpus != sorted(cpus):
+        return None
+    hardware = {k: v for k, v in fp.items() if k not in _SOFTWARE}
+    if {k: v for k, v in entry.fingerprint.items() if k not in _SOFTWARE} != hardware:
+        return None
+    for name, label in _SOFTWARE.items():
+        was, now = entry.fingerprint.get(name, "unknown"), fp.get(name, "unknown")
+        if was != now:
+            return f"cached roofs were measured with {label} {was}; this is {label} {now}: measuring again"
+    return None
+
+
+def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | None]:
+    """The cached roofs for this machine, software, thread count and CPUs, or why there are none
+    that can be used (None: simply not measured yet)."""
+    try:
+        cache = _load(cache_path())
+    except _Unusable as exc:
+        return None, str(exc)
+    if cache is None:
+        return None, None
+    fp = fingerprint()
+    key = cache_key(fp, threads, cpus)
+    for entry in cache.entries:
+        if entry.key == key and entry.fingerprint == fp and entry.threads == threads and entry.cpus == sorted(cpus):
+            entry.from_cache = True
+            return entry, None
+    reasons = [r for r in (_differs(e, fp, threads, cpus) for e in reversed(cache.entries)) if r]
+    return None, reasons[0] if reasons else None
+
+
+def store(roofs: MachineRoofs) -> str | None:
+    """Adds ``roofs`` to the cache, replacing its key's entry; returns a warning if it cannot."""
+    path = cache_path()
+    try:
+        cache = _load(path) or RoofsCache(version=CACHE_VERSION)
+    except _Unusable:
+        cache = RoofsCache(version=CACHE_VERSION)  # replaced whole: nothing in it can be trusted
+    entry = dataclasses.replace(roofs, from_cache=False)
+    entries = [e for e in cache.entries if e.key != roofs.key] + [entry]
+    cache.entries = sorted(entries, key=lambda e: e.measured)[-MAX_CACHE_ENTRIES:]
+    text = json.dumps(to_json(cache), indent=1) + "\n"
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written beside the file and renamed over it: a reader never sees half a file, and two
+        # runs storing at once leave one whole file (the last one's).
+        fd, tmp = tempfile.mkstemp(prefix=".roofs-", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        return f"cannot write the roofs cache {path} ({exc.strerror or exc}); they will be measured again next time"
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return None
+
+
+def ensure(
+    threads: int, cpus: list[int], force: bool = False, progress: Progress | None = None
+) -> tuple[MachineRoofs, list[str]]:
+    """The roofs for this process's machine, software and binding: cached, else measured and stored.
+
+    Returns the roofs (``from_cache`` says which) and one-line warnings about the cache; what could
+    not be measured is in the roofs' own ``errors``. Roofs without a memory bandwidth are not
+    stored, so a run with more memory free measures them again.
+    """
+    warnings: list[str] = []
+    if not force:
+        roofs, reason = cached(threads, cpus)
+        if roofs is not None:
+            return roofs, warnings
+        if reason:
+            warnings.append(reason)
+    roofs = calibrate(threads, cpus, progress=progress)
+    if roofs.memory_gb_per_s() is None:
+        warnings.append("roofs without a memory bandwidth are not cached; they will be measured again next time")
+    else:
+        problem = store(roofs)
+        if problem:
+            warnings.append(problem)
+    return roofs, warnings

@@ -1,0 +1,232 @@
+"""The machine roofs against answers obtained independently of cpuprof.
+
+The memory roof is checked against a STREAM-style triad this test writes and compiles itself
+(the known answer is what a plain OpenMP C loop reaches on the same arrays and threads); the
+compute and kernel roofs against what must hold between them (a large GEMM does far more
+arithmetic per second than a GEMV; no kernel streams weights faster than the memory can).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cpuprof
+from cpuprof import native
+from cpuprof.machine import roofs as machine_roofs
+
+SRC = str(Path(cpuprof.__path__[0]).parent)
+
+# Our own triad modelled on STREAM's: three double arrays first touched by the threads that use
+# them, a = b + s * c timed with omp_get_wtime, the best of the timed passes (the first one warms
+# up), 24 bytes per element credited (two reads, one write; write-allocate traffic not counted),
+# every result read afterwards so no pass can be optimised away. `simd` because gcc 12 at -O2
+# leaves a loop with a run-time trip count scalar, and one core streaming scalar doubles reads
+# about 15% less than with vectors here: a property of the compiler, not of the memory.
+TRIAD_C = r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    int passes = atoi(argv[2]);
+    double *a = malloc(n * sizeof(double));
+    double *b = malloc(n * sizeof(double));
+    double *c = malloc(n * sizeof(double));
+    if (!a || !b || !c) { fprintf(stderr, "out of memory\n"); return 2; }
+    #pragma omp parallel for
+    for (long j = 0; j < n; j++) { a[j] = 1.0; b[j] = 2.0; c[j] = 0.0; }
+    double scalar = 3.0, best = 1e30;
+    for (int k = 0; k < passes; k++) {
+        double t = omp_get_wtime();
+        #pragma omp parallel for simd
+        for (long j = 0; j < n; j++) a[j] = b[j] + scalar * c[j];
+        t = omp_get_wtime() - t;
+        if (k > 0 && t < best) best = t;
+    }
+    for (long j = 0; j < n; j++) c[j] += a[j];
+    double check = 0.0;
+    for (long j = 0; j < n; j += 1 + n / 1000) check += c[j];
+    printf("{\"gb_per_s\": %.4f, \"check\": %.1f, \"threads\": %d}\n",
+           3.0 * sizeof(double) * n / best / 1e9, check, omp_get_max_threads());
+    return 0;
+}
+"""
+
+# Interleaves the reference and the calibration, alternating which goes first, so a neighbour's
+# burst of memory traffic or CPU time (the machine is shared) hits the two sides of a round alike.
+DRIVER = """
+import json, os, subprocess, sys
+from cpuprof.machine import roofs
+
+binary, threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cpus = sorted(os.sched_getaffinity(0))
+out = {"reference": [], "triad": [], "copy": [], "errors": [], "array_bytes": None}
+
+def reference():
+    ref = subprocess.run([binary, str(out["array_bytes"] // 8), "11"], capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": str(threads)}, check=True)
+    out["reference"].append(json.loads(ref.stdout)["gb_per_s"])
+
+for round in range(rounds):
+    if round % 2 and out["array_bytes"]:
+        reference()
+    r = roofs.calibrate(threads, cpus, dtypes=(), repetitions=10)
+    out["errors"] += r.errors
+    for b in r.bandwidth:
+        out[b.kernel].append(b.gb_per_s.best)
+        out["array_bytes"] = b.array_bytes
+    if not round % 2:
+        reference()
+print(json.dumps(out))
+"""
+
+FULL = """
+import json, os, sys
+import torch
+from cpuprof.machine import roofs
+from cpuprof.model.codec import to_json
+threads = int(sys.argv[1])
+torch.set_num_threads(threads)
+lines = []
+r = roofs.calibrate(threads, sorted(os.sched_getaffinity(0)), progress=lines.append)
+print(json.dumps({"roofs": to_json(r), "progress": lines}))
+"""
+
+
+def run_python(code: str, *args: str, timeout: float = 120) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def thread_counts() -> list[int]:
+    return [1, 2] if len(os.sched_getaffinity(0)) >= 2 else [1]
+
+
+@pytest.fixture(scope="module")
+def triad_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed: the independent STREAM triad cannot be built")
+    directory = tmp_path_factory.mktemp("triad")
+    (directory / "triad.c").write_text(TRIAD_C)
+    subprocess.run([gcc, "-O2", "-fopenmp", "triad.c", "-o", "triad"], cwd=directory, check=True,
+                   capture_output=True, timeout=60)
+    return directory / "triad"
+
+
+@pytest.fixture(scope="module")
+def full_roofs() -> dict:
+    """One whole calibration on every CPU this process may use, in its own process."""
+    threads = len(os.sched_getaffinity(0))
+    return run_python(FULL, str(threads))
+
+
+@pytest.mark.parametrize("threads", thread_counts())
+def test_triad_agrees_with_an_independent_triad(triad_binary: Path, threads: int):
+    """Each side's figure in a round is its best pass, as in STREAM; the rounds' ratios are compared
+    by their median, so one quiet or busy moment of the shared machine does not decide the test."""
+    result = run_python(DRIVER, str(triad_binary), str(threads), "7")
+    assert not result["errors"]
+    assert result["array_bytes"] >= 32 << 20
+    assert len(result["triad"]) == len(result["reference"]) == 7
+    ratio = statistics.median(ours / ref for ours, ref in zip(result["triad"], result["reference"], strict=True))
+    print(f"{threads} threads: triad/reference median ratio {ratio:.3f}; cpuprof triad best "
+          f"{max(result['triad']):.1f} GB/s (copy {max(result['copy']):.1f}), reference best "
+          f"{max(result['reference']):.1f} GB/s; rounds {result}")
+    assert abs(ratio - 1) <= 0.15, result
+
+
+def test_full_calibration(full_roofs: dict):
+    roofs = full_roofs["roofs"]
+    assert roofs["errors"] == []
+    assert roofs["from_cache"] is False
+    assert 0 < roofs["seconds"] < 30
+    assert roofs["threads"] == len(os.sched_getaffinity(0))
+    assert set(roofs["fingerprint"]) == {"cpu", "logical_cpus", "memory", "torch", "openmp", "memory_policy"}
+    assert {b["kernel"] for b in roofs["bandwidth"]} == {"copy", "triad"}
+    for figure in [*roofs["bandwidth"], *roofs["compute"], *roofs["kernel"]]:
+        rep = figure.get("gb_per_s") or figure["gflop_per_s"]
+        assert rep["repetitions"] >= 5
+        assert 0 < rep["median"] <= rep["best"]
+        assert rep["spread"] >= 0
+    assert any(line.startswith("calibrating: triad bandwidth") for line in full_roofs["progress"])
+
+
+def test_compute_roof_is_far_above_a_gemv(full_roofs: dict):
+    """A GEMV does 2 flops per weight element read; at memory speed that is a small fraction of
+    what a large square GEMM reaches, which is the point of telling the two regimes apart."""
+    roofs = full_roofs["roofs"]
+    compute = {c["dtype"]: c for c in roofs["compute"]}
+    assert set(compute) == {"f32", "bf16"}
+    for kernel in roofs["kernel"]:
+        _, k, n = kernel["shape"]
+        size = machine_roofs.DTYPE_BYTES[kernel["dtype"]]
+        gemv_gflop_per_s = kernel["gb_per_s"]["best"] * 1e9 / ((n * k + k + n) * size) * 2 * n * k / 1e9
+        gemm = compute[kernel["dtype"]]
+        assert gemm["size"] >= 256
+        assert gemm["gflop_per_s"]["best"] > 4 * gemv_gflop_per_s, (gemm, kernel)
+
+
+def test_kernel_roofs_are_below_the_memory_roof(full_roofs: dict):
+    roofs = full_roofs["roofs"]
+    triad = max(b["gb_per_s"]["best"] for b in roofs["bandwidth"] if b["kernel"] == "triad")
+    kernels = {k["dtype"]: k for k in roofs["kernel"]}
+    assert set(kernels) == {"f32", "bf16"}
+    for kernel in kernels.values():
+        _, k, n = kernel["shape"]
+        assert k == machine_roofs.GEMV_IN
+        assert n * k * machine_roofs.DTYPE_BYTES[kernel["dtype"]] >= 32 << 20
+        assert 0 < kernel["gb_per_s"]["best"] < 1.5 * triad, (kernel, triad)
+
+
+def test_binding_rejects_bad_arguments():
+    nat = native.load()
+    with pytest.raises(ValueError, match="'copy' or 'triad'"):
+        nat.stream_seconds("scale", 1 << 20, 1, 1)
+    with pytest.raises(ValueError, match="threads"):
+        nat.stream_seconds("triad", 1 << 20, 0, 1)
+    with pytest.raises(ValueError, match="repetitions"):
+        nat.stream_seconds("copy", 1 << 20, 1, 0)
+    assert len(nat.stream_seconds("copy", 1 << 20, 1, 3)) == 3
+
+
+def test_huge_arrays_are_a_clear_error_not_a_crash():
+    nat = native.load()
+    with pytest.raises(MemoryError, match="exceed the physical memory"):
+        nat.stream_seconds("triad", 1 << 46, 1, 1)
+    with pytest.raises(MemoryError, match="cannot be addressed"):
+        nat.stream_seconds("triad", (1 << 64) - 8, 1, 1)
+
+
+def test_calibration_short_of_memory_records_why(monkeypatch: pytest.MonkeyPatch):
+    """Too little memory available is one line per figure, the rest is still measured, and the
+    workload's random numbers are the same as without the calibration."""
+    import torch
+
+    monkeypatch.setattr(machine_roofs, "mem_available_bytes", lambda: 64 << 20)
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    roofs = machine_roofs.calibrate(1, [0], dtypes=("f32", "f99"), repetitions=5)
+    assert torch.equal(torch.rand(4), expected)
+    assert roofs.bandwidth == [] and roofs.kernel == []
+    assert [c.dtype for c in roofs.compute] == ["f32"]
+    assert len(roofs.errors) == 5, roofs.errors
+    assert re.match(r"copy bandwidth not measured: 2 arrays of \d+ MiB need more than half of the 64 MiB",
+                    roofs.errors[0])
+    assert any("unknown dtype 'f99'" in e for e in roofs.errors)
+    assert roofs.memory_gb_per_s() is None

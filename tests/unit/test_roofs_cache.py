@@ -1,0 +1,256 @@
+"""The roofs cache: where it lives, what it reuses, and the one line it says when it cannot.
+
+The measurement is replaced by a cheap deterministic one and the fingerprint by a fixed one, so
+these tests need neither torch nor the native module.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cpuprof.machine import roofs
+from cpuprof.model.codec import from_json, to_json
+from cpuprof.model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
+
+FINGERPRINT = {"cpu": "Test CPU 9000", "logical_cpus": "2", "memory": "23.5 GiB", "torch": "2.13.0+cpu",
+               "openmp": "libgomp"}
+
+
+class FakeMeasure:
+    """Stands in for calibrate(): counts its calls and returns roofs derived from its arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, list[int]]] = []
+
+    def __call__(self, threads: int, cpus: list[int], dtypes=("f32", "bf16"), progress=None,
+                 repetitions: int = 7) -> MachineRoofs:
+        self.calls.append((threads, cpus))
+        fp = roofs.fingerprint()
+        rep = Repeated(best=40.0 + threads, median=39.0, spread=0.05, repetitions=repetitions)
+        return MachineRoofs(
+            fingerprint=fp, key=roofs.cache_key(fp, threads, cpus),
+            measured=f"2025-01-01T00:00:{len(self.calls):02d}+00:00", seconds=1.5, threads=threads, cpus=sorted(cpus),
+            bandwidth=[BandwidthRoof(kernel="triad", gb_per_s=rep, threads=threads, array_bytes=128 << 20, node=0)],
+            compute=[ComputeRoof(dtype="f32", gflop_per_s=rep, threads=threads, size=2048)],
+            kernel=[KernelRoof(dtype="bf16", gb_per_s=rep, threads=threads, shape=[1, 2048, 32768])],
+            errors=["f16 compute roof not measured: example"],
+        )
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CPUPROF_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def fingerprint(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    fp = dict(FINGERPRINT)
+    monkeypatch.setattr(roofs, "fingerprint", lambda: dict(fp))
+    return fp  # tests edit it to play another torch or runtime
+
+
+@pytest.fixture
+def measure(monkeypatch: pytest.MonkeyPatch, fingerprint: dict[str, str]) -> FakeMeasure:
+    fake = FakeMeasure()
+    monkeypatch.setattr(roofs, "calibrate", fake)
+    return fake
+
+
+def test_cache_path_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("CPUPROF_CACHE_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "b"))
+    assert roofs.cache_path() == tmp_path / "a" / "roofs.json"
+    monkeypatch.delenv("CPUPROF_CACHE_DIR")
+    assert roofs.cache_path() == tmp_path / "b" / "cpuprof" / "roofs.json"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert roofs.cache_path() == tmp_path / "home" / ".cache" / "cpuprof" / "roofs.json"
+
+
+def test_round_trip(cache_dir: Path, measure: FakeMeasure):
+    assert roofs.cached(2, [0, 1]) == (None, None)
+    first, warnings = roofs.ensure(2, [1, 0])
+    assert warnings == [] and first.from_cache is False and measure.calls == [(2, [1, 0])]
+    assert (cache_dir / "roofs.json").is_file()
+    assert not [p for p in cache_dir.iterdir() if p.name != "roofs.json"]  # no temporary file left
+
+    again, warnings = roofs.ensure(2, [0, 1])
+    assert warnings == [] and again.from_cache is True and len(measure.calls) == 1
+    assert to_json(again) == {**to_json(first), "from_cache": True}
+    assert again.errors == ["f16 compute roof not measured: example"]
+
+    # Another thread count or CPU list is another entry; both stay in the file.
+    other, _ = roofs.ensure(1, [0])
+    assert other.from_cache is False and len(measure.calls) == 2
+    data = json.loads((cache_dir / "roofs.json").read_text())
+    assert data["version"] == roofs.CACHE_VERSION
+    assert sorted((e["threads"], e["cpus"]) for e in data["entries"]) == [(1, [0]), (2, [0, 1])]
+    assert all(e["from_cache"] is False for e in data["entries"])
+    assert roofs.ensure(2, [0, 1])[0].from_cache and roofs.ensure(1, [0])[0].from_cache
+
+
+def test_force_measures_again(cache_dir: Path, measure: FakeMeasure):
+    roofs.ensure(2, [0, 1])
+    forced, warnings = roofs.ensure(2, [0, 1], force=True)
+    assert forced.from_cache is False and warnings == [] and len(measure.calls) == 2
+    entries = json.loads((cache_dir / "roofs.json").read_text())["entries"]
+    assert len(entries) == 1 and entries[0]["measured"] == forced.measured  # replaced, not duplicated
+
+
+@pytest.mark.parametrize("content, detail", [
+    ("{not json", "not JSON"),
+    ('{"version": 1, "entries": [{"key": 3}]}', "RoofsCache.entries[0]"),
+    ('{"version": 99, "entries": []}', "version 99"),
+    ("[]", "expected an object"),
+])
+def test_damaged_cache_says_why_and_measures_again(cache_dir: Path, measure: FakeMeasure, content: str,
+                                                  detail: str):
+    cache_dir.mkdir()
+    path = cache_dir / "roofs.json"
+    path.write_text(content)
+    found, reason = roofs.cached(2, [0, 1])
+    assert found is None and reason is not None
+    assert reason.startswith(f"the roofs cache {path} is damaged (") and reason.endswith("); measuring again")
+    assert detail in reason and "\n" not in reason
+
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert warnings == [reason] and measured.from_cache is False and len(measure.calls) == 1
+    assert roofs.ensure(2, [0, 1])[0].from_cache  # the damaged file was replaced by a good one
+
+
+def test_unreadable_cache_says_why(cache_dir: Path, measure: FakeMeasure):
+    path = cache_dir / "roofs.json"
+    path.mkdir(parents=True)  # a directory where the file should be: unreadable and unwritable
+    found, reason = roofs.cached(2, [0, 1])
+    assert found is None and reason == f"the roofs cache {path} cannot be read (Is a directory); measuring again"
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert measured.from_cache is False and warnings[0] == reason
+    assert len(warnings) == 2 and warnings[1].startswith(f"cannot write the roofs cache {path} (")
+    assert [p.name for p in cache_dir.iterdir()] == ["roofs.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("field, label", [("torch", "torch"), ("openmp", "the OpenMP runtime")])
+def test_other_software_is_not_used_and_says_why(cache_dir: Path, measure: FakeMeasure,
+                                                 fingerprint: dict[str, str], field: str, label: str):
+    roofs.ensure(2, [0, 1])
+    was = fingerprint[field]
+    fingerprint[field] = "2.14.0+cpu" if field == "torch" else "libiomp5"
+    found, reason = roofs.cached(2, [0, 1])
+    assert found is None
+    now = fingerprint[field]
+    assert reason == f"cached roofs were measured with {label} {was}; this is {label} {now}: measuring again"
+
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert warnings == [reason] and measured.fingerprint[field] == fingerprint[field] and len(measure.calls) == 2
+    # Both are kept: switching back finds the first again.
+    fingerprint[field] = was
+    assert roofs.ensure(2, [0, 1])[0].from_cache
+
+
+def test_another_machine_or_binding_is_simply_missing(cache_dir: Path, measure: FakeMeasure,
+                                                      fingerprint: dict[str, str]):
+    roofs.ensure(2, [0, 1])
+    assert roofs.cached(1, [0]) == (None, None)
+    assert roofs.cached(2, [2, 3]) == (None, None)
+    fingerprint["cpu"] = "Another CPU"
+    assert roofs.cached(2, [0, 1]) == (None, None)
+
+
+def test_cache_dir_that_cannot_be_created_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       measure: FakeMeasure):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("CPUPROF_CACHE_DIR", str(blocker / "cache"))  # a directory under a file
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert measured.memory_gb_per_s() == 42.0 and measured.from_cache is False
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"cannot write the roofs cache {blocker / 'cache' / 'roofs.json'} (")
+    assert warnings[0].endswith("; they will be measured again next time")
+
+
+def test_read_only_cache_is_a_warning_and_leaves_nothing_behind(cache_dir: Path, measure: FakeMeasure,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), dst)
+
+    monkeypatch.setattr(roofs.os, "replace", refuse)  # as root, chmod cannot make a directory read-only
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert measured.from_cache is False
+    assert warnings == [f"cannot write the roofs cache {cache_dir / 'roofs.json'} (Read-only file system); "
+                        "they will be measured again next time"]
+    assert list(cache_dir.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_directory_is_a_warning(cache_dir: Path, measure: FakeMeasure):
+    cache_dir.mkdir()
+    cache_dir.chmod(0o555)
+    try:
+        _, warnings = roofs.ensure(2, [0, 1])
+    finally:
+        cache_dir.chmod(0o755)
+    assert len(warnings) == 1 and warnings[0].startswith("cannot write the roofs cache")
+
+
+def test_roofs_without_memory_bandwidth_are_not_cached(cache_dir: Path, measure: FakeMeasure,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    def no_bandwidth(*args, **kwargs) -> MachineRoofs:
+        result = measure(*args, **kwargs)
+        result.bandwidth = []
+        result.errors = ["triad bandwidth not measured: 3 arrays of 128 MiB need more than half of ..."]
+        return result
+
+    monkeypatch.setattr(roofs, "calibrate", no_bandwidth)
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert measured.memory_gb_per_s() is None
+    assert warnings == ["roofs without a memory bandwidth are not cached; they will be measured again next time"]
+    assert not (cache_dir / "roofs.json").exists()
+
+
+def test_cache_keeps_the_newest_entries(cache_dir: Path, measure: FakeMeasure, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(roofs, "MAX_CACHE_ENTRIES", 3)
+    for threads in range(1, 6):
+        roofs.ensure(threads, [0])
+    entries = json.loads((cache_dir / "roofs.json").read_text())["entries"]
+    assert [e["threads"] for e in entries] == [3, 4, 5]
+
+
+def test_key_depends_on_everything_measured():
+    base = roofs.cache_key(FINGERPRINT, 2, [0, 1])
+    assert base == roofs.cache_key(dict(reversed(FINGERPRINT.items())), 2, [1, 0])
+    assert base != roofs.cache_key(FINGERPRINT, 1, [0, 1])
+    assert base != roofs.cache_key(FINGERPRINT, 2, [0, 2])
+    assert base != roofs.cache_key({**FINGERPRINT, "torch": "2.14.0"}, 2, [0, 1])
+
+
+def test_cache_file_is_the_model_codecs_json(cache_dir: Path, measure: FakeMeasure):
+    measured, _ = roofs.ensure(2, [0, 1])
+    data = json.loads((cache_dir / "roofs.json").read_text())
+    assert from_json(MachineRoofs, data["entries"][0]) == measured
+
+
+def test_repeated_figures():
+    rep = roofs.repeated([10.0, 12.0, 11.0, 9.0, 13.0])
+    assert rep == Repeated(best=13.0, median=11.0, spread=pytest.approx(4 / 11), repetitions=5)
+
+
+def test_llc_is_the_highest_level_data_or_unified_cache(tmp_path: Path):
+    base = tmp_path / "sys/devices/system/cpu/cpu0/cache"
+    for index, (level, kind, size) in enumerate(
+        [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K")]
+    ):
+        d = base / f"index{index}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert roofs.llc_bytes(tmp_path) == 32 << 20
+    (base / "index3" / "size").write_text("2M\n")
+    assert roofs.llc_bytes(tmp_path) == 2 << 20
+    assert roofs.llc_bytes(tmp_path / "nothing") is None
