@@ -1,6 +1,7 @@
 // cpuprof._test_utils: deterministic native workloads for the test suite (known CPU time, known
 // page counts), shipped as their own module so the core's bindings hold none of them.
 #include <pybind11/pybind11.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -27,13 +28,17 @@ double spin_for_ns(int64_t ns) {
 int64_t touch_fresh_pages(int64_t n_pages) {
   py::gil_scoped_release release;
   const long page = sysconf(_SC_PAGESIZE);
-  // aligned_alloc of a large block is a fresh mmap.
-  char* memory = static_cast<char*>(aligned_alloc(page, static_cast<size_t>(n_pages) * page));
-  if (memory == nullptr) throw std::bad_alloc();
+  const size_t bytes = static_cast<size_t>(n_pages) * static_cast<size_t>(page);
+  // A mapping of its own, never malloc: glibc's dynamic mmap threshold may serve a large block
+  // from memory an earlier test already touched, and a huge page would fault 512 pages at once.
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  madvise(mapped, bytes, MADV_NOHUGEPAGE);
+  char* memory = static_cast<char*>(mapped);
   for (int64_t i = 0; i < n_pages; ++i) memory[i * page] = static_cast<char>(i);
   int64_t sum = 0;
   for (int64_t i = 0; i < n_pages; ++i) sum += memory[i * page];
-  free(memory);
+  munmap(mapped, bytes);
   return sum;
 }
 

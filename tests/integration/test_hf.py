@@ -98,7 +98,8 @@ def test_hf_decode_matches_generate(checkpoints, tmp_path: Path, family, dtype, 
     assert wl.output_ids == reference_tokens(checkpoints[family], dtype, wl.prompt_ids, sampling)
     # the same sections as the built-in model's report, keyed by the model's own module names
     report = json.loads(result.stdout)
-    assert [s["id"] for s in report["sections"]][:6] == ["decode", "settings", "profile", "threads", "ops", "regions"]
+    assert [s["id"] for s in report["sections"]][:8] == ["decode", "settings", "ceiling", "roofs", "profile",
+                                                         "threads", "ops", "regions"]
     regions = {r["region"] for r in next(s for s in report["sections"] if s["id"] == "regions")["tables"][0]["rows"]}
     assert any(r.endswith("lm_head") for r in regions), regions
     assert any("layers.*" in r for r in regions), regions

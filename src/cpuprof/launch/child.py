@@ -204,6 +204,7 @@ class DecodeRun:
                 self.last_checkpoint = time.monotonic()
 
         self.stage = "decoding"
+        self.last_checkpoint = time.monotonic()  # the first checkpoint a full interval into decoding
         if self.prof is not None:
             self.prof.start()
         self.progress.show(f"prefill of {self.wl.prompt_len} tokens ...", phase="prefill")
