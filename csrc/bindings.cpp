@@ -34,6 +34,10 @@ void install_hook_without_shapes() {
   install_op_hook(false);
   install_memory_hook();
 }
+// Handed to the OMPT tool (its own library, loaded by the OpenMP runtime) as a plain function
+// pointer: the op each parallel region is forked for.
+extern "C" uint32_t cpuprof_current_op_entry() { return Session::instance().current_entry(); }
+
 void remove_hooks() {
   remove_op_hook();
   remove_memory_hook();
@@ -330,6 +334,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("running", [] { return Session::instance().running(); });
   m.def("snapshot", &take_snapshot);
   m.def("now_ns", &now_ns);
+  m.def("current_op_entry_address", [] { return reinterpret_cast<uintptr_t>(&cpuprof_current_op_entry); },
+        "Address of a C function uint32_t(void): the calling thread's innermost op entry, 0 if none.");
+  m.def("current_op_entry", &cpuprof_current_op_entry);
   m.def("gettid", [] { return static_cast<int>(syscall(SYS_gettid)); });
   m.def(
       "stream_seconds",

@@ -177,6 +177,14 @@ DispatchState* Session::dispatch_state() {
   return state;
 }
 
+uint32_t Session::current_entry() const {
+  if (!running() || t_binding.generation != generation_.load(std::memory_order_relaxed)) return 0;
+  const DispatchState* state = t_binding.state;
+  if (state == nullptr) return 0;
+  const int depth = state->local_depth;
+  return depth > 0 && depth <= kMaxDepth ? state->frames[depth - 1].entry : 0;
+}
+
 void Session::record_allocation(int64_t bytes) {
   // Only a thread that already runs ops has an op to charge; any other thread's allocation (an
   // OpenMP worker's scratch) is charged outside ops without making the thread a dispatching one.

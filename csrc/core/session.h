@@ -82,6 +82,9 @@ class Session {
                 Fill&& fill);
   void end_op(DispatchState* state, int64_t enter_ns, uintptr_t id);
   bool record_shapes() const { return config_.record_shapes; }
+  // The entry of the calling thread's innermost open op or region; 0 when it runs none (or no
+  // session runs). Lock-free and allocation-free: the OMPT tool asks at every parallel region.
+  uint32_t current_entry() const;
   // One allocation (bytes > 0) or free (bytes < 0) reported by torch's allocator on the calling
   // thread, charged to its innermost open op (or to "outside ops"). Lock-free, allocation-free.
   void record_allocation(int64_t bytes);

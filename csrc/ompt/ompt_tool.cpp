@@ -30,7 +30,8 @@ constexpr uint32_t kMaxProbes = 64;
 // Regions a primary can fork before a record is reused: a worker looks its region up again only
 // when it is next forked, and the seq check catches a record reused in between.
 constexpr int kRegionRing = 64;
-// Nested implicit tasks tracked per thread; deeper ones are not timed.
+// Nested implicit tasks tracked per thread; a deeper one (or a pile of tasks whose end came while
+// recording was off) starts the stack over.
 constexpr int kMaxFrames = 16;
 // Waits open at once on one thread (a taskwait in a task run while waiting at a barrier).
 constexpr int kMaxOpenWaits = 4;
@@ -234,7 +235,8 @@ inline Frame* find_frame(ThreadState* s, uint64_t id) {
   return nullptr;
 }
 
-// The op a wait outside parallel regions, or in one of unknown op, is charged to.
+// The op a wait is charged to: its region's (0 when the region began before recording did, and
+// then it is not recorded), or outside any region the thread's own.
 inline uint32_t wait_op(ThreadState* s) {
   Frame* f = top_frame(s);
   return f ? f->op : current_op_or_outside();
@@ -366,8 +368,9 @@ void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t* parallel_data
   Frame* f = find_frame(s, task_data->value);
   if (!f) return;
   uint64_t now = wall_now();
-  if (f->primary && f->region && load(f->region->seq) == f->seq) {
-    // Its join barrier is complete: the moment the workers' barrier wait turns into idling.
+  if (f->primary && f->region && load(f->region->seq) == f->seq && load(f->region->join_ns) == 0) {
+    // Runtimes that name the closing barrier only "implicit" (not "implicit_parallel") get it
+    // marked here, a callback later than its wait's end.
     __atomic_store_n(&f->region->join_ns, now, __ATOMIC_RELEASE);
   }
   uint64_t end = f->end_ns ? f->end_ns : now;
@@ -389,7 +392,7 @@ void on_sync_region_wait(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoint
     Frame* f = top_frame(s);
     w.kind = wait_kind(kind);
     w.raw = int(kind);
-    w.op = f ? f->op : current_op_or_outside();
+    w.op = wait_op(s);
     w.frame_id = f ? f->id : 0;
     w.epoch = epoch;
     // Wall first, CPU second here and the reverse at the end: the CPU interval lies inside the
@@ -403,11 +406,17 @@ void on_sync_region_wait(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoint
   if (open < 0) return;
   OpenWait w = s->waits_open[open];
   s->open_waits = open;
+  if (w.epoch != epoch) return;
   uint64_t cpu1 = cpu_now();
   uint64_t wall1 = wall_now();
-  if (w.epoch != epoch) return;
   uint64_t wall = wall1 - w.wall0, cpu = cpu1 - w.cpu0;
   Frame* f = w.frame_id ? find_frame(s, w.frame_id) : nullptr;
+  if (f && f->primary && f->region && w.raw == ompt_sync_region_barrier_implicit_parallel &&
+      load(f->region->seq) == f->seq) {
+    // The primary leaves the closing barrier once the whole team has arrived: from here on the
+    // workers wait for nothing but their next region.
+    __atomic_store_n(&f->region->join_ns, wall1, __ATOMIC_RELEASE);
+  }
   if (f && !f->primary && f->region && is_join_barrier(w.raw)) {
     uint64_t join = __atomic_load_n(&f->region->join_ns, __ATOMIC_ACQUIRE);
     uint64_t seq = __atomic_load_n(&f->region->seq, __ATOMIC_ACQUIRE);
@@ -445,11 +454,11 @@ void on_mutex_acquired(ompt_mutex_t kind, ompt_wait_id_t, const void*) {
   uint32_t epoch;
   ThreadState* s = enter(&epoch);
   if (!s || !s->mutex_open) return;
-  uint64_t cpu1 = cpu_now();
-  uint64_t wall1 = wall_now();
   s->mutex_open = false;
   const OpenWait& w = s->mutex;
   if (w.epoch != epoch || w.raw != int(kind)) return;
+  uint64_t cpu1 = cpu_now();
+  uint64_t wall1 = wall_now();
   record_wait(s, w.op, w.kind, wall1 - w.wall0, cpu1 - w.cpu0);
   if (w.kind != CPUPROF_OMPT_ATOMIC) record_work(s, w.op, kLocks, 1);
 }
@@ -553,7 +562,7 @@ void for_each_current(Fn fn) {
 
 }  // namespace
 
-CPUPROF_OMPT_EXPORT void cpuprof_ompt_status(struct cpuprof_ompt_status* out) {
+CPUPROF_OMPT_EXPORT void cpuprof_ompt_get_status(struct cpuprof_ompt_status* out) {
   std::memset(out, 0, sizeof(*out));
   out->abi = CPUPROF_OMPT_ABI;
   out->initialized = g_initialized;

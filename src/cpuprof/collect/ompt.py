@@ -162,7 +162,10 @@ class OmptReader:
         openmp = openmp_from_mappings(maps)
         runtime = openmp.active
         if runtime is None:
-            return NO_RUNTIME if not openmp.loaded else f"{STARTED_WITHOUT} (the active OpenMP runtime is unknown)"
+            if not openmp.loaded:
+                return NO_RUNTIME
+            names = ", ".join(sorted({entry.runtime for entry in openmp.loaded}))
+            return f"no OpenMP runtime here loaded the OMPT tool (loaded: {names}; the active one is unknown)"
         if not runtime.ompt:
             return LIBGOMP
         named = os.environ.get("OMP_TOOL_LIBRARIES")
@@ -181,8 +184,8 @@ class OmptReader:
         lib.cpuprof_ompt_enable.argtypes = [ctypes.c_int]
         lib.cpuprof_ompt_enable.restype = None
         lib.cpuprof_ompt_reset.restype = None
-        lib.cpuprof_ompt_status.argtypes = [ctypes.POINTER(_Status)]
-        lib.cpuprof_ompt_status.restype = None
+        lib.cpuprof_ompt_get_status.argtypes = [ctypes.POINTER(_Status)]
+        lib.cpuprof_ompt_get_status.restype = None
         lib.cpuprof_ompt_read_waits.argtypes = [ctypes.POINTER(_Wait), ctypes.c_long]
         lib.cpuprof_ompt_read_waits.restype = ctypes.c_long
         lib.cpuprof_ompt_read_work.argtypes = [ctypes.POINTER(_Work), ctypes.c_long]
@@ -195,7 +198,7 @@ class OmptReader:
     def _status(self) -> OmptInfo:
         assert self._lib is not None
         status = _Status()
-        self._lib.cpuprof_ompt_status(ctypes.byref(status))
+        self._lib.cpuprof_ompt_get_status(ctypes.byref(status))
         callbacks = {}
         for index in range(_CALLBACK_COUNT):
             name = self._lib.cpuprof_ompt_callback_name(index).decode()
@@ -212,6 +215,16 @@ class OmptReader:
         return OmptInfo(active=bool(status.initialized), runtime=runtime, library=self._path, error=error,
                         callbacks=callbacks, records_dropped=status.records_dropped,
                         threads_beyond_limit=status.threads_beyond_limit, waits_uncut=status.waits_uncut)
+
+    def kind_names(self) -> list[str]:
+        """The tool's wait kinds by number (the same names as WAIT_KINDS)."""
+        names: list[str] = []
+        while self._lib is not None:
+            name = self._lib.cpuprof_ompt_kind_name(len(names))
+            if name is None:
+                break
+            names.append(name.decode())
+        return names
 
     @property
     def active(self) -> bool:
@@ -241,7 +254,7 @@ class OmptReader:
         waits_raw = self._read(self._lib.cpuprof_ompt_read_waits, _Wait)
         work_raw = self._read(self._lib.cpuprof_ompt_read_work, _Work)
         info = self._status()
-        kind_names = [self._lib.cpuprof_ompt_kind_name(k).decode() for k in range(len(WAIT_KINDS))]
+        kind_names = self.kind_names()
         unmapped = 0
         waits: dict[tuple[int, int, str], OmpWait] = {}
         for w in waits_raw:
@@ -250,6 +263,8 @@ class OmptReader:
                 unmapped += 1
                 continue
             kind = kind_names[w.kind] if 0 <= w.kind < len(kind_names) else "other-mutex"
+            if kind not in WAIT_KINDS:
+                kind = "other-mutex"
             entry = waits.setdefault((thread, w.op, kind), OmpWait(thread, w.op, kind, 0, 0, 0))
             entry.count += w.count
             entry.wall_ns += w.wall_ns

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from .. import __version__, defaults, native
 from .. import events as event_presets
 from ..errors import UsageError
-from ..model import DroppedEvent, Meta, Profile
+from ..model import DroppedEvent, Meta, OmptInfo, OpenMPWaits, Profile
 from .build import build_profile
 from .modules import ModuleRegions, attribute_names
 
@@ -156,6 +156,8 @@ class profile:
         self.profile: Profile | None = None
         self._native: Any = None
         self.meta: Meta | None = None
+        self._ompt: Any = None
+        self._ompt_info: OmptInfo | None = None
 
     def _ring_pages(self) -> int:
         """Ring pages per thread for 25 ms of samples (2.5 collector periods): a sample is its
@@ -192,6 +194,7 @@ class profile:
             raise
         # From here on this object owns the running session: stop() may stop it.
         self._native = nat
+        self._start_ompt(nat)
         self.dropped = [DroppedEvent(name=d.name, reason=d.reason, errno=d.errno) for d in dropped]
         try:
             if self.modules is True:
@@ -217,9 +220,32 @@ class profile:
         )
         return self
 
+    def _start_ompt(self, nat: Any) -> None:
+        """The OMPT tool's waits, where the OpenMP runtime loaded it: reset, told how to find the
+        running op, and recording for the session's length. Elsewhere the reason is kept."""
+        from .ompt import OmptReader
+
+        self._ompt = OmptReader()
+        self._ompt_info = self._ompt.open()
+        if self._ompt_info.active:
+            self._ompt.reset()
+            self._ompt.attach(nat.current_op_entry_address())
+            self._ompt.enable(True)
+
+    def _read_ompt(self, profile: Profile) -> None:
+        if self._ompt is None or self._ompt_info is None:
+            return
+        if not self._ompt_info.active:
+            profile.openmp = OpenMPWaits(info=self._ompt_info)
+            return
+        tids = {t.tid: i for i, t in enumerate(profile.threads)}
+        profile.openmp = self._ompt.read(tids)
+
     def stop(self) -> Profile:
         if self._native is None:
             raise UsageError("profile.stop() called before start()")
+        if self._ompt is not None and self._ompt_info is not None and self._ompt_info.active:
+            self._ompt.enable(False)
         if self._module_regions is not None:
             self._module_regions.remove()
             self._module_regions = None
@@ -294,4 +320,6 @@ class profile:
 
     def _build(self, complete: bool) -> Profile:
         assert self.meta is not None
-        return build_profile(self._native.snapshot(), self.meta, self.dropped, complete=complete)
+        profile = build_profile(self._native.snapshot(), self.meta, self.dropped, complete=complete)
+        self._read_ompt(profile)
+        return profile

@@ -149,6 +149,14 @@ def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
     if profile_path.exists():
         profile_path.unlink()  # never report a stale profile from an earlier run as this one's
     env = resolved.child_env()
+    if options.profile.enabled and resolved.omp_library is not None and os.environ.get("CPUPROF_OMPT") != "off":
+        # An OMPT-capable runtime loads cpuprof's tool as it starts: exact barrier and lock waits.
+        # Without the tool built, the child's report says why there are none.
+        from ..collect.ompt import launch_env, tool_library
+
+        tool = tool_library()
+        if tool is not None:
+            env.update(launch_env(tool))
     if options.profile.enabled and "ONEDNN_JIT_PROFILE" not in env:
         # oneDNN names its JIT kernels in a perf map only when asked before it generates any;
         # the child removes the map when it has read it.

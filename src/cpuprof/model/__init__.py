@@ -1,5 +1,6 @@
 """The profile model: every report and exporter reads these types and nothing else."""
 
+from .contention import WAIT_KINDS, OmptInfo, OmpWait, OmpWork, OpenMPWaits
 from .io import FORMAT, PROFILE_FILENAME, VERSION, load, save
 from .machine import Cpu, Node, OpenMPInfo, OpenMPRuntime, Topology, format_cpulist, parse_cpulist
 from .profile import (
@@ -35,6 +36,7 @@ from .stacks import (
 from .workload import DecodeWorkload, KvCachePoint, MemoryPoint, ModelInfo, StepFigures
 
 __all__ = [
+    "WAIT_KINDS", "OmptInfo", "OmpWait", "OmpWork", "OpenMPWaits",
     "BandwidthRoof", "KvCachePoint", "MemoryPoint", "ComputeRoof", "KernelRoof", "MachineRoofs", "Repeated",
     "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
     "StackCount", "Stacks",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ProfileFormatError
+from .contention import OpenMPWaits
 from .machine import OpenMPInfo
 from .roofs import MachineRoofs
 from .settings import Settings
@@ -241,6 +242,7 @@ class Profile:
     sampling: Sampling | None = None  # sampled mode: how the samples were taken
     stacks: Stacks | None = None  # sampled mode: native stacks per thread and op
     roofs: MachineRoofs | None = None  # the machine's measured limits the GEMMs and decode are judged against
+    openmp: OpenMPWaits | None = None  # the OMPT tool's waits and work, or why there are none
 
     @property
     def profiled(self) -> bool:
@@ -278,6 +280,10 @@ class Profile:
                 raise ProfileFormatError("span columns have different lengths")
             if any(t < -1 or t >= n_threads for t in self.spans.thread):
                 raise ProfileFormatError("a span refers to a thread the profile does not have")
+        if self.openmp is not None:
+            refs = [(r.thread, r.op) for r in self.openmp.waits] + [(r.thread, r.op) for r in self.openmp.work]
+            if any(not 0 <= thread < n_threads or (op not in ids and op > 2) for thread, op in refs):
+                raise ProfileFormatError("an OpenMP wait refers to a thread or op the profile does not have")
         if self.stacks is not None:
             n_frames, n_stacks = len(self.stacks.frames), len(self.stacks.stacks)
             if any(f < 0 or f >= n_frames for stack in self.stacks.stacks for f in stack):

@@ -1,0 +1,357 @@
+"""Where the team waited instead of computing, per op and per thread, in VTune's terms.
+
+Two methods, one report:
+
+- OMPT (Intel's libiomp5, LLVM's libomp, launched with the tool): the runtime tells the tool every
+  barrier and lock wait, with its kind; the tool reads the thread's CPU clock at both ends, so a
+  wait splits exactly into spin (on CPU) and sleep (off CPU).
+- samples (GNU libgomp, which never calls a tool): spin is a thread's sampled CPU time inside the
+  OpenMP runtime while the op ran; sleep is the op's wall time the thread was not on a CPU (wall
+  minus its CPU time). Barrier kinds, locks and serial time are not visible this way.
+
+VTune's definitions, per op: imbalance = the barrier wait of all threads / the team size (the time
+the op would save with perfect balance: the potential gain); spin overhead = the waits' CPU time;
+effective CPU utilisation = CPU time not spent waiting / (wall time x team size).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..model import CPU_EVENT, OpStat, Profile
+from ..units import fmt_ns, fmt_percent, fmt_rate
+from .labels import inputs_text, region_text, thread_label
+from .report_model import Column, Section, Table
+
+BARRIER_KINDS = ("barrier-implicit", "barrier-explicit", "barrier-reduction", "barrier-other")
+LOCK_KINDS = ("lock", "nest-lock", "critical", "ordered", "atomic", "other-mutex")
+TRACEPOINT_COUNTS = (
+    ("syscalls:sys_enter_futex", "futex", "futex system calls of the thread while the op ran (sleeping and waking)"),
+    ("lock:contention_begin", "kernel locks", "kernel lock contentions of the thread while the op ran"),
+    ("sched:sched_switch", "switched out", "sched_switch tracepoint hits of the thread while the op ran"),
+)
+# A finding is worth a verdict line when it costs at least this share of the profiled wall time.
+MIN_FINDING_SHARE = 0.01
+MAX_FINDINGS = 8
+TOP_ROWS = 15
+# Samples below this make a per-(op, thread) spin share noise: the spin is then not estimated.
+MIN_SAMPLES = 10
+
+
+@dataclass
+class ThreadWaits:
+    """One thread's time while one op ran."""
+
+    thread: int
+    cpu_ns: float | None  # on a CPU while the op ran (task-clock; statistical in sampled mode)
+    spin_ns: float | None  # on a CPU, waiting in the OpenMP runtime
+    sleep_ns: float | None  # off CPU while the op ran: asleep at a barrier, or runnable and waiting
+    barrier_ns: dict[str, int] = field(default_factory=dict)  # OMPT: wall time per barrier kind
+    barrier_cpu_ns: int = 0  # OMPT: the on-CPU part of the barrier waits
+    lock_ns: int = 0  # OMPT: lock, critical and ordered waits
+    lock_cpu_ns: int = 0
+    acquisitions: int = 0  # OMPT: locks, critical sections and ordered regions entered
+    switches: int | None = None  # context switches while the op ran
+    migrations: int | None = None
+
+    @property
+    def waiting_ns(self) -> float:
+        """The time it was not doing the op's work: barrier and lock waits (OMPT), else spin + sleep."""
+        if self.barrier_ns or self.lock_ns:
+            return sum(self.barrier_ns.values()) + self.lock_ns
+        return (self.spin_ns or 0.0) + (self.sleep_ns or 0.0)
+
+
+@dataclass
+class OpContention:
+    op: OpStat
+    team: int
+    threads: list[ThreadWaits]
+    method: str  # "ompt" or "samples"
+    parallel_regions: int = 0  # OMPT: forked while the op ran
+    serial_ns: int | None = None  # OMPT: the op's wall time outside its parallel regions
+
+    @property
+    def wall_ns(self) -> int:
+        return self.op.self_ns
+
+    @property
+    def barrier_ns(self) -> float:
+        """Barrier waits of all threads (samples: every wait, the method cannot tell barriers apart)."""
+        if self.method == "ompt":
+            return float(sum(sum(t.barrier_ns.values()) for t in self.threads))
+        return sum(t.waiting_ns for t in self.threads)
+
+    @property
+    def imbalance_ns(self) -> float:
+        """VTune's imbalance: the barrier waits over the team size; the potential gain of perfect balance."""
+        return self.barrier_ns / self.team if self.team else 0.0
+
+    @property
+    def spin_ns(self) -> float:
+        return sum(t.spin_ns or 0.0 for t in self.threads)
+
+    @property
+    def sleep_ns(self) -> float:
+        return sum(t.sleep_ns or 0.0 for t in self.threads)
+
+    @property
+    def lock_ns(self) -> int:
+        return sum(t.lock_ns for t in self.threads)
+
+    @property
+    def effective_utilisation(self) -> float | None:
+        cpu = [t.cpu_ns for t in self.threads]
+        if not self.wall_ns or any(c is None for c in cpu):
+            return None
+        useful = sum(max(0.0, (t.cpu_ns or 0.0) - (t.spin_ns or 0.0)) for t in self.threads)
+        return min(1.0, useful / (self.wall_ns * self.team))
+
+
+@dataclass
+class Contention:
+    method: str
+    method_text: str
+    blind_spots: list[str]
+    ops: list[OpContention]
+    team: int
+    wall_ns: int  # the profiled wall time
+    steps: int | None  # decode steps (prefill included) the ops cover, to express costs per token
+
+    @property
+    def potential_gain_ns(self) -> float:
+        return sum(o.imbalance_ns for o in self.ops)
+
+    @property
+    def spin_ns(self) -> float:
+        return sum(o.spin_ns for o in self.ops)
+
+    @property
+    def sleep_ns(self) -> float:
+        return sum(o.sleep_ns for o in self.ops)
+
+
+def _per_op_thread_spin(profile: Profile) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """(op, thread) -> (samples, CPU ns, CPU ns with the leaf in the OpenMP runtime)."""
+    out: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    stacks = profile.stacks
+    if stacks is None:
+        return {}
+    for c in stacks.counts:
+        cell = out[(c.op, c.thread)]
+        cell[0] += c.samples
+        cell[1] += c.cpu_ns
+        frames = stacks.stacks[c.stack]
+        if frames and stacks.frames[frames[0]].category == "openmp":
+            cell[2] += c.cpu_ns
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def _counter(op: OpStat, event: str, k: int) -> int | None:
+    values = op.counters_self.get(event)
+    return values[k] if values is not None and k < len(values) else None
+
+
+def analyse(profile: Profile) -> Contention | None:
+    c = profile.collection
+    if c is None or not profile.threads or not profile.has_event(CPU_EVENT):
+        return None
+    team = len(profile.threads)
+    omp = profile.openmp
+    ompt = omp is not None and omp.info.active
+    spin_by = _per_op_thread_spin(profile)
+    waits: dict[tuple[int, int], list] = defaultdict(list)
+    work: dict[tuple[int, int], list] = defaultdict(list)
+    if ompt and omp is not None:
+        for w in omp.waits:
+            waits[(w.op, w.thread)].append(w)
+        for wk in omp.work:
+            work[(wk.op, wk.thread)].append(wk)
+    ops: list[OpContention] = []
+    for op in profile.ops:
+        if op.kind == "special" or op.self_ns <= 0:
+            continue
+        threads = []
+        regions, parallel_ns = 0, 0
+        for k in range(team):
+            cpu = _counter(op, CPU_EVENT, k)
+            t = ThreadWaits(thread=k, cpu_ns=float(cpu) if cpu is not None else None, spin_ns=None, sleep_ns=None,
+                            switches=_counter(op, "context-switches", k), migrations=_counter(op, "cpu-migrations", k))
+            if cpu is not None:
+                t.sleep_ns = float(max(0, op.self_ns - cpu))
+            if ompt:
+                for w in waits.get((op.id, k), []):
+                    if w.kind in BARRIER_KINDS:
+                        t.barrier_ns[w.kind] = t.barrier_ns.get(w.kind, 0) + w.wall_ns
+                        t.barrier_cpu_ns += w.cpu_ns
+                    elif w.kind in LOCK_KINDS:
+                        t.lock_ns += w.wall_ns
+                        t.lock_cpu_ns += w.cpu_ns
+                t.spin_ns = float(t.barrier_cpu_ns + t.lock_cpu_ns)
+                # exact: the waits' own off-CPU part (the thread's other off-CPU time is not a wait)
+                t.sleep_ns = float(sum(t.barrier_ns.values()) + t.lock_ns) - t.spin_ns
+                for wk in work.get((op.id, k), []):
+                    t.acquisitions += wk.lock_acquisitions
+                    regions += wk.parallel_regions
+                    parallel_ns += wk.parallel_ns
+            else:
+                samples, sampled_cpu, in_runtime = spin_by.get((op.id, k), (0, 0, 0))
+                if cpu is not None and samples >= MIN_SAMPLES and sampled_cpu:
+                    t.spin_ns = cpu * in_runtime / sampled_cpu
+                elif cpu is not None and samples == 0:
+                    t.spin_ns = 0.0
+            threads.append(t)
+        entry = OpContention(op=op, team=team, threads=threads, method="ompt" if ompt else "samples",
+                             parallel_regions=regions,
+                             serial_ns=max(0, op.self_ns - parallel_ns) if ompt and regions else None)
+        ops.append(entry)
+    wl = profile.workload
+    steps = (wl.steps_done + 1) if wl is not None and wl.steps_done else None
+    if ompt:
+        assert omp is not None
+        method_text = (f"OMPT: {omp.info.runtime or 'the OpenMP runtime'} reported every barrier and lock wait to "
+                       "cpuprof's tool, which read the thread's CPU clock at both ends (spin: on a CPU; sleep: off)")
+        blind = ["run-queue delay per op (only per thread, from schedstat)", "futex time (counts only, with "
+                 "--events sched)"]
+    else:
+        why = omp.info.error if omp is not None and omp.info.error else (
+            "the OpenMP runtime here (GNU libgomp) never calls an OMPT tool")
+        method_text = ("samples: spin = a thread's sampled CPU time inside the OpenMP runtime while the op ran; "
+                       f"sleep = the op's wall time the thread was off CPU ({why}; `decode --omp intel` gives exact "
+                       "barrier and lock waits through OMPT)")
+        blind = ["barrier kinds and lock waits (no OMPT)", "serial time within an op",
+                 "run-queue delay per op (only per thread, from schedstat)"]
+        if not profile.has_event("syscalls:sys_enter_futex"):
+            blind.append("futex calls (add --events sched where the syscalls tracepoints can be opened)")
+        if profile.sampling is None:
+            blind.insert(0, "spin (exact mode has no samples: only sleep = wall - CPU is known)")
+    return Contention(method="ompt" if ompt else "samples", method_text=method_text, blind_spots=blind, ops=ops,
+                      team=team, wall_ns=c.wall_ns, steps=steps)
+
+
+def _per_token(ns: float, contention: Contention) -> str:
+    if not contention.steps:
+        return fmt_ns(ns)
+    return f"{fmt_ns(ns / contention.steps)} per token"
+
+
+def findings(profile: Profile, contention: Contention) -> list[tuple[float, str]]:
+    """One-line verdicts with their cost in wall ns, most costly first."""
+    out: list[tuple[float, str]] = []
+    floor = MIN_FINDING_SHARE * contention.wall_ns
+    for o in contention.ops:
+        if o.imbalance_ns < floor:
+            continue
+        worst = max(o.threads, key=lambda t: t.waiting_ns)
+        share = worst.waiting_ns / o.wall_ns if o.wall_ns else 0.0
+        spin_share = (worst.spin_ns or 0.0) / worst.waiting_ns if worst.waiting_ns else 0.0
+        where = "at the implicit barrier" if o.method == "ompt" and worst.barrier_ns.get("barrier-implicit") else (
+            "at barriers and locks" if o.method == "ompt" else "in the OpenMP runtime or off CPU")
+        label = f"{o.op.name} {inputs_text(o.op)}".strip()
+        out.append((o.imbalance_ns,
+                    f"{thread_label(worst.thread)} waits {fmt_percent(share)} of {label} {where} "
+                    f"({fmt_percent(spin_share)} of it spinning): imbalance, potential gain "
+                    f"{_per_token(o.imbalance_ns, contention)}"))
+        if o.lock_ns >= floor:
+            acquisitions = sum(t.acquisitions for t in o.threads)
+            out.append((o.lock_ns / o.team, f"{label}: {fmt_ns(o.lock_ns)} waiting on locks and critical sections "
+                                            f"over {acquisitions:,} acquisitions"))
+        if o.serial_ns is not None and o.serial_ns * (o.team - 1) / o.team >= floor:
+            out.append((o.serial_ns * (o.team - 1) / o.team,
+                        f"{label} runs serial for {fmt_ns(o.serial_ns)} outside its parallel regions: the other "
+                        f"{o.team - 1} thread(s) idle then"))
+    cpus = profile.capabilities.cpus_online if profile.capabilities else None
+    if cpus is not None and contention.team > cpus:
+        out.append((float(contention.wall_ns), f"{contention.team} threads share {cpus} CPUs: they wait for each "
+                                               "other's CPU, and libgomp shortens its spinning when oversubscribed"))
+    for k, t in enumerate(profile.threads):
+        if t.run_delay_ns and t.run_delay_ns >= floor:
+            out.append((float(t.run_delay_ns), f"{thread_label(k)} waited {fmt_ns(t.run_delay_ns)} for a CPU while "
+                                               "runnable (run-queue delay): something else ran on its CPU"))
+    return sorted(out, key=lambda f: f[0], reverse=True)[:MAX_FINDINGS]
+
+
+def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
+    contention = analyse(profile)
+    if contention is None or not contention.ops:
+        return None
+    gain = contention.potential_gain_ns
+    lines = [f"method: {contention.method_text}",
+             f"not visible here: {'; '.join(contention.blind_spots)}"]
+    wall = contention.wall_ns
+    if wall:
+        total_cpu = sum(t.cpu_ns or 0 for t in profile.threads)
+        line = (f"the team ({contention.team} threads) spun {fmt_ns(contention.spin_ns)} and was off CPU "
+                f"{fmt_ns(contention.sleep_ns)} while ops ran; imbalance (waits / team size): potential gain "
+                f"{fmt_ns(gain)} of {fmt_ns(wall)} profiled ({fmt_percent(gain / wall)})")
+        if contention.steps:
+            line += f", {_per_token(gain, contention)}"
+            wl = profile.workload
+            if wl is not None and wl.figures is not None and wl.figures.tokens_per_s:
+                step_ns = wl.batch * 1e9 / wl.figures.tokens_per_s  # the measured steps' mean
+                per_step = gain / contention.steps
+                if 0 < per_step < step_ns:
+                    line += (f": with perfect balance decode would run at up to "
+                             f"{fmt_rate(wl.batch * 1e9 / (step_ns - per_step))} tokens/s")
+        lines.append(line)
+        useful = total_cpu - contention.spin_ns
+        lines.append(f"effective CPU utilisation {fmt_percent(max(0.0, useful) / (wall * contention.team))} "
+                     f"(CPU time not spent spinning / (wall time x {contention.team} threads))")
+    omp = profile.openmp
+    if contention.method == "ompt" and omp is not None:
+        idle = [w for w in omp.waits if w.kind == "idle"]
+        if idle:
+            wall_idle, cpu_idle = sum(w.wall_ns for w in idle), sum(w.cpu_ns for w in idle)
+            lines.append(f"workers idle between parallel regions (waiting to be forked again, charged to no op): "
+                         f"{fmt_ns(wall_idle)}, {fmt_percent(cpu_idle / wall_idle if wall_idle else 0.0)} of it "
+                         "spinning (KMP_BLOCKTIME: how long before they sleep)")
+    verdicts = findings(profile, contention)
+    lines += [f"finding: {text}" for _, text in verdicts] or ["no wait costs 1% of the profiled time or more"]
+    ompt = contention.method == "ompt"
+    columns = [Column("op", "op"), Column("inputs", "inputs"),
+               Column("region", "region", help="the enclosing regions (regions themselves: their time between ops)"),
+               Column("thread", "thread"),
+               Column("wall", "op wall", "ns", help="the op's self wall time, summed over calls"),
+               Column("cpu", "CPU", "ns", help="the thread's CPU time while the op ran"),
+               Column("spin", "spin", "ns", help="on a CPU, waiting in the OpenMP runtime" + (
+                   " (OMPT: CPU clock across each wait)" if ompt else " (samples in the runtime)")),
+               Column("sleep", "off CPU", "ns", help=(
+                   "OMPT: the waits' time off a CPU (asleep at a barrier or lock)" if ompt else
+                   "wall time the thread was not on a CPU: asleep at a barrier or lock, or runnable and waiting for "
+                   "a CPU"))]
+    if ompt:
+        columns += [Column("barrier", "barrier", "ns", help="OMPT: wall time in barriers (all kinds)"),
+                    Column("kinds", "barrier kinds", help="OMPT: the barrier kinds it waited at, most first"),
+                    Column("lock", "lock", "ns", help="OMPT: wall time waiting for locks, critical and ordered"),
+                    Column("acq", "acquired", "count", help="OMPT: locks, critical sections, ordered regions entered")]
+    columns += [Column("imbalance", "imbalance", "ns", help="the op's waits of all threads / team size: what perfect "
+                                                            "balance would save (VTune's potential gain)"),
+                Column("eff", "eff. util", "share", help="effective CPU utilisation of the op: CPU not spinning / "
+                                                         "(wall x team)"),
+                Column("switches", "ctx-sw", "count", help="context switches of the thread while the op ran"),
+                Column("migrations", "migr", "count", help="moves of the thread to another CPU while the op ran")]
+    # Tracepoints, where they were asked for (--events sched) and could be opened: counts only.
+    traced = [(event, header, help_) for event, header, help_ in TRACEPOINT_COUNTS if profile.has_event(event)]
+    columns += [Column(event, header, "count", help=help_) for event, header, help_ in traced]
+    ranked = sorted(contention.ops, key=lambda o: o.imbalance_ns, reverse=True)[:top]
+    rows = []
+    for o in ranked:
+        for t in o.threads:
+            row = {"op": o.op.name, "inputs": inputs_text(o.op), "region": region_text(o.op),
+                   "thread": thread_label(t.thread), "wall": o.wall_ns,
+                   "cpu": t.cpu_ns, "spin": t.spin_ns, "sleep": t.sleep_ns, "imbalance": o.imbalance_ns,
+                   "eff": o.effective_utilisation, "switches": t.switches, "migrations": t.migrations}
+            for event, _, _ in traced:
+                row[event] = _counter(o.op, event, t.thread)
+            if ompt:
+                kinds = sorted(t.barrier_ns.items(), key=lambda kv: kv[1], reverse=True)
+                row.update({"barrier": sum(t.barrier_ns.values()), "lock": t.lock_ns, "acq": t.acquisitions,
+                            "kinds": ", ".join(k.removeprefix("barrier-") for k, _ in kinds) or "-"})
+            rows.append(row)
+    table = Table(columns, rows, caption=f"the {len(ranked)} ops with the most imbalance, one row per thread")
+    notes = []
+    if omp is not None and omp.info.active and (omp.info.records_dropped or omp.info.threads_beyond_limit):
+        notes.append(f"the OMPT tool's tables were full: {omp.info.records_dropped:,} (thread, op) records and "
+                     f"{omp.info.threads_beyond_limit} threads were not kept")
+    return Section("contention", "Contention: where the threads waited", lines, [table], notes)

@@ -1,0 +1,98 @@
+"""Known answers for the contention analysis on hand-built profiles: the OMPT method's exact waits
+and the samples method's spin and sleep."""
+
+from __future__ import annotations
+
+import pytest
+from profiles import MS, make_profile
+
+from cpuprof.analysis.contention import analyse, contention_section
+from cpuprof.analysis.report import build_report
+from cpuprof.model import (
+    NativeFrame,
+    OmptInfo,
+    OmpWait,
+    OmpWork,
+    OpenMPWaits,
+    Profile,
+    Sampling,
+    StackCount,
+    Stacks,
+)
+
+
+def ompt_profile() -> Profile:
+    """aten::mm (id 5): 600 ms of self time in 100 regions of 2 threads; T1 waits 200 ms at the
+    implicit barrier (150 ms of it on a CPU), T0 20 ms at explicit ones; T0 waits 30 ms on a lock
+    over 400 acquisitions; the regions cover 550 ms of the op, so 50 ms ran serial."""
+    p = make_profile("exact")
+    p.openmp = OpenMPWaits(
+        info=OmptInfo(active=True, runtime="Intel(R) OMP test", library="/x/libcpuprof_ompt.so"),
+        waits=[OmpWait(thread=1, op=5, kind="barrier-implicit", count=100, wall_ns=200 * MS, cpu_ns=150 * MS),
+               OmpWait(thread=0, op=5, kind="barrier-explicit", count=100, wall_ns=20 * MS, cpu_ns=20 * MS),
+               OmpWait(thread=0, op=5, kind="lock", count=400, wall_ns=30 * MS, cpu_ns=10 * MS)],
+        work=[OmpWork(thread=0, op=5, parallel_regions=100, team_threads=200, parallel_ns=550 * MS,
+                      implicit_tasks=100, implicit_task_ns=540 * MS, lock_acquisitions=400),
+              OmpWork(thread=1, op=5, implicit_tasks=100, implicit_task_ns=540 * MS)])
+    return p
+
+
+def test_ompt_waits_give_vtune_figures() -> None:
+    c = analyse(ompt_profile())
+    assert c is not None and c.method == "ompt"
+    mm = next(o for o in c.ops if o.op.id == 5)
+    t0, t1 = mm.threads
+    assert t1.barrier_ns == {"barrier-implicit": 200 * MS} and t1.spin_ns == 150 * MS and t1.sleep_ns == 50 * MS
+    assert t0.lock_ns == 30 * MS and t0.acquisitions == 400
+    assert t0.spin_ns == (20 + 10) * MS and t0.sleep_ns == 20 * MS  # the lock wait's 20 ms off CPU
+    assert mm.imbalance_ns == pytest.approx((200 + 20) * MS / 2)  # barrier waits / team size
+    assert mm.serial_ns == 50 * MS and mm.parallel_regions == 100
+    # effective utilisation: CPU not spinning / (wall x team) = (590 - 30 + 580 - 150) / (600 x 2)
+    assert mm.effective_utilisation == pytest.approx((590 - 30 + 580 - 150) / 1200)
+
+
+def test_ompt_findings_rank_imbalance_lock_and_serial_time() -> None:
+    section = contention_section(ompt_profile())
+    assert section is not None
+    text = "\n".join(section.lines)
+    assert "method: OMPT" in text
+    findings = [line for line in section.lines if line.startswith("finding:")]
+    assert "T1 waits 33% of aten::mm" in findings[0] and "at the implicit barrier" in findings[0]
+    assert "75% of it spinning" in findings[0]
+    assert any("waiting on locks" in f and "400 acquisitions" in f for f in findings)
+    assert any("runs serial for 50.0 ms" in f for f in findings)
+    row = next(r for r in section.tables[0].rows if r["thread"] == "T1")
+    assert row["barrier"] == 200 * MS and row["kinds"] == "implicit"
+
+
+def sampled_profile() -> Profile:
+    """aten::mm, 600 ms self: T0 590 ms of CPU, none of it in the runtime; T1 580 ms of CPU, half
+    of its samples' CPU in the OpenMP runtime: it spins 290 ms and is off CPU 20 ms."""
+    p = make_profile("sampled")
+    p.sampling = Sampling(hz=1000, stack_bytes=8192, samples=1170, lost=0)
+    frames = [NativeFrame("gemm_kernel", "libdnnl.so", "compute"), NativeFrame("gomp_barrier_wait", "libgomp.so",
+                                                                                "openmp")]
+    p.stacks = Stacks(frames=frames, stacks=[[], [0], [1]], counts=[
+        StackCount(stack=1, path=0, thread=0, op=5, samples=590, cpu_ns=590 * MS),
+        StackCount(stack=1, path=0, thread=1, op=5, samples=290, cpu_ns=290 * MS),
+        StackCount(stack=2, path=0, thread=1, op=5, samples=290, cpu_ns=290 * MS)])
+    return p
+
+
+def test_samples_give_spin_from_the_runtime_and_sleep_from_cpu_time() -> None:
+    c = analyse(sampled_profile())
+    assert c is not None and c.method == "samples"
+    mm = next(o for o in c.ops if o.op.id == 5)
+    t0, t1 = mm.threads
+    assert t0.spin_ns == 0 and t0.sleep_ns == 10 * MS  # 600 - 590
+    assert t1.spin_ns == pytest.approx(290 * MS) and t1.sleep_ns == 20 * MS
+    assert mm.imbalance_ns == pytest.approx((10 + 290 + 20) * MS / 2)
+    section = contention_section(sampled_profile())
+    assert section is not None
+    assert "`decode --omp intel` gives exact" in section.lines[0]
+    assert "barrier kinds and lock waits (no OMPT)" in section.lines[1]
+
+
+def test_every_report_has_the_contention_section() -> None:
+    ids = [s.id for s in build_report(sampled_profile()).sections]
+    assert "contention" in ids
