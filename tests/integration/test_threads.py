@@ -36,6 +36,11 @@ print(json.dumps({
     "beyond": p.limits.threads_beyond_limit,
     "exp_cpu_threads": sum(1 for v in next(o for o in p.ops if o.name == "aten::exp_").counters_incl["task-clock"]
                            if v),
+    # why a thread of the team is missing from the workers, should one be
+    "not_working": [[t.tid, t.role, t.cpu_ns, t.counting_error, t.sampling_error, t.uncounted] for t in p.threads
+                    if t.role == "worker" and not (t.cpu_ns or 0) > 0],
+    "idle": [[t.tid, t.name, t.uncounted] for t in p.idle_threads],
+    "profiled_tids": len(p.threads),
 }))
 """.replace("EVENTS", repr(SOFTWARE))
 
@@ -47,7 +52,8 @@ def test_three_hundred_thread_team_is_profiled_with_every_worker_counted():
     assert data["threads"] >= 300
     assert data["beyond"] == 0
     assert len(data["dispatch"]) == 1
-    assert len(data["workers"]) >= 299  # the main thread is the 300th member of the team
+    # the main thread is the 300th member of the team
+    assert len(data["workers"]) >= 299, {k: data[k] for k in ("not_working", "idle", "profiled_tids", "threads")}
     assert data["exp_cpu_threads"] >= 200  # and most were charged to the op they worked for
 
 
