@@ -166,6 +166,9 @@ def test_native_call_chain_under_openmp_workers(tmp_path: Path, frame_pointers: 
     assert any("gomp" in n or "libgomp" in n for n in worker["names"][3:]), worker["names"]
 
 
+NOISE_SIGMAS = 4.5  # per check, for a family of a few dozen checks on Poisson sample counts
+
+
 def decode_profile(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "decode"
     result = subprocess.run([sys.executable, "-m", "cpuprof", "decode", "--preset", "tiny", "--hidden", "256",
@@ -187,22 +190,25 @@ def test_no_op_of_a_decode_shows_more_busy_threads_than_the_team(tmp_path: Path)
     shown = [row["busy"] for row in ops if row.get("busy") is not None]
     assert shown, ops[:3]
     assert all(0 < b <= team for b in shown), shown
-    # the raw per-op figures too: within sampling noise (3 sigma of the op's samples) of the team
+    # the raw per-op figures too: within sampling noise of the team. A sample count is Poisson:
+    # over the ~20 ops checked, 3 sigma each fails a run in a few dozen by chance alone (it did,
+    # in CI: 72 samples where 52 was the most expected); 4.5 sigma each keeps the family of checks
+    # at about 1e-4 while a real bias (a sample charged to the wrong op) still shows.
     for op in profile.ops:
         if op.kind != "op" or op.samples < 30 or not op.self_ns:
             continue
         busy = sum(op.counters_self["task-clock"]) / op.self_ns
-        assert busy <= team * (1 + 3 / op.samples ** 0.5), (op.name, busy, op.samples)
+        assert busy <= team * (1 + NOISE_SIGMAS / op.samples ** 0.5), (op.name, busy, op.samples)
     # and no thread has more CPU inside ops than the ops' wall time, within sampling noise: a
     # worker that spins between ops carries CPU spent outside ops into the op its sample lands in,
-    # so a thread busy all the time shows about the wall time, give or take 3 sigma of its samples
+    # so a thread busy all the time shows about the wall time, give or take its samples' noise
     assert profile.sampling is not None
     period_ns = 1e9 / profile.sampling.hz
     wall = sum(op.self_ns for op in profile.ops if op.kind == "op")
     for k in range(team):
         inside = sum(op.counters_self["task-clock"][k] for op in profile.ops if op.kind == "op")
         samples = inside / period_ns
-        assert inside <= wall + 3 * samples ** 0.5 * period_ns, (k, inside, wall, samples)
+        assert inside <= wall + NOISE_SIGMAS * samples ** 0.5 * period_ns, (k, inside, wall, samples)
 
 
 # Exact mode with one thread: the reads are the profiler's, never an op's, so no op can show more
