@@ -282,8 +282,11 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
     wall = contention.wall_ns
     if wall:
         total_cpu = sum(t.cpu_ns or 0 for t in profile.threads)
+        # Without OMPT a wait cannot be told from spinning through serial code between regions:
+        # VTune calls the sum "imbalance or serial spinning", and so do we.
+        what = "imbalance" if contention.method == "ompt" else "imbalance or serial spinning"
         line = (f"the team ({contention.team} threads) spun {fmt_ns(contention.spin_ns)} and was off CPU "
-                f"{fmt_ns(contention.sleep_ns)} while ops ran; imbalance (waits / team size): potential gain "
+                f"{fmt_ns(contention.sleep_ns)} while ops ran; {what} (waits / team size): potential gain "
                 f"{fmt_ns(gain)} of {fmt_ns(wall)} profiled ({fmt_percent(gain / wall)})")
         if contention.steps:
             line += f", {_per_token(gain, contention)}"
