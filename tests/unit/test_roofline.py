@@ -19,7 +19,7 @@ from cpuprof.analysis.roofline import (
     enclosing_gemm_ops,
     gemm_groups,
     repacking_name,
-    roof_seconds,
+    roof_ns,
     roofline_section,
 )
 from cpuprof.exports import roofline_svg
@@ -142,7 +142,7 @@ def test_share_of_roof_and_time_lost_memory_bound() -> None:
     ideal = calls * GEMV_BYTES / BW  # ns: the bytes at 40 GB/s
     assert g.lost_ns == pytest.approx(time - ideal)
     assert g.lost_ns == pytest.approx(time / 2, rel=1e-6)
-    assert roof_seconds(g.work, roofs()) == pytest.approx(GEMV_BYTES / (BW * 1e9))
+    assert roof_ns(g, roofs()) == pytest.approx(calls * GEMV_BYTES / BW)
 
 
 def test_share_of_roof_and_time_lost_compute_bound() -> None:
@@ -153,7 +153,7 @@ def test_share_of_roof_and_time_lost_compute_bound() -> None:
     assert g.roof_share == pytest.approx(0.5, rel=1e-6)
     assert g.kernel_roof_share is None  # the GEMV kernel roof judges memory-bound GEMMs only
     assert g.lost_ns == pytest.approx(time - calls * SQUARE_FLOPS / PEAK)
-    assert roof_seconds(g.work, roofs()) == pytest.approx(SQUARE_FLOPS / (PEAK * 1e9))
+    assert roof_ns(g, roofs()) == pytest.approx(calls * SQUARE_FLOPS / PEAK)
 
 
 def test_the_verdict_follows_the_measured_time_not_the_name() -> None:

@@ -17,7 +17,7 @@ from ..model import MachineRoofs, OpStat, Profile
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
 from ..workload.decode_loop import PREFILL_REGION
 from .report_model import Column, Section, Table
-from .roofline import GemmGroup, gemm_groups
+from .roofline import GemmGroup, gemm_groups, roof_ns
 
 
 def fmt_flops(flops: float) -> str:
@@ -125,14 +125,8 @@ def _phase_times(groups: list[GemmGroup], roofs: MachineRoofs, prefill: bool) ->
     """The GEMMs' time in one phase and their time at the roofs, in ns (every call of a group does
     the same work, but for attention, whose phases are separate groups)."""
     time_ns = sum(op.incl_ns for g in groups for op in g.ops if in_prefill(op) == prefill)
-    roof_ns = sum(_at_roof_ns(g, roofs) * _phase_share(g, prefill) for g in groups)
-    return time_ns, roof_ns
-
-
-def _at_roof_ns(group: GemmGroup, roofs: MachineRoofs) -> float:
-    """The group's least time at the roofs that were measured (a roof not measured binds nothing)."""
-    bw, peak = roofs.memory_gb_per_s(), roofs.compute_gflop_per_s(group.work.dtype)
-    return max(group.bytes / bw if bw else 0.0, group.flops / peak if peak else 0.0)  # bytes / (GB/s) = ns
+    at_roof = sum(roof_ns(g, roofs) * _phase_share(g, prefill) for g in groups)
+    return time_ns, at_roof
 
 
 def _dispatch_openmp_ns(profile: Profile, steps: int) -> float | None:

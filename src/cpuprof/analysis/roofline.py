@@ -204,13 +204,12 @@ def _group_shape(work: GemmWork) -> str:
     return _KV_SHAPE.sub(lambda m: f"kv[{m[1]},{m[2]},{_ANY_LENGTH},{m[4]}]", work.shape_text)
 
 
-def roof_seconds(work: GemmWork, roofs: MachineRoofs) -> float:
-    """One call's least time at the roofs, in seconds: max(FLOPs / peak, bytes / bandwidth), over the
-    roofs that were measured (0.0 when neither was)."""
-    bw, peak = roofs.memory_gb_per_s(), roofs.compute_gflop_per_s(work.dtype)
-    memory_s = work.bytes_min / (bw * 1e9) if bw else 0.0
-    compute_s = work.flops / (peak * 1e9) if peak else 0.0
-    return max(memory_s, compute_s)
+def roof_ns(group: GemmGroup, roofs: MachineRoofs) -> float:
+    """The group's least time at the roofs, in ns: max(FLOPs / peak, bytes / bandwidth) over all its
+    calls, from the roofs that were measured (a roof not measured binds nothing; 0.0 when neither was).
+    Unlike ``ideal_ns`` it needs only one of the roofs, which the decode ceiling can use alone."""
+    bw, peak = roofs.memory_gb_per_s(), roofs.compute_gflop_per_s(group.work.dtype)
+    return max(group.bytes / bw if bw else 0.0, group.flops / peak if peak else 0.0)  # bytes / (GB/s) = ns
 
 
 def _short(value: float) -> str:
@@ -557,4 +556,4 @@ def roofline_section(profile: Profile, top: int = defaults.TOP_OPS) -> Section |
 
 
 __all__ = ["ABOVE_ROOF_SHARE", "AT_ROOF_SHARE", "CAUSE_SHARE", "GemmGroup", "MeasuredTraffic", "NativeGemmSplit",
-           "counted_gemm_ops", "enclosing_gemm_ops", "gemm_groups", "roof_seconds", "roofline_section", "verdict"]
+           "counted_gemm_ops", "enclosing_gemm_ops", "gemm_groups", "roof_ns", "roofline_section", "verdict"]
