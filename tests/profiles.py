@@ -42,6 +42,21 @@ EVENTS = ["task-clock", "context-switches", "cycles", "instructions"]
 MS = 1_000_000
 
 
+def contiguous(sizes: list[int]) -> list[int]:
+    """Row-major strides of ``sizes``."""
+    strides, step = [], 1
+    for size in reversed(sizes):
+        strides.append(step)
+        step *= max(size, 1)
+    return list(reversed(strides))
+
+
+def tensor(dtype: str, *sizes: int, strides: list[int] | None = None) -> OpInput:
+    """A tensor input as the op hook records it (contiguous unless ``strides`` says otherwise)."""
+    return OpInput(kind="tensor", dtype=dtype, sizes=list(sizes),
+                   strides=strides if strides is not None else contiguous(list(sizes)))
+
+
 def meta() -> Meta:
     return Meta(created="2026-11-21T00:00:00+00:00", cpuprof_version="test", torch_version="2.13.0+cpu",
                 python="3.11.7", hostname="test", pid=1, argv=["test"])

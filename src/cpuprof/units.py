@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def fmt_ns(ns: float) -> str:
+    if ns < 0:  # a difference of times (a remainder of a breakdown) can be negative
+        return "-" + fmt_ns(-ns)
     if ns >= 1e9:
         return f"{ns / 1e9:.2f} s"
     if ns >= 1e6:

@@ -122,3 +122,9 @@ def test_memory_section_reads_the_kv_cache_and_rss_timeline() -> None:
     text = "\n".join(section.lines)
     assert "1.02 kB more per position" in text  # (12 - 8) KiB over 4 positions, in decimal units
     assert f"+{2 * 1.048576:.2f} MB over 2 steps" in text
+
+
+def test_a_negative_remainder_reads_as_a_duration() -> None:
+    from cpuprof.units import fmt_ns
+
+    assert fmt_ns(-11_577_360) == "-11.6 ms" and fmt_ns(11_577_360) == "11.6 ms" and fmt_ns(-5) == "-5 ns"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from profiles import tensor
 
 from cpuprof.analysis.gemm import COMPOSITE_OPS, GEMM_OPS, GemmWork, gemm_work
 from cpuprof.model import OpInput, OpStat
@@ -13,17 +14,7 @@ from cpuprof.model import OpInput, OpStat
 BF16, F32, I8, I32 = 2, 4, 1, 4  # bytes per element
 
 
-def contiguous(sizes: list[int]) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(sizes):
-        strides.append(step)
-        step *= max(size, 1)
-    return list(reversed(strides))
-
-
-def t(dtype: str, *sizes: int, strides: list[int] | None = None) -> OpInput:
-    return OpInput(kind="tensor", dtype=dtype, sizes=list(sizes),
-                   strides=strides if strides is not None else contiguous(list(sizes)))
+t = tensor  # short: the tests write many inputs
 
 
 def transposed(dtype: str, rows: int, cols: int) -> OpInput:

@@ -9,7 +9,7 @@ import math
 import xml.etree.ElementTree as ET
 
 import pytest
-from profiles import meta
+from profiles import meta, tensor
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.report_model import UNITS
@@ -54,16 +54,7 @@ SQUARE_FLOPS = 2 * 2048 * 2048 * 2048
 SQUARE_BYTES = 3 * 2048 * 2048 * 2
 
 
-def contiguous(sizes: list[int]) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(sizes):
-        strides.append(step)
-        step *= max(size, 1)
-    return list(reversed(strides))
-
-
-def t(dtype: str, *sizes: int, strides: list[int] | None = None) -> OpInput:
-    return OpInput(kind="tensor", dtype=dtype, sizes=list(sizes), strides=strides or contiguous(list(sizes)))
+t = tensor  # short: the tests write many inputs
 
 
 def gemv_inputs(dtype: str = "bf16") -> list[OpInput]:
