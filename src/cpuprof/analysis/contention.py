@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..model import CPU_EVENT, OpStat, Profile
 from ..units import fmt_ns, fmt_percent, fmt_rate
 from .labels import inputs_text, region_text, thread_label
+from .ops import bounded_cpu
 from .report_model import Column, Section, Table
 
 BARRIER_KINDS = ("barrier-implicit", "barrier-explicit", "barrier-reduction", "barrier-other")
@@ -175,7 +176,10 @@ def analyse(profile: Profile) -> Contention | None:
         threads = []
         regions, parallel_ns = 0, 0
         for k in range(team):
-            cpu = _counter(op, CPU_EVENT, k)
+            raw = _counter(op, CPU_EVENT, k)
+            # held to the op's wall time as the op table holds it: sampling noise capped, an
+            # estimate that cannot be right withheld (None), never more CPU than wall on a thread
+            cpu = bounded_cpu(profile, raw, op.self_ns)[0] if raw is not None else None
             t = ThreadWaits(thread=k, cpu_ns=float(cpu) if cpu is not None else None, spin_ns=None, sleep_ns=None,
                             switches=_counter(op, "context-switches", k), migrations=_counter(op, "cpu-migrations", k))
             if cpu is not None:
