@@ -9,9 +9,11 @@ namespace {
 // How far a frame without CFI or frame pointer is searched for its return address.
 constexpr uint64_t kMaxScanBytes = 2048;
 
-// Reads a word of the copied stack at `address`; false when it lies outside the copy.
+// Reads a word of the copied stack at `address`; false when it lies outside the copy. Addresses
+// come from registers and stack words that may hold anything (JIT code uses rbp as a plain
+// register), so the bounds are checked as offsets: `address + 8` can wrap past 2^64.
 bool read_word(uint64_t address, uint64_t sp, const uint8_t* stack, size_t stack_len, uint64_t* value) {
-  if (address < sp || address + 8 > sp + stack_len) return false;
+  if (address < sp || stack_len < 8 || address - sp > stack_len - 8) return false;
   std::memcpy(value, stack + (address - sp), 8);
   return true;
 }

@@ -44,3 +44,24 @@ def test_core_under_sanitizer(tmp_path: Path, sanitizer: str):
     assert "ok:" in run.stdout
     assert "WARNING: ThreadSanitizer" not in run.stderr
     assert "runtime error" not in run.stderr
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+def test_unwinder_reads_nothing_but_its_stack_copy_whatever_the_registers(tmp_path: Path):
+    """rbp and stack words can hold anything (JIT kernels use rbp as a plain register): near 2^64,
+    `address + 8` wrapped and the bounds check passed a wild read, which killed a decode now and
+    then with SIGSEGV. The driver unwinds 200,000 hostile stacks under AddressSanitizer."""
+    binary = tmp_path / "hostile_unwind"
+    sources = [str(ROOT / p) for p in ("csrc/unwind/frame_tables.cpp", "csrc/unwind/unwinder.cpp",
+                                       "tests/native/hostile_unwind.cpp")]
+    build = subprocess.run(
+        ["g++", "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+         "-I", str(ROOT / "csrc"), *sources, "-o", str(binary), "-pthread"],
+        capture_output=True, text=True, timeout=300)
+    if build.returncode != 0 and "cannot find" in build.stderr and "san" in build.stderr:
+        pytest.skip(f"the address sanitizer runtime is not installed: {build.stderr.strip()[:200]}")
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
+                         env={"UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "ok: " in run.stdout and "runtime error" not in run.stderr
