@@ -154,9 +154,26 @@ def test_killed_child_keeps_last_checkpoint(tmp_path: Path):
     assert proc.returncode == 1
     line = one_line_error(subprocess.CompletedProcess([], 1, out, err))
     assert "killed by SIGKILL" in line and "the profile measured so far" in line
+    assert not (tmp_path / "crash.txt").exists()  # nothing could record a SIGKILL
     profile = Profile.load(tmp_path)
     assert not profile.status.complete and "checkpoint" in profile.status.reason
     assert profile.workload.steps_done > 0
+
+
+def test_crashed_child_leaves_its_threads_stacks(tmp_path: Path):
+    """A native crash (SIGSEGV) is a bug: the error points at the threads' stacks at that moment."""
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", *LONG, "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: (tmp_path / "profile.json").exists())
+    pid = child_pid(proc.pid)
+    assert pid is not None
+    os.kill(pid, signal.SIGSEGV)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    line = one_line_error(subprocess.CompletedProcess([], 1, out, err))
+    assert "killed by SIGSEGV" in line and f"stacks at the crash are in {tmp_path / 'crash.txt'}" in line
+    crash = (tmp_path / "crash.txt").read_text()
+    assert "Segmentation fault" in crash and "decode_loop.py" in crash, crash
 
 
 def test_report_of_truncated_or_foreign_file(tmp_path: Path):
@@ -234,6 +251,7 @@ def test_progress_reaches_logs_when_not_a_terminal(tmp_path: Path):
     assert any("decoding: step" in line for line in lines)
     assert any("tokens/s after" in line for line in lines)
     assert "\r" not in result.stderr
+    assert not (tmp_path / "crash.txt").exists()  # kept only when the child crashed
 
 
 def _busy_competitor(cpu: int) -> subprocess.Popen:

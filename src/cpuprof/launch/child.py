@@ -9,6 +9,7 @@ lost run. Exit codes: 0 done, 2 bad configuration (one line on stderr), 130 inte
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import resource
@@ -23,7 +24,7 @@ from ..model import DecodeWorkload, KvCachePoint, MachineRoofs, MemoryPoint, Met
 from ..model.codec import from_json
 from ..units import fmt_params
 from ..workload.figures import step_figures
-from .options import ChildConfig
+from .options import CRASH_FILENAME, ChildConfig
 from .progress import Progress
 
 # Exit codes the parent tells apart (see cpuprof.launch.parent).
@@ -305,6 +306,9 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     config = from_json(ChildConfig, json.loads(Path(argv[1]).read_text()), "launch")
+    # A crash leaves evidence the parent can point at; the file stays open (and empty) until then.
+    crash_file = open(Path(config.out) / CRASH_FILENAME, "w")  # noqa: SIM115
+    faulthandler.enable(crash_file, all_threads=True)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
     run = DecodeRun(config)

@@ -28,7 +28,7 @@ from ..model import PROFILE_FILENAME, Profile
 from ..model.codec import to_json
 from ..workload.dtypes import check_dtype, dtype_bytes
 from . import environment
-from .options import ChildConfig, DecodeOptions
+from .options import CRASH_FILENAME, ChildConfig, DecodeOptions
 
 # Exit codes the child uses for outcomes the parent must tell apart from a crash.
 EXIT_FAILED = 1  # the child said what failed and what it saved, in one line
@@ -146,8 +146,8 @@ def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
     launch_file = out_dir / LAUNCH_FILENAME
     launch_file.write_text(json.dumps(to_json(config), indent=1))
     profile_path = out_dir / PROFILE_FILENAME
-    if profile_path.exists():
-        profile_path.unlink()  # never report a stale profile from an earlier run as this one's
+    for stale in (profile_path, out_dir / CRASH_FILENAME):
+        stale.unlink(missing_ok=True)  # never report an earlier run's profile or crash as this one's
     env = resolved.child_env()
     if options.profile.enabled and resolved.omp_library is not None and os.environ.get("CPUPROF_OMPT") != "off":
         # An OMPT-capable runtime loads cpuprof's tool as it starts: exact barrier and lock waits.
@@ -182,6 +182,9 @@ def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    crash_file = out_dir / CRASH_FILENAME
+    if crash_file.exists() and (returncode >= 0 or crash_file.stat().st_size == 0):
+        crash_file.unlink()  # no crash, or one faulthandler could not see (SIGKILL): nothing to keep
     profile = Profile.load(profile_path) if profile_path.exists() else None
     return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode)
 
@@ -205,6 +208,9 @@ def failure_message(outcome: DecodeOutcome) -> str | None:
     if rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
         hint = " (often the kernel's out-of-memory killer)" if -rc == signal.SIGKILL else ""
+        crash = outcome.out_dir / CRASH_FILENAME
+        if crash.exists() and crash.stat().st_size > 0:
+            kept += f"; the threads' stacks at the crash are in {crash}"
         return f"the decode child was killed by {name}{hint}; {kept}"
     return f"the decode child failed with exit code {rc}; {kept}"
 
