@@ -15,10 +15,10 @@ from ..model import Requested, Topology
 from ..workload.presets import ModelConfig
 from .environment import LaunchSettings
 
-
 # Beside the profile: the Python stacks of every thread, written by faulthandler if the child
 # crashes (a crash in a native thread shows as one with no Python frame).
 CRASH_FILENAME = "crash.txt"
+
 
 @dataclass
 class WorkloadOptions:
