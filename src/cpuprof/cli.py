@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import calibrate, decode, doctor, flamegraph, report, trace
+from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, trace
 from .errors import CpuprofError
 
-COMMANDS = (decode, calibrate, report, flamegraph, trace, doctor)
+COMMANDS = (decode, run, compare, calibrate, report, diff, flamegraph, trace, doctor)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -226,7 +226,7 @@ def test_out_paths_are_checked_before_anything_runs(tmp_path: Path, make, words)
 @pytest.mark.parametrize("args, words", [
     (["decode", "--top", "0"], "expected a positive whole number"),
     (["report", "x", "--top", "-1"], "expected a positive whole number"),
-    (["report", "x", "--format", "html"], "invalid choice: 'html'"),
+    (["report", "x", "--format", "xml"], "invalid choice: 'xml'"),
     (["decode", "--timeline", "-5"], "expected 0 or more"),
 ])
 def test_bad_numbers_and_choices_are_usage_errors(args, words):

@@ -121,6 +121,13 @@ def _tooltip(group: GemmGroup) -> str:
 
 def render(groups: Sequence[GemmGroup], roofs: MachineRoofs | None, title: str = "GEMMs against the roofs") -> str:
     """The chart as one SVG document. Groups without time (no rate) have no point and are not drawn."""
+    return '<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n' + element(groups, roofs, title) + "\n"
+
+
+def element(groups: Sequence[GemmGroup], roofs: MachineRoofs | None, title: str = "GEMMs against the roofs",
+            attributes: str = "") -> str:
+    """The chart's ``<svg>`` element alone, to inline in an HTML page; ``attributes`` (already
+    escaped, e.g. ``class="chart"``) are added to it. Each GEMM group's circle has class "mark"."""
     points = _plotted(groups)
     dtypes = sorted({g.work.dtype for g in groups} | ({c.dtype for c in roofs.compute} | {k.dtype for k in roofs.kernel}
                                                       if roofs else set()))
@@ -143,10 +150,10 @@ def render(groups: Sequence[GemmGroup], roofs: MachineRoofs | None, title: str =
     xs += [p / k for d, k in kernels.items() if (p := peaks.get(d))]
     axes = _Axes(xs, ys)
 
+    extra = f" {attributes}" if attributes else ""
     out: list[str] = [
-        '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
         f'<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="{FONT}" font-size="12">',
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="{FONT}" font-size="12"{extra}>',
         f"<title>{_esc(title)}</title>",
         f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
         f'<text x="{WIDTH / 2:.1f}" y="24" text-anchor="middle" font-size="16">{_esc(title)}</text>',
@@ -162,7 +169,7 @@ def render(groups: Sequence[GemmGroup], roofs: MachineRoofs | None, title: str =
         out.append(f'<text x="{(axes.left + axes.right) / 2:.1f}" y="{(axes.top + axes.bottom) / 2:.1f}" '
                    f'text-anchor="middle" fill="#555">{_esc("no GEMM with measured time")}</text>')
     out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return "\n".join(out)
 
 
 def _grid(axes: _Axes) -> list[str]:
@@ -242,8 +249,9 @@ def _points(axes: _Axes, points: list[GemmGroup], colour: dict[str, str]) -> lis
         cx = min(max(axes.x(group.intensity), axes.left), axes.right)
         cy = min(max(axes.y(group.gflop_per_s or axes.y_lo), axes.top), axes.bottom)
         fill = colour.get(group.work.dtype, "#7f7f7f")
-        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius:.1f}" fill="{fill}" fill-opacity="0.45" '
-                   f'stroke="{fill}" stroke-width="1.2"><title>{_esc(_tooltip(group))}</title></circle>')
+        out.append(f'<circle class="mark" cx="{cx:.1f}" cy="{cy:.1f}" r="{radius:.1f}" fill="{fill}" '
+                   f'fill-opacity="0.45" stroke="{fill}" stroke-width="1.2"><title>{_esc(_tooltip(group))}</title>'
+                   "</circle>")
         label = group.shape_text
         if len(label) > LABEL_CHARS:
             label = label[:LABEL_CHARS - 1] + "…"
@@ -288,4 +296,4 @@ def _legend(bw: float | None, peaks: dict[str, float], kernels: dict[str, float]
     return out
 
 
-__all__ = ["render"]
+__all__ = ["element", "render"]

@@ -35,6 +35,7 @@ EXIT_FAILED = 1  # the child said what failed and what it saved, in one line
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 LAUNCH_FILENAME = "launch.json"
+CHILD_MODULE = "cpuprof.launch.child"  # the decode child; `run` starts cpuprof.launch.script_child
 # Set in the child's environment when cpuprof, not the user, asked oneDNN for a perf map.
 REMOVE_PERF_MAP = "CPUPROF_REMOVE_PERF_MAP"
 
@@ -140,16 +141,24 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
     return resolved, config
 
 
-def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
-    """Runs the child and waits for it; Ctrl-C reaches the child, which saves what it has."""
+def launch(options: DecodeOptions, out_dir: Path, log: Path | None = None) -> DecodeOutcome:
+    """Runs the child and waits for it; Ctrl-C reaches the child, which saves what it has.
+    ``log``: the child's output goes to this file instead of this process's stdout and stderr."""
     resolved, config = prepare(options, out_dir)
+    return run_child(resolved, config, out_dir, profiled=options.profile.enabled, log=log)
+
+
+def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Path, profiled: bool,
+              log: Path | None = None, module: str = CHILD_MODULE) -> DecodeOutcome:
+    """Starts ``python -m module out_dir/launch.json`` (``config``, a dataclass, as JSON) pinned and
+    configured as ``resolved`` says, waits for it, and loads the profile it saved, if any."""
     launch_file = out_dir / LAUNCH_FILENAME
     launch_file.write_text(json.dumps(to_json(config), indent=1))
     profile_path = out_dir / PROFILE_FILENAME
     for stale in (profile_path, out_dir / CRASH_FILENAME):
         stale.unlink(missing_ok=True)  # never report an earlier run's profile or crash as this one's
     env = resolved.child_env()
-    if options.profile.enabled and resolved.omp_library is not None and os.environ.get("CPUPROF_OMPT") != "off":
+    if profiled and resolved.omp_library is not None and os.environ.get("CPUPROF_OMPT") != "off":
         # An OMPT-capable runtime loads cpuprof's tool as it starts: exact barrier and lock waits.
         # Without the tool built, the child's report says why there are none.
         from ..collect.ompt import launch_env, tool_library
@@ -157,16 +166,22 @@ def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
         tool = tool_library()
         if tool is not None:
             env.update(launch_env(tool))
-    if options.profile.enabled and "ONEDNN_JIT_PROFILE" not in env:
+    if profiled and "ONEDNN_JIT_PROFILE" not in env:
         # oneDNN names its JIT kernels in a perf map only when asked before it generates any;
         # the child removes the map when it has read it.
         env["ONEDNN_JIT_PROFILE"] = "2"
         env[REMOVE_PERF_MAP] = "1"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "cpuprof.launch.child", str(launch_file)],
-        env=env,
-        preexec_fn=resolved.preexec(),
-    )
+    log_file = open(log, "w") if log is not None else None  # noqa: SIM115 (the child keeps its own copy)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", module, str(launch_file)],
+            env=env,
+            preexec_fn=resolved.preexec(),
+            stdout=log_file, stderr=log_file,
+        )
+    finally:
+        if log_file is not None:
+            log_file.close()  # the child holds its own descriptor
 
     def forward(signum: int, _frame: object) -> None:
         # A terminal's Ctrl-C reaches the child too; a signal sent to the parent alone must be
@@ -189,8 +204,9 @@ def launch(options: DecodeOptions, out_dir: Path) -> DecodeOutcome:
     return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode)
 
 
-def failure_message(outcome: DecodeOutcome) -> str | None:
-    """One line for a child that did not finish, saying what is on disk; None if it finished."""
+def failure_message(outcome: DecodeOutcome, child: str = "the decode child") -> str | None:
+    """One line for a child that did not finish, saying what is on disk; None if it finished.
+    ``child`` names the process as the line says it."""
     rc = outcome.returncode
     if rc == 0:
         return None
@@ -211,8 +227,8 @@ def failure_message(outcome: DecodeOutcome) -> str | None:
         crash = outcome.out_dir / CRASH_FILENAME
         if crash.exists() and crash.stat().st_size > 0:
             kept += f"; the threads' stacks at the crash are in {crash}"
-        return f"the decode child was killed by {name}{hint}; {kept}"
-    return f"the decode child failed with exit code {rc}; {kept}"
+        return f"{child} was killed by {name}{hint}; {kept}"
+    return f"{child} failed with exit code {rc}; {kept}"
 
 
 def check_outcome(outcome: DecodeOutcome) -> int:

@@ -14,11 +14,13 @@ from .. import defaults
 from ..errors import UsageError
 from ..model import Profile
 from .base import Renderer
+from .csv import CsvRenderer
 from .json import JsonRenderer
 from .markdown import MarkdownRenderer
 from .terminal import TerminalRenderer
 
-RENDERERS: dict[str, type[Renderer]] = {r.name: r for r in (TerminalRenderer, MarkdownRenderer, JsonRenderer)}
+RENDERERS: dict[str, type[Renderer]] = {
+    r.name: r for r in (TerminalRenderer, MarkdownRenderer, JsonRenderer, CsvRenderer)}
 FORMATS = tuple(RENDERERS)
 
 

@@ -1,0 +1,308 @@
+"""A configuration sweep's report: the figures each run measured, the ranking, whether the best
+beats the baseline beyond the noise, and which measured differences explain it.
+
+``run_metrics`` reduces one run's profile to the figures a sweep keeps; ``comparison_report``
+turns a whole :class:`~cpuprof.model.compare.Comparison` into a report any renderer lays out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import Profile
+from ..model.compare import Comparison, RunMetrics, SweepConfig
+from ..units import fmt_percent
+from .report_model import Column, Report, Section, Table
+from .stats import SIGNIFICANCE, Summary, WelchResult, summarize, welch_test
+
+# A metric must change by this much (relative) between two configurations to be named as a cause.
+MIN_EXPLAINING_CHANGE = 0.25
+# ... and by this much in absolute terms, for the shares (a 0.1% -> 0.2% spin share explains nothing).
+MIN_SHARE_CHANGE = 0.02
+MAX_EXPLANATIONS = 4
+# Spin and sleep shares come from samples: below this many samples in ops (a run of a fraction of
+# a second) their noise is larger than the differences between configurations, so none is given.
+MIN_SAMPLES_FOR_SHARES = 300
+
+
+def run_metrics(profile: Profile) -> RunMetrics | None:
+    """The figures one decode run contributes to a sweep; None when it measured no decode step."""
+    wl = profile.workload
+    if wl is None or wl.figures is None:
+        return None
+    measured = [s * 1e3 for s in wl.step_latencies_s[wl.warmup_steps:]]
+    m = RunMetrics(tokens_per_s=wl.figures.tokens_per_s, step_ms=measured, ttft_s=wl.ttft_s,
+                   p50_ms=wl.figures.p50_ms, p99_ms=wl.figures.p99_ms, profiled=profile.profiled)
+    in_force = profile.settings.in_force if profile.settings else None
+    if in_force is not None and in_force.torch is not None:
+        m.threads = in_force.torch.num_threads
+    if not profile.profiled or profile.collection is None:
+        return m
+    tokens = wl.steps_done * wl.batch
+    wall = profile.collection.wall_ns
+    working = [t for t in profile.threads if t.role in ("dispatch", "worker")]
+    if tokens:
+        for event, attr in (("context-switches", "switches_per_token"), ("cpu-migrations", "migrations_per_token")):
+            if profile.has_event(event):
+                setattr(m, attr, sum(t.counters.get(event, 0) for t in profile.threads) / tokens)
+    delays = [t.run_delay_ns for t in working if t.run_delay_ns is not None]
+    if delays and wall:
+        m.run_delay_share = sum(delays) / (wall * len(delays))
+    from .contention import analyse
+
+    contention = analyse(profile)
+    sampled_enough = (profile.collection.mode != "sampled"
+                      or sum(op.samples for op in profile.ops) >= MIN_SAMPLES_FOR_SHARES)
+    if contention is not None and contention.ops and contention.team and sampled_enough:
+        team_time = sum(o.wall_ns for o in contention.ops) * contention.team
+        if team_time:
+            m.spin_share = contention.spin_ns / team_time
+            m.sleep_share = contention.sleep_ns / team_time
+    from .ceiling import decode_ceiling
+
+    ceiling = decode_ceiling(profile)
+    if ceiling is not None:
+        m.bandwidth_share = ceiling.share
+    return m
+
+
+@dataclass
+class ConfigSummary:
+    index: int
+    config: SweepConfig
+    tokens_per_s: Summary
+    p50_ms: float | None  # over every measured step of every run of the configuration
+    p99_ms: float | None
+    ttft_s: float | None  # mean
+    failed: int
+    errors: list[str]
+    metrics: dict[str, float | None]  # the explaining metrics, mean over runs
+
+    @property
+    def ok(self) -> bool:
+        return self.tokens_per_s.n > 0
+
+
+# The metrics that explain a difference: key, what it is, whether it is a share (else a rate).
+EXPLAINING = (
+    ("spin_share", "spin (threads on CPU waiting in the OpenMP runtime, of the team's op time)", True),
+    ("sleep_share", "sleep (threads off CPU while an op ran, of the team's op time)", True),
+    ("run_delay_share", "run-queue delay (runnable threads waiting for a CPU, of threads × wall)", True),
+    ("switches_per_token", "context switches per token", False),
+    ("migrations_per_token", "CPU migrations per token", False),
+    ("bandwidth_share", "share of the memory-bandwidth ceiling reached", True),
+)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def summarize_configs(comparison: Comparison) -> list[ConfigSummary]:
+    out = []
+    for i, config in enumerate(comparison.configs):
+        runs = comparison.done_runs(i)
+        metrics = [r.metrics for r in runs if r.metrics is not None]
+        steps = [s for m in metrics for s in m.step_ms]
+        p50 = p99 = None
+        if steps:
+            p50, p99 = (float(v) for v in np.percentile(np.asarray(steps), [50, 99]))
+        failed = [r for r in comparison.runs if r.config == i and r.status == "failed"]
+        out.append(ConfigSummary(
+            index=i, config=config, tokens_per_s=summarize([m.tokens_per_s for m in metrics]),
+            p50_ms=p50, p99_ms=p99, ttft_s=_mean([m.ttft_s for m in metrics]),
+            failed=len(failed), errors=sorted({r.error or "failed" for r in failed}),
+            metrics={key: _mean([getattr(m, key) for m in metrics]) for key, _, _ in EXPLAINING},
+        ))
+    return out
+
+
+@dataclass
+class Verdict:
+    best: ConfigSummary
+    baseline: ConfigSummary
+    other: ConfigSummary  # what the best is tested against: the baseline, or the runner-up when they are one
+    change: float  # relative tokens/s change of the best against ``other``
+    test: WelchResult | None  # None: too few repetitions to test
+    explanations: list[str]
+
+    @property
+    def line(self) -> str:
+        best, other = self.best, self.other
+        if best.index == other.index:
+            return f"{best.config.label} is the only configuration that finished"
+        figures = f"{best.tokens_per_s.mean:.2f} against {other.tokens_per_s.mean:.2f} tokens/s"
+        if best.index == self.baseline.index:
+            head = (f"the baseline ({best.config.label}) is the fastest configuration, {fmt_percent(self.change)} "
+                    f"ahead of the runner-up ({other.config.label}): {figures}")
+        else:
+            head = (f"{best.config.label} is {fmt_percent(abs(self.change))} faster than the baseline "
+                    f"({other.config.label}): {figures}")
+        return head + "; " + significance_text(self.test, best, other)
+
+
+def significance_text(test: WelchResult | None, a: ConfigSummary, b: ConfigSummary) -> str:
+    if test is None:
+        return (f"not tested for noise: Welch's t-test needs at least 2 runs of each ({a.tokens_per_s.n} and "
+                f"{b.tokens_per_s.n}); use -r 3 or more")
+    words = "beyond the noise" if test.significant else "within the noise"
+    return (f"{words} (Welch's t-test over {a.tokens_per_s.n} and {b.tokens_per_s.n} runs: p = {test.p:.3g}, "
+            f"{'<' if test.significant else '>='} {SIGNIFICANCE})")
+
+
+def explain(best: ConfigSummary, other: ConfigSummary) -> list[str]:
+    """The explaining metrics that differ most between two configurations, biggest change first."""
+    changes = []
+    for key, what, share in EXPLAINING:
+        a, b = best.metrics.get(key), other.metrics.get(key)
+        if a is None or b is None:
+            continue
+        if share and abs(a - b) < MIN_SHARE_CHANGE:
+            continue
+        base = max(abs(a), abs(b))
+        if base == 0 or abs(a - b) / base < MIN_EXPLAINING_CHANGE:
+            continue
+        fmt = fmt_percent if share else (lambda v: f"{v:,.1f}")
+        changes.append((abs(a - b) / base,
+                        f"{what}: {fmt(b)} in {other.config.label}, {fmt(a)} in {best.config.label}"))
+    changes.sort(key=lambda c: c[0], reverse=True)
+    return [text for _, text in changes[:MAX_EXPLANATIONS]]
+
+
+def verdict(comparison: Comparison, summaries: list[ConfigSummary] | None = None) -> Verdict | None:
+    """The best configuration against the baseline (or, when the baseline wins, against the runner-up)."""
+    summaries = summaries if summaries is not None else summarize_configs(comparison)
+    ranked = sorted((s for s in summaries if s.ok), key=lambda s: s.tokens_per_s.mean, reverse=True)
+    if not ranked:
+        return None
+    best = ranked[0]
+    baseline = summaries[comparison.baseline]
+    other = baseline if baseline.ok and baseline.index != best.index else (ranked[1] if len(ranked) > 1 else best)
+    test = welch_test(_values(comparison, best.index), _values(comparison, other.index)) if other is not best else None
+    change = best.tokens_per_s.mean / other.tokens_per_s.mean - 1.0 if other.tokens_per_s.mean else 0.0
+    return Verdict(best, baseline, other, change, test, explain(best, other) if other is not best else [])
+
+
+def _values(comparison: Comparison, config: int) -> list[float]:
+    return [r.metrics.tokens_per_s for r in comparison.done_runs(config) if r.metrics is not None]
+
+
+RANKING_COLUMNS = [
+    Column("rank", "#", "int", "rank by mean tokens/s (configurations that never finished last)"),
+    Column("config", "configuration", "text", "the swept settings; the rest as in the base options"),
+    Column("runs", "runs", "int", "repetitions that finished (each a fresh process)"),
+    Column("tokens_per_s", "tok/s", "ratio", "decode tokens per second, mean over the runs"),
+    Column("tokens_per_s_std", "± sd", "ratio", "sample standard deviation of tokens/s over the runs (n - 1)"),
+    Column("vs_baseline", "vs base", "text", "mean tokens/s against the baseline configuration's"),
+    Column("p50_ns", "p50 step", "ns", "median decode step latency, over every measured step of every run"),
+    Column("p99_ns", "p99 step", "ns", "99th-percentile decode step latency, same steps"),
+    Column("ttft_ns", "TTFT", "ns", "time to first token (prefill), mean over the runs"),
+    Column("spin_share", "spin", "share", "threads on CPU waiting in the OpenMP runtime, of the team's op time"),
+    Column("sleep_share", "sleep", "share", "threads off CPU while an op ran, of the team's op time"),
+    Column("run_delay_share", "runq", "share", "runnable threads waiting for a CPU (schedstat), of threads × wall"),
+    Column("switches_per_token", "cs/tok", "ratio", "context switches of every thread per token"),
+    Column("migrations_per_token", "mig/tok", "ratio", "CPU migrations of every thread per token"),
+    Column("bandwidth_share", "of BW roof", "share", "tokens/s against the memory-bandwidth ceiling (roofline)"),
+    Column("status", "status", "text", "ok, or how many runs failed (the reasons are listed below the table)"),
+]
+
+
+def ranking_rows(comparison: Comparison, summaries: list[ConfigSummary]) -> list[dict]:
+    baseline = summaries[comparison.baseline]
+    ranked = sorted(summaries, key=lambda s: (not s.ok, -(s.tokens_per_s.mean if s.ok else 0.0)))
+    rows = []
+    for rank, s in enumerate(ranked, 1):
+        tps = s.tokens_per_s
+        vs = None
+        if s.ok and baseline.ok and baseline.tokens_per_s.mean:
+            vs = "base" if s.index == baseline.index else f"{(tps.mean / baseline.tokens_per_s.mean - 1) * 100:+.1f}%"
+        attempted = sum(1 for r in comparison.runs if r.config == s.index and r.status in ("done", "failed"))
+        status = "ok" if not s.failed else f"{s.failed} of {attempted} failed"
+        if not attempted:
+            status = "not run"
+        rows.append({
+            "rank": rank, "config": s.config.label, "runs": tps.n,
+            "tokens_per_s": tps.mean if s.ok else None,
+            "tokens_per_s_std": tps.std if s.ok and tps.n > 1 else None,
+            "vs_baseline": vs,
+            "p50_ns": None if s.p50_ms is None else s.p50_ms * 1e6,
+            "p99_ns": None if s.p99_ms is None else s.p99_ms * 1e6,
+            "ttft_ns": None if s.ttft_s is None else s.ttft_s * 1e9,
+            **{key: s.metrics[key] for key, _, _ in EXPLAINING},
+            "status": status,
+        })
+    return rows
+
+
+def comparison_report(comparison: Comparison) -> Report:
+    summaries = summarize_configs(comparison)
+    planned = len(comparison.order)
+    finished = sum(1 for c, r in comparison.order if comparison.finished(c, r))
+    axes = ", ".join(f"{axis} {','.join(values)}" for axis, values in comparison.axes.items())
+    report = Report(title=f"cpuprof compare: {axes or 'one configuration'}, {comparison.repetitions} run(s) each")
+    if finished < planned:
+        report.warnings.append(f"PARTIAL: {finished} of {planned} runs finished; resume with "
+                               "python -m cpuprof compare --resume DIR")
+    if any(r.metrics is not None and not r.metrics.profiled for r in comparison.runs):
+        report.warnings.append("runs made with --no-profile carry no spin, sleep, switch or roofline figures")
+    lines = []
+    v = verdict(comparison, summaries)
+    if v is not None:
+        lines.append(v.line + ".")
+        if v.explanations:
+            lines.append("What differs between them:" if v.test is None or v.test.significant else
+                         "What differs between them (though their throughput does not, beyond the noise):")
+            lines.extend(f"  - {e}" for e in v.explanations)
+        elif v.best.index != v.other.index:
+            lines.append("No measured figure differs enough between them to explain it (all within "
+                         f"{fmt_percent(MIN_EXPLAINING_CHANGE)} of each other).")
+    order = "interleaved: every round runs each configuration once, starting one later each round"
+    lines.append(f"Runs: {planned} planned, {finished} finished, in rotated rounds ({order}), each a fresh process.")
+    ranking = Table(columns=RANKING_COLUMNS,
+                    rows=ranking_rows(comparison, summaries),
+                    caption="configurations, fastest first (baseline: "
+                            f"{comparison.configs[comparison.baseline].label})")
+    section = Section(id="ranking", title="Configurations", lines=lines, tables=[ranking])
+    failures = [s for s in summaries if s.errors]
+    if failures:
+        section.notes.extend(f"{s.config.label} failed {s.failed} time(s): {'; '.join(s.errors)}" for s in failures)
+    report.sections.append(section)
+    proposed = [s for s in summaries if s.config.proposal]
+    if proposed and comparison.source:
+        report.sections.append(proposals_section(comparison, summaries))
+    return report
+
+
+def proposals_section(comparison: Comparison, summaries: list[ConfigSummary]) -> Section:
+    """compare --from: each verdict's proposal, measured against the profile's own settings."""
+    baseline = summaries[comparison.baseline]
+    rows = []
+    for s in summaries:
+        if not s.config.proposal:
+            continue
+        test = welch_test(_values(comparison, s.index), _values(comparison, baseline.index)) if s.ok else None
+        if not s.ok or not baseline.ok:
+            held = "failed" if s.failed else "not run"
+            change = None
+        else:
+            change = s.tokens_per_s.mean / baseline.tokens_per_s.mean - 1.0
+            if test is None:
+                held = "untested (needs -r 2 or more)"
+            elif test.significant:
+                held = "held" if change > 0 else "made it slower"
+            else:
+                held = "no measurable effect"
+        rows.append({"config": s.config.label, "proposal": s.config.proposal,
+                     "change": None if change is None else f"{change * 100:+.1f}%",
+                     "p": None if test is None else f"{test.p:.3g}", "held": held})
+    table = Table(columns=[
+        Column("config", "configuration", "text", "the profile's settings with one proposal applied"),
+        Column("proposal", "why it was proposed", "text", "the profile's verdict that suggested it"),
+        Column("change", "tok/s change", "text", "mean tokens/s against the profile's own settings, re-measured"),
+        Column("p", "p", "text", f"Welch's t-test p-value; below {SIGNIFICANCE} the change is beyond the noise"),
+        Column("held", "verdict", "text", "held: faster beyond the noise; no measurable effect: within it"),
+    ], rows=rows, caption=f"proposals from {comparison.source}, each measured against its own settings")
+    return Section(id="proposals", title="Proposals, measured", tables=[table])

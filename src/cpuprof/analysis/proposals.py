@@ -1,0 +1,70 @@
+"""What a profile's verdicts propose to try, as configurations ``compare --from`` can measure.
+
+Advice from a profile is a hypothesis: "libgomp's threads spin 40% of the time, try Intel's
+runtime" is only worth taking once the change has been run, repeatedly, against the profile's own
+settings. Each proposal here changes one setting, with the measured figure that suggested it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..machine.openmp import find_intel_openmp
+from ..model import Profile
+from ..units import fmt_percent
+from .compare import run_metrics
+
+# Spin (of the team's op time) above which a runtime that sleeps sooner is worth trying.
+SPIN_PROPOSAL_SHARE = 0.10
+# Run-queue delay (of threads × wall) above which one thread fewer is worth trying.
+RUN_DELAY_PROPOSAL_SHARE = 0.05
+# CPU migrations per token above which binding threads to CPUs is worth trying.
+MIGRATIONS_PROPOSAL_PER_TOKEN = 0.5
+
+
+@dataclass
+class Proposal:
+    values: dict[str, str]  # axis -> value, as compare sweeps them
+    reason: str  # the measured figure behind it
+
+
+def proposals(profile: Profile) -> list[Proposal]:
+    """One-setting changes the profile's figures suggest; empty when nothing stands out."""
+    if profile.settings is None or profile.workload is None:
+        return []
+    requested = profile.settings.requested
+    metrics = run_metrics(profile)
+    out: list[Proposal] = []
+    spin = metrics.spin_share if metrics else None
+    if spin is not None and spin >= SPIN_PROPOSAL_SHARE:
+        if requested.omp == "gnu" and find_intel_openmp() is not None:
+            out.append(Proposal({"omp": "intel"},
+                                f"threads spin {fmt_percent(spin)} of the op time in libgomp: Intel's runtime "
+                                "waits differently (and sleeps after KMP_BLOCKTIME)"))
+        out.append(Proposal({"blocktime": "0"},
+                            f"threads spin {fmt_percent(spin)} of the op time: sleep at once instead "
+                            "(frees the CPU for the thread that has work)"))
+    delay = metrics.run_delay_share if metrics else None
+    if delay is not None and delay >= RUN_DELAY_PROPOSAL_SHARE and requested.threads > 1:
+        out.append(Proposal({"threads": str(requested.threads - 1)},
+                            f"threads waited {fmt_percent(delay)} of the time for a CPU: one thread fewer "
+                            "leaves a CPU for whatever else runs"))
+    migrations = metrics.migrations_per_token if metrics else None
+    if requested.bind == "none" or (migrations is not None and migrations >= MIGRATIONS_PROPOSAL_PER_TOKEN):
+        why = (f"{migrations:.1f} CPU migrations per token" if migrations is not None and migrations > 0
+               else "threads were not bound to CPUs")
+        if requested.bind != "close":
+            out.append(Proposal({"bind": "close"}, f"{why}: pin each thread to its own CPU"))
+    cpus = len(requested.cpus)
+    if requested.threads < cpus and (delay is None or delay < RUN_DELAY_PROPOSAL_SHARE):
+        out.append(Proposal({"threads": str(cpus)},
+                            f"{requested.threads} thread(s) on {cpus} CPUs, and no thread waited for one: "
+                            "use them all"))
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    unique = []
+    for p in out:
+        key = tuple(sorted(p.values.items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique

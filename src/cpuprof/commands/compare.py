@@ -1,0 +1,188 @@
+"""``cpuprof compare``: which configuration decodes fastest here, beyond the noise, and why."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from .. import defaults
+from ..errors import CpuprofError, UsageError
+from ..launch import parent, sweep
+from ..launch.options import DecodeOptions
+from ..model.codec import DecodeError, from_json
+from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
+from . import decode
+from .common import positive_int, write_output
+
+COMPARE_FORMATS = ("terminal", "markdown", "json", "csv")
+HTML_FILENAME = "report.html"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="sweep threads, OpenMP runtime, binding, allocator, ... and rank them, beyond the noise",
+        description="Runs decode once per configuration and repetition, each in a fresh process, in interleaved "
+                    "rounds whose order rotates, and ranks the configurations by tokens/s with the spread, "
+                    "latency percentiles, time to first token and the figures that explain the difference "
+                    "(spin, sleep, run-queue delay, switches, migrations, share of the bandwidth roof). Lists "
+                    "(1,2,4) and ranges (1-4, 1-8+2, 1-16*2) sweep a setting; every combination is run.")
+    decode.add_workload_arguments(p, sweep=True)
+    launch = p.add_argument_group("launch (comma lists sweep a setting)")
+    launch.add_argument("--threads", help="OpenMP/torch threads: 1,2 or 1-4 (default: every CPU of the set)")
+    launch.add_argument("--omp", default=None, help="gnu, intel or gnu,intel (default gnu)")
+    launch.add_argument("--bind", default=None, help="close, spread, none, or a list (default close)")
+    launch.add_argument("--blocktime", metavar="MS", help="ms idle OpenMP threads spin before sleeping: 0,200")
+    launch.add_argument("--allocator", default=None, help="default, jemalloc, tcmalloc, or a list")
+    launch.add_argument("--numa", metavar="NODES", help="NUMA node(s) to bind CPUs and memory to: 0 or 0,1")
+    launch.add_argument("--cpus", metavar="LIST", help="one explicit CPU list for every configuration, e.g. 0-3")
+    launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
+    c = p.add_argument_group("runs and profiling")
+    c.add_argument("-r", "--repetitions", type=positive_int, default=3,
+                   help="runs per configuration, each a fresh process (default 3; 2 or more to test for noise)")
+    c.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="runs without the profiler: throughput only, no spin/sleep/switch/roofline figures")
+    c.add_argument("--events", default=defaults.DEFAULT_EVENTS, help="events of each run's profile (default: default)")
+    c.add_argument("--mode", default=defaults.DEFAULT_MODE, choices=defaults.MODES,
+                   help="each run's profiling mode (default sampled, the cheaper)")
+    c.add_argument("--roofs", default="auto", choices=("auto", "remeasure", "off"),
+                   help="the machine roofs for the bandwidth-roof share: auto (cached, else measured once per "
+                        "launch), remeasure, off")
+    c.add_argument("--from", dest="from_dir", metavar="DIR",
+                   help="sweep what a saved decode profile's verdicts propose, each against that profile's own "
+                        "settings, and say which proposals held")
+    c.add_argument("--resume", metavar="DIR", help="run what an interrupted compare in DIR did not finish")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", help="where compare.json and each run's profile go "
+                                                "(default cpuprof-out/compare-<time>)")
+    o.add_argument("--format", default="terminal", choices=COMPARE_FORMATS,
+                   help="the report on stdout: terminal (default), markdown, json or csv")
+    o.add_argument("--html", action="store_true", help=f"also write {HTML_FILENAME} (charts and tables) in DIR")
+    p.set_defaults(run=run, python_hz=0, flamegraph=False, timeline=0, record_shapes=True,
+                   stack_bytes=defaults.STACK_BYTES, sample_hz=defaults.SAMPLE_HZ, checkpoint_s=defaults.CHECKPOINT_S)
+
+
+def _axes(args: argparse.Namespace) -> dict[str, list[str]]:
+    axes = {}
+    for axis in sweep.AXES:
+        text = getattr(args, axis, None)
+        if text is None:
+            continue
+        axes[axis] = sweep.parse_values(axis, str(text))
+    return axes
+
+
+def _base_options(args: argparse.Namespace) -> DecodeOptions:
+    """decode's options from the flags, with each axis at its single value or left to the configurations."""
+    base = copy.copy(args)
+    for axis in ("threads", "numa", "blocktime"):
+        setattr(base, axis, None)
+    base.omp, base.bind, base.allocator = "gnu", "close", "default"
+    base.dtype, base.batch = "bf16", 1
+    return decode.options_from_args(base)
+
+
+def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
+    axes = _axes(args)
+    base = _base_options(args)
+    swept = {axis: values for axis, values in axes.items() if len(values) > 1}
+    fixed = {axis: values[0] for axis, values in axes.items() if len(values) == 1}
+    return sweep.plan(sweep.apply(base, fixed), swept, args.repetitions, argv)
+
+
+def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
+    """compare --from DIR: the profile's own options, then each proposal applied to them alone."""
+    from ..analysis.proposals import proposals
+    from ..launch.options import ChildConfig
+    from ..model import Profile
+
+    source = Path(args.from_dir)
+    profile = Profile.load(source)
+    launch_file = (source if source.is_dir() else source.parent) / parent.LAUNCH_FILENAME
+    try:
+        config = from_json(ChildConfig, json.loads(launch_file.read_text()), "launch")
+    except FileNotFoundError:
+        raise UsageError(f"--from {source}: no {parent.LAUNCH_FILENAME} beside the profile "
+                         "(compare --from needs a profile written by decode)") from None
+    except (ValueError, DecodeError) as exc:
+        raise UsageError(f"--from {source}: {parent.LAUNCH_FILENAME} is not readable: {exc}") from None
+    base = dataclasses.replace(config.options, out=None, launch=dataclasses.replace(
+        config.options.launch, threads=config.threads))
+    found = proposals(profile)
+    if not found:
+        raise UsageError(f"--from {source}: its figures propose nothing to try (no high spin, run-queue delay, "
+                         "migrations or idle CPUs); sweep settings yourself with --threads, --omp, ...")
+    configs = [SweepConfig(label="as profiled", values={})]
+    configs += [SweepConfig(label=sweep.label(p.values), values=p.values, proposal=p.reason) for p in found]
+    axes: dict[str, list[str]] = {}
+    for p in found:
+        for axis, value in p.values.items():
+            axes.setdefault(axis, []).append(value)
+    return sweep.plan(base, axes, args.repetitions, argv, extra=configs, source=str(source))
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = sys.argv[1:]
+    if args.resume:
+        if args.from_dir:
+            raise UsageError("--resume continues a saved sweep; it takes no --from")
+        out_dir = Path(args.resume)
+        comparison = sweep.load(out_dir)
+        print(f"cpuprof: resuming {out_dir / COMPARE_FILENAME}: "
+              f"{sum(1 for c, r in comparison.order if comparison.finished(c, r))} of {len(comparison.order)} "
+              "runs already finished", file=sys.stderr)
+    else:
+        comparison = _plan_from_profile(args, argv) if args.from_dir else _plan_from_args(args, argv)
+        out_dir = Path(args.out) if args.out else parent.default_out_dir("compare")
+        parent.check_out_dir(out_dir)
+        if (out_dir / COMPARE_FILENAME).exists():
+            raise UsageError(f"--out {out_dir}: holds a comparison already; continue it with --resume {out_dir} "
+                             "or choose another directory")
+        n = len(comparison.configs)
+        print(f"cpuprof: {n} configuration(s) × {comparison.repetitions} run(s) = {len(comparison.order)} runs, "
+              f"in rotated rounds; results in {out_dir}", file=sys.stderr)
+    interrupted = None
+    try:
+        sweep.run_sweep(comparison, out_dir)
+    except (sweep.SweepInterrupted, KeyboardInterrupt) as exc:
+        interrupted = exc
+    write_reports(comparison, out_dir, args.format, args.html)
+    if interrupted is not None:
+        raise _Interrupted(f"compare was interrupted; what finished is in {out_dir / COMPARE_FILENAME}; "
+                           f"resume with: python -m cpuprof compare --resume {out_dir}")
+    done = sum(1 for r in comparison.runs if r.status == "done")
+    if done == 0:
+        raise CpuprofError(f"no configuration ran to the end; see the errors above and {out_dir}")
+    return 0
+
+
+class _Interrupted(CpuprofError):
+    exit_code = 130
+
+
+def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -> None:
+    render_comparison(comparison, sys.stdout, fmt)
+    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    stream.write(("\n" if fmt == "terminal" else "") + f"comparison saved in {out_dir / COMPARE_FILENAME}; "
+                 f"re-render with: python -m cpuprof report {out_dir}\n")
+    if html:
+        from ..reports.html import write_comparison_html
+
+        def write(out: TextIO) -> int:
+            write_comparison_html(comparison, out)
+            return 0
+
+        target = out_dir / HTML_FILENAME
+        write_output(str(target), write)
+        stream.write(f"HTML report: {target}\n")
+
+
+def render_comparison(comparison: Comparison, out: object, fmt: str) -> None:
+    from ..analysis.compare import comparison_report
+    from ..reports import get_renderer
+
+    get_renderer(fmt).render(comparison_report(comparison), out)  # type: ignore[arg-type]

@@ -1,0 +1,36 @@
+"""``cpuprof diff A B``: what changed from one saved profile (before) to another (after)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import defaults
+from ..model import Profile
+from ..reports import FORMATS, get_renderer
+from .common import positive_int
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diff", help="what changed between two saved profiles: ops, GEMMs, threads, counters, settings, throughput",
+        description="Compares profile A (before) with profile B (after), most changed first: ops matched by name, "
+                    "inputs and region (self time, per generated token when both are decodes; ops on one side only "
+                    "are added or removed), GEMM shapes, regions, threads (CPU, run-queue delay), counters, the "
+                    "settings that differ, and throughput and latency when both are decodes.")
+    p.add_argument("before", metavar="A", help="the profile before: a directory written by cpuprof, or a profile.json")
+    p.add_argument("after", metavar="B", help="the profile after")
+    p.add_argument("--format", default="terminal", choices=FORMATS,
+                   help="terminal (default), markdown (GitHub tables) or json (the tables as data)")
+    p.add_argument("--top", type=positive_int, default=defaults.TOP_OPS,
+                   help=f"rows of the ops, GEMM and region tables (default {defaults.TOP_OPS})")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.diff import diff_report
+
+    before, after = Profile.load(args.before), Profile.load(args.after)
+    report = diff_report(before, after, a_name=args.before, b_name=args.after, top=args.top)
+    get_renderer(args.format).render(report, sys.stdout)
+    return 0

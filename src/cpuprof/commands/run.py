@@ -1,0 +1,129 @@
+"""``cpuprof run -- python script.py [args]``: any PyTorch program, launched and profiled like decode."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from ..errors import ChildFailed, CpuprofError, UsageError
+from ..launch import environment, parent
+from ..launch.options import ProfileOptions
+from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
+from ..machine.topology import read_topology
+from ..model import PROFILE_FILENAME
+from .common import (
+    add_output_arguments,
+    add_profiling_arguments,
+    check_profile_options,
+    profile_options,
+    show_results,
+)
+from .decode import add_launch_arguments, launch_from_args
+
+FORMS = "python script.py [args] or python -m module [args]"
+# Names that mean "a Python": python, python3, python3.11. The program runs under the Python that
+# runs cpuprof, since that is where torch and cpuprof's native module are installed.
+PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="profile any PyTorch program: run [options] -- python script.py [args]",
+        usage="python -m cpuprof run [launch options] [profiling options] [output options] "
+              "-- python script.py [args]  (or -- python -m module [args])",
+        description="Runs a Python program (a transformers generate script, say) unchanged, in a child launched "
+                    "like decode's: pinned to the threads/CPUs/NUMA node asked for, with the OpenMP runtime, "
+                    "allocator and memory policy set before torch loads. Profiling starts when the program first "
+                    "imports torch and covers every ATen op across every thread; torch.profiler.record_function "
+                    "and cpuprof.region blocks are regions. When the program ends (or is interrupted) the profile "
+                    "is saved and the report follows the program's own output on stdout. The exit code is the "
+                    "program's (1 if it raised, 130 if interrupted).")
+    add_launch_arguments(p)
+    add_profiling_arguments(p.add_argument_group("profiling"), "the program")
+    add_output_arguments(p.add_argument_group("output"), "run")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python script.py [args]",
+                   help=f"the program, after --: {FORMS}")
+    p.set_defaults(run=run)
+
+
+def script_target(command: list[str]) -> ScriptTarget:
+    """The program after ``--``; UsageError, one line, for anything but the two forms python takes here."""
+    if not command:
+        raise UsageError(f"nothing to run: give the program after --, as {FORMS}")
+    if command[0] != "--":
+        raise UsageError(f"put -- between cpuprof's options and the program: python -m cpuprof run [options] -- "
+                         f"{' '.join(command)}")
+    words = command[1:]
+    if not words:
+        raise UsageError(f"nothing to run after --: expected {FORMS}")
+    python, rest = words[0], words[1:]
+    if not PYTHON_NAME.fullmatch(os.path.basename(python)):
+        raise UsageError(f"{python}: cpuprof runs Python programs: expected {FORMS} after --")
+    if os.sep in python and (os.path.dirname(os.path.abspath(python))
+                             != os.path.dirname(os.path.abspath(sys.executable))):
+        raise UsageError(f"{python}: the program runs under cpuprof's own Python ({sys.executable}), where torch "
+                         "and cpuprof are installed: write python")
+    if not rest:
+        raise UsageError(f"{python} with no script: expected {FORMS} after --")
+    if rest[0] == "-m":
+        if len(rest) < 2 or not MODULE_NAME.fullmatch(rest[1]):
+            given = f" {rest[1]}" if len(rest) > 1 else ""
+            raise UsageError(f"python -m{given}: expected a module name, as in python -m module [args]")
+        return ScriptTarget(path=None, module=rest[1], args=rest[2:])
+    script = rest[0]
+    if script.startswith("-"):
+        raise UsageError(f"python {script}: Python's own options are not supported here; expected {FORMS}")
+    if not os.path.exists(script):
+        raise UsageError(f"{script}: no such script")
+    if not os.path.isfile(script):
+        raise UsageError(f"{script}: not a file; give the script to run")
+    if not os.access(script, os.R_OK):
+        raise UsageError(f"{script}: not readable")
+    return ScriptTarget(path=os.path.abspath(script), module=None, args=rest[1:])
+
+
+def prepare(target: ScriptTarget, launch: environment.LaunchSettings, profile: ProfileOptions,
+            out_dir: Path) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
+    """Checks the launch against this machine and the output directory before anything starts."""
+    topology = read_topology()
+    resolved = environment.validate(launch, topology)
+    parent.check_out_dir(out_dir)
+    config = ScriptConfig(target=target, profile=profile, launch=resolved.settings, requested=resolved.requested(),
+                          cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir))
+    return resolved, config
+
+
+def run(args: argparse.Namespace) -> int:
+    target = script_target(args.command)
+    launch = launch_from_args(args)
+    profile = profile_options(args)
+    check_profile_options(profile, args.flamegraph)
+    out_dir = Path(args.out) if args.out else parent.default_out_dir("run")
+    fmt = "json" if args.json else args.format
+    resolved, config = prepare(target, launch, profile, out_dir)
+    outcome = parent.run_child(resolved, config, out_dir, profiled=True, module=MODULE)
+    if outcome.profile is not None:
+        show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
+    return exit_code(outcome)
+
+
+def exit_code(outcome: parent.DecodeOutcome) -> int:
+    """The program's exit status; one error line (after the report) when it did not end well."""
+    rc = outcome.returncode
+    if rc < 0:
+        raise ChildFailed(parent.failure_message(outcome, child="the program's process")
+                          or f"the program's process ended with {rc}")
+    if outcome.profile is None:
+        if rc == 0:
+            raise CpuprofError(f"the program's process ended without saving a profile in {outcome.out_dir}")
+        return rc  # the child said why in its own error line: it saved nothing
+    if rc == 0:
+        return 0
+    reason = outcome.profile.status.reason or f"the program exited with status {rc}"
+    error = ChildFailed(f"{reason}; what was measured is in {outcome.out_dir / PROFILE_FILENAME}")
+    error.exit_code = rc
+    raise error

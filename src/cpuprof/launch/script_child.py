@@ -1,0 +1,346 @@
+"""The script child: ``python -m cpuprof.launch.script_child LAUNCH_JSON``, what ``cpuprof run`` starts.
+
+Started by :func:`cpuprof.launch.parent.run_child` exactly like the decode child: already pinned,
+memory-bound, with the OpenMP runtime preloaded and its environment set. It runs the user's
+program as ``python script.py args`` or ``python -m module args`` would (``runpy``, as
+``__main__``, with that ``sys.argv`` and ``sys.path[0]``), unchanged: an import hook starts
+``cpuprof.profile`` the moment torch's own import completes, so everything the program does with
+torch is profiled and nothing before it (the interpreter, cpuprof) is.
+
+However the program ends (it returns, calls ``sys.exit``, raises, or SIGINT/SIGTERM stops it),
+the profile is stopped and saved to ``profile.json`` with the settings read back in force; the
+parent renders the report from it. Exit code: the program's own (0 when it returns, its
+``sys.exit`` status, 1 when it raised), 130 when interrupted; a program that never imported torch,
+or a profiler that could not start, is one error line here and no profile.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+from ..errors import CpuprofError
+from ..model import Profile, Requested, Settings, Status, Topology
+from ..model.codec import from_json
+from .environment import LaunchSettings
+from .options import CRASH_FILENAME, ProfileOptions
+from .progress import Progress
+
+MODULE = "cpuprof.launch.script_child"
+# Exit codes of cpuprof's own outcomes (see cpuprof.launch.parent); otherwise the program's status.
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+# One Ctrl-C in a terminal reaches this process twice: from the terminal, and forwarded by the
+# parent (which forwards every signal, since one sent to the parent alone must reach us too).
+# A second signal this soon after the first is that same key press.
+DUPLICATE_SIGNAL_S = 0.5
+
+
+@dataclass
+class ScriptTarget:
+    """What follows ``python`` on the command line: a script file or ``-m module``, and its arguments."""
+
+    # Absolute, as python makes a script's __file__ (runpy.run_path also makes it sys.argv[0], where
+    # python would keep the path as typed).
+    path: str | None
+    module: str | None
+    args: list[str]
+
+
+@dataclass
+class ScriptConfig:
+    """What the script child needs: the program, how to profile it, and the launch the parent resolved."""
+
+    target: ScriptTarget
+    profile: ProfileOptions
+    launch: LaunchSettings
+    requested: Requested
+    cpu_set: str
+    topology: Topology
+    out: str
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the program like SIGINT's KeyboardInterrupt: a BaseException, so that the
+    program's ``except Exception`` handlers do not swallow it."""
+
+
+class ProfilerFailed(BaseException):
+    """The profiler could not start when torch was imported (a bad event name, a native module built
+    against another torch). Raised out of the program's ``import torch``, past its handlers."""
+
+    def __init__(self, error: CpuprofError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class TorchImportHook(importlib.abc.MetaPathFinder):
+    """Calls ``on_imported`` once, the moment torch's own module has finished executing, from the
+    thread that imported it, before the import statement returns to the program.
+
+    It finds torch's spec as the rest of ``sys.meta_path`` would, and wraps that one spec's
+    loader instance's ``exec_module`` (never the loader's class, nor its type), so torch keeps
+    its own loader, spec and module attributes."""
+
+    def __init__(self, on_imported: Callable[[], None]) -> None:
+        self.on_imported = on_imported
+        self.fired = False
+        self._finding = False
+
+    def install(self) -> None:
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch" or self._finding or self.fired:
+            return None
+        self._finding = True  # the lookup below walks sys.meta_path again, this finder included
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader: Any = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            del loader.exec_module  # torch's loader is its own again, whatever happens next
+            original(module)
+            self.fired = True
+            self.remove()
+            self.on_imported()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+@dataclass
+class Ending:
+    """How the program ended: the exit status it gives, and why the profile is not complete."""
+
+    status: int
+    reason: str | None  # None: the program returned, or exited with status 0
+    usage: bool = False  # cpuprof, not the program, refused to go on
+
+
+class ScriptRun:
+    """One run of the program: the profile it starts, and how the run ended."""
+
+    def __init__(self, config: ScriptConfig) -> None:
+        self.config = config
+        self.out = Path(config.out)
+        self.progress = Progress()
+        self.prof: Any = None
+        self.start_error: CpuprofError | None = None
+        self.started = time.monotonic()
+        self._last_signal = -DUPLICATE_SIGNAL_S
+
+    # -- the profile ----------------------------------------------------------------------------
+    def start_profile(self) -> None:
+        """Runs inside the program's first ``import torch``, just after torch has loaded."""
+        import torch
+
+        from .. import events, native, profile
+
+        try:
+            # As the decode child does: the launch's thread count, whatever torch read at start-up.
+            torch.set_num_threads(self.config.requested.threads)
+            p = self.config.profile
+            events.validate_names(events.resolve(p.events), native.load())
+            # Held before it starts: a signal between the two would otherwise lose a running session.
+            self.prof = profile(p.events, mode=p.mode, record_shapes=p.record_shapes, sample_hz=p.sample_hz,
+                                stack_bytes=p.stack_bytes, timeline=p.timeline, python_stacks=p.python_hz > 0,
+                                python_hz=p.python_hz or 1)
+            self.prof.start()
+        except CpuprofError as exc:
+            self.start_error = exc
+            raise ProfilerFailed(exc) from None
+        threads = self.config.requested.threads
+        self.progress.done(f"torch imported: profiling every op from here ({p.mode} mode, {threads} "
+                           f"thread{'s' if threads != 1 else ''})")
+
+    # -- signals --------------------------------------------------------------------------------
+    def on_signal(self, signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        if now - self._last_signal < DUPLICATE_SIGNAL_S:
+            return
+        self._last_signal = now
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signal.Signals(signum).name)
+
+    # -- the program ----------------------------------------------------------------------------
+    def run_program(self) -> Ending:
+        """Runs the program to its end, however it ends."""
+        target = self.config.target
+        try:
+            if target.module is not None:
+                if not _module_exists(target.module):
+                    return Ending(status=2, reason=f"no module named {target.module!r} (python -m {target.module})",
+                                  usage=True)
+                # As python -m does: sys.path[0] stays the working directory (already so under our -m).
+                sys.argv = [target.module, *target.args]
+                runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            else:
+                assert target.path is not None
+                sys.argv = [target.path, *target.args]
+                # As python script.py does: the script's own directory first on sys.path, not ours.
+                sys.path[0] = os.path.dirname(os.path.realpath(target.path))
+                runpy.run_path(target.path, run_name="__main__")
+        except SystemExit as exc:
+            return _exit_ending(exc.code)
+        except KeyboardInterrupt:
+            return Ending(status=EXIT_INTERRUPTED, reason="the program was interrupted by SIGINT")
+        except Terminated as exc:
+            return Ending(status=EXIT_INTERRUPTED, reason=f"the program was interrupted by {exc.args[0]}")
+        except ProfilerFailed as exc:
+            return Ending(status=exc.error.exit_code, reason=str(exc.error), usage=True)
+        except BaseException as exc:  # the program's own failure: its traceback, as Python would print it
+            _print_program_traceback(exc)
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return Ending(status=1, reason=f"the program raised {what.splitlines()[0]}")
+        return Ending(status=0, reason=None)
+
+    # -- the end --------------------------------------------------------------------------------
+    def finish(self, ending: Ending) -> int:
+        """Stops the profile and saves it; the one error line when there is nothing to save."""
+        if self.start_error is not None:  # even if the program caught ProfilerFailed and went on
+            print(f"cpuprof: error: {self.start_error}", file=sys.stderr)
+            return self.start_error.exit_code
+        if ending.usage:
+            if self.prof is not None and self.prof.running:
+                self.prof.stop()
+            print(f"cpuprof: error: {ending.reason}", file=sys.stderr)
+            return ending.status
+        if self.prof is None or not self.prof.started:
+            ran = f"it ran for {time.monotonic() - self.started:.1f} s"
+            how = f"{ending.reason}; " if ending.reason else ""
+            print(f"cpuprof: error: nothing was profiled: torch was never imported ({how}{ran}); cpuprof profiles "
+                  "a program from its first `import torch`", file=sys.stderr)
+            return ending.status or EXIT_FAILED
+        if self.prof.running:
+            self.prof.stop()
+        profile: Profile = self.prof.profile
+        self.save(profile, ending)
+        return ending.status
+
+    def save(self, profile: Profile, ending: Ending) -> None:
+        from ..machine import roofs
+        from .in_force import compare, read_in_force
+
+        settings = Settings(requested=self.config.requested, cpu_set=self.config.cpu_set,
+                            topology=self.config.topology)
+        settings.in_force = read_in_force()
+        settings.warnings = compare(self.config.requested, settings.in_force)
+        profile.settings = settings
+        # The roofs a decode or `cpuprof calibrate` measured under this same launch, if any: a
+        # program's run is its own, so they are never measured here.
+        cpus = sorted(self.config.requested.cpus or os.sched_getaffinity(0))
+        profile.roofs, _ = roofs.cached(self.config.requested.threads, cpus)
+        if profile.roofs is None:
+            self.progress.done("note: the cache has no roofs measured for this machine, torch and launch, so GEMMs "
+                               "are not judged against them (measure them with: python -m cpuprof calibrate and "
+                               "the same launch options)")
+        profile.status = Status(complete=ending.status == 0, reason=ending.reason)
+        profile.save(self.out)
+        if profile.roofs is not None:
+            from ..analysis.roofline import gemm_groups
+            from ..exports import roofline_svg
+            from .child import ROOFLINE_FILENAME
+
+            svg = roofline_svg.render(gemm_groups(profile), profile.roofs, title="GEMMs against the roofs")
+            (self.out / ROOFLINE_FILENAME).write_text(svg)
+
+
+def _module_exists(name: str) -> bool:
+    """Whether python -m could find ``name``; finding a submodule imports its packages, as python -m does."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            return False  # a package on its path is missing
+        raise  # a package on the path failed to import something of its own: the program's failure
+
+
+def _exit_ending(code: object) -> Ending:
+    """``sys.exit(code)`` as the interpreter would end: None is 0, a number its status, anything else is
+    printed to stderr and is status 1."""
+    if code is None:
+        return Ending(status=0, reason=None)
+    if isinstance(code, int):
+        status = code & 0xFF  # what the parent's wait() sees
+        return Ending(status=status, reason=f"the program exited with status {code}" if status else None)
+    print(code, file=sys.stderr)
+    return Ending(status=1, reason="the program exited with status 1")
+
+
+def _print_program_traceback(exc: BaseException) -> None:
+    """The program's traceback from its own first frame: runpy's and this module's frames above it
+    are cpuprof's, not the program's."""
+    # As the code objects name their files: runpy is "<frozen runpy>" where it is frozen.
+    internal = {runpy.run_path.__code__.co_filename, _print_program_traceback.__code__.co_filename}
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in internal:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    finally:
+        # Imported here, not above: the decode child's module brings numpy, which the program
+        # should import itself, if at all, when it runs.
+        from .child import _remove_perf_map
+
+        _remove_perf_map()
+
+
+def _main(argv: list[str]) -> int:
+    config = from_json(ScriptConfig, json.loads(Path(argv[1]).read_text()), "launch")
+    # A crash leaves the threads' stacks where the parent can point at them (as the decode child).
+    crash_file = open(Path(config.out) / CRASH_FILENAME, "w")  # noqa: SIM115
+    faulthandler.enable(crash_file, all_threads=True)
+    run = ScriptRun(config)
+    hook = TorchImportHook(run.start_profile)
+    hook.install()
+    signal.signal(signal.SIGINT, run.on_signal)
+    signal.signal(signal.SIGTERM, run.on_signal)
+    try:
+        ending = run.run_program()
+    finally:
+        hook.remove()
+        # Whatever arrives now would cut the saving of what was measured short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        return run.finish(ending)
+    except Exception as exc:
+        if os.environ.get("CPUPROF_DEBUG"):
+            raise
+        print(f"cpuprof: error: saving the profile failed ({type(exc).__name__}: {exc}) "
+              "(set CPUPROF_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

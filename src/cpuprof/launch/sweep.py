@@ -1,0 +1,271 @@
+"""Running a configuration sweep: every configuration, repeated, each run a fresh decode child.
+
+The order is interleaved and rotated, as in careful benchmarking: round k runs every
+configuration once, starting with configuration k, so slow drift of the machine (thermal state,
+a neighbour's load, page cache) spreads over all configurations instead of favouring the ones
+that ran first. After each run the sweep is saved, so Ctrl-C or a crash loses at most the run
+in progress, and ``--resume`` runs only what is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import itertools
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import __version__
+from ..errors import CpuprofError, UsageError
+from ..model.codec import from_json, to_json
+from ..model.compare import (
+    COMPARE_FILENAME,
+    COMPARE_FORMAT,
+    COMPARE_VERSION,
+    Comparison,
+    SweepConfig,
+    SweepRun,
+)
+from ..workload.dtypes import DTYPE_NAMES
+from . import environment, parent
+from .options import DecodeOptions
+
+# Axes a sweep varies, in the order a configuration's label names them, and the value
+# ``decode`` uses when the flag is not given (the baseline prefers these).
+AXES = ("threads", "omp", "bind", "blocktime", "allocator", "numa", "dtype", "batch")
+DECODE_DEFAULTS = {"omp": "gnu", "bind": "close", "allocator": "default", "dtype": "bf16", "batch": "1"}
+NUMERIC_AXES = ("threads", "blocktime", "numa", "batch")
+CHILD_LOG = "child.log"
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C (or SIGTERM) during a sweep: what finished is saved."""
+
+
+def parse_values(axis: str, text: str) -> list[str]:
+    """A flag's comma list, where numeric axes also take ranges: 1-4, 1-8+2 (step), 1-16*2 (factor)."""
+    values: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            raise UsageError(f"--{axis} {text}: an empty value in the list")
+        match = re.fullmatch(r"(\d+)-(\d+)(?:([+*])(\d+))?", item) if axis in NUMERIC_AXES else None
+        if match:
+            first, last = int(match.group(1)), int(match.group(2))
+            op, step = match.group(3) or "+", int(match.group(4) or 1)
+            if last < first or step < 1 or (op == "*" and (step < 2 or first < 1)):
+                raise UsageError(f"--{axis} {item}: expected first-last, first-last+step or first-last*factor "
+                                 "with first <= last")
+            number = first
+            while number <= last:
+                values.append(str(number))
+                number = number + step if op == "+" else number * step
+        else:
+            values.append(item)
+    for checked in values:
+        check_value(axis, checked)
+    if len(set(values)) != len(values):
+        raise UsageError(f"--{axis} {text}: a value is listed twice")
+    return values
+
+
+def check_value(axis: str, value: str) -> None:
+    """Bad input is caught before anything runs; whether a value works here is found by running it."""
+    if axis == "threads":
+        environment.parse_threads(value)
+    elif axis == "numa":
+        environment.parse_numa(value)
+    elif axis == "blocktime":
+        environment.parse_blocktime(value)
+    elif axis == "omp" and value not in environment.OMP_CHOICES:
+        raise UsageError(f"--omp {value}: choose from {', '.join(environment.OMP_CHOICES)}")
+    elif axis == "bind" and value not in environment.BIND_CHOICES:
+        raise UsageError(f"--bind {value}: choose from {', '.join(environment.BIND_CHOICES)}")
+    elif axis == "allocator" and value not in environment.ALLOCATOR_CHOICES:
+        raise UsageError(f"--allocator {value}: choose from {', '.join(environment.ALLOCATOR_CHOICES)}")
+    elif axis == "dtype" and value not in DTYPE_NAMES:
+        raise UsageError(f"--dtype {value}: choose from {', '.join(DTYPE_NAMES)}")
+    elif axis == "batch" and (not value.isdigit() or int(value) < 1):
+        raise UsageError(f"--batch {value}: expected a positive whole number")
+
+
+def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
+    """The base options with one configuration's values in place."""
+    launch = options.launch
+    workload = options.workload
+    for axis, value in values.items():
+        if axis == "threads":
+            launch = dataclasses.replace(launch, threads=environment.parse_threads(value))
+        elif axis == "numa":
+            launch = dataclasses.replace(launch, numa=environment.parse_numa(value))
+        elif axis == "blocktime":
+            launch = dataclasses.replace(launch, blocktime_ms=environment.parse_blocktime(value))
+        elif axis == "omp":
+            launch = dataclasses.replace(launch, omp=value)
+        elif axis == "bind":
+            launch = dataclasses.replace(launch, bind=value)
+        elif axis == "allocator":
+            launch = dataclasses.replace(launch, allocator=value)
+        elif axis == "dtype":
+            workload = dataclasses.replace(workload, dtype=value)
+        elif axis == "batch":
+            workload = dataclasses.replace(workload, batch=int(value))
+        else:
+            raise UsageError(f"cannot sweep {axis}")
+    return dataclasses.replace(options, launch=launch, workload=workload)
+
+
+def label(values: dict[str, str]) -> str:
+    return " ".join(f"{axis}={value}" for axis, value in values.items()) or "as given"
+
+
+def rotated_order(n_configs: int, repetitions: int) -> list[list[int]]:
+    """Round k runs every configuration once, starting with configuration k mod n."""
+    order: list[list[int]] = []
+    for rep in range(repetitions):
+        start = rep % n_configs
+        order.extend([(start + i) % n_configs, rep + 1] for i in range(n_configs))
+    return order
+
+
+def default_baseline(configs: list[SweepConfig]) -> int:
+    """The configuration closest to what ``decode`` does without flags (else the first listed)."""
+    def score(config: SweepConfig) -> int:
+        return sum(1 for axis, value in config.values.items() if DECODE_DEFAULTS.get(axis) == value)
+
+    best = max(range(len(configs)), key=lambda i: (score(configs[i]), -i))
+    return best
+
+
+def plan(base: DecodeOptions, axes: dict[str, list[str]], repetitions: int, argv: list[str],
+         extra: list[SweepConfig] | None = None, source: str | None = None) -> Comparison:
+    """The cross product of the axes (or the given configurations, for --from), in rotated rounds."""
+    if extra is not None:
+        configs = extra
+    else:
+        names = list(axes)
+        combos = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(axes[n] for n in names))]
+        configs = [SweepConfig(label=label(values), values=values) for values in combos]
+    return Comparison(
+        format=COMPARE_FORMAT, version=COMPARE_VERSION,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        cpuprof_version=__version__, argv=argv, base=to_json(base), axes=axes, configs=configs,
+        repetitions=repetitions, order=rotated_order(len(configs), repetitions),
+        baseline=0 if extra is not None else default_baseline(configs), source=source,
+    )
+
+
+def save(comparison: Comparison, out_dir: Path) -> Path:
+    """Atomically: a sweep killed while saving keeps the previous state."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / COMPARE_FILENAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(to_json(comparison), indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | os.PathLike[str]) -> Comparison:
+    from ..model.codec import DecodeError
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / COMPARE_FILENAME
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no {COMPARE_FILENAME} here (written by python -m cpuprof compare)") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{p}: not a readable comparison ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != COMPARE_FORMAT:
+        raise UsageError(f"{p}: not a cpuprof comparison")
+    if data.get("version") != COMPARE_VERSION:
+        raise UsageError(f"{p}: comparison version {data.get('version')}; this cpuprof reads {COMPARE_VERSION}")
+    try:
+        return from_json(Comparison, data, "comparison")
+    except DecodeError as exc:
+        raise UsageError(f"{p}: damaged comparison: {exc}") from None
+
+
+def base_options(comparison: Comparison) -> DecodeOptions:
+    return from_json(DecodeOptions, comparison.base, "comparison.base")
+
+
+def _child_error(log: Path) -> str | None:
+    """The child's own one-line error, from its log."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    errors = [line.removeprefix("cpuprof: error: ") for line in lines if line.startswith("cpuprof: error: ")]
+    return errors[-1] if errors else None
+
+
+def run_one(comparison: Comparison, config: int, repetition: int, out_dir: Path) -> SweepRun:
+    """One run of one configuration; a configuration that fails is a result, not the end of the sweep."""
+    from ..analysis.compare import run_metrics
+
+    run_dir = out_dir / f"config-{config + 1:02d}" / f"run-{repetition}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    options = dataclasses.replace(apply(base_options(comparison), comparison.configs[config].values),
+                                  out=str(run_dir))
+    record = SweepRun(config=config, repetition=repetition, status="failed", out_dir=str(run_dir))
+    started = time.monotonic()
+    try:
+        outcome = parent.launch(options, run_dir, log=run_dir / CHILD_LOG)
+    except CpuprofError as exc:  # rejected before it ran: a NUMA node or allocator not here, ...
+        record.error = str(exc)
+        record.wall_s = time.monotonic() - started
+        return record
+    record.wall_s = time.monotonic() - started
+    # The child saves what it has and exits 130; a signal before its handlers are set kills it.
+    if outcome.returncode in (parent.EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
+        record.status = "interrupted"
+        return record
+    message = parent.failure_message(outcome)
+    if message is not None:
+        own = _child_error(run_dir / CHILD_LOG)
+        record.error = own or message
+        return record
+    assert outcome.profile is not None
+    metrics = run_metrics(outcome.profile)
+    if metrics is None:
+        record.error = "the run measured no decode step (raise --new-tokens above --warmup)"
+        return record
+    record.status = "done"
+    record.metrics = metrics
+    return record
+
+
+def run_sweep(comparison: Comparison, out_dir: Path,
+              report_progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+    """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C."""
+    todo = [(c, r) for c, r in comparison.order if not comparison.finished(c, r)]
+    total = len(comparison.order)
+    done_before = total - len(todo)
+    save(comparison, out_dir)
+    for k, (config, repetition) in enumerate(todo, done_before + 1):
+        what = f"[{k}/{total}] {comparison.configs[config].label}, run {repetition}"
+        report_progress(f"cpuprof: {what} ...")
+        try:
+            record = run_one(comparison, config, repetition, out_dir)
+        except KeyboardInterrupt:
+            record = SweepRun(config=config, repetition=repetition, status="interrupted",
+                              out_dir=str(out_dir / f"config-{config + 1:02d}" / f"run-{repetition}"))
+        comparison.runs = [r for r in comparison.runs if (r.config, r.repetition) != (config, repetition)]
+        comparison.runs.append(record)
+        save(comparison, out_dir)
+        if record.status == "interrupted":
+            raise SweepInterrupted(what)
+        if record.status == "failed":
+            report_progress(f"cpuprof: {what}: failed: {record.error}")
+        else:
+            m = record.metrics
+            assert m is not None
+            report_progress(f"cpuprof: {what}: {m.tokens_per_s:.2f} tokens/s, p50 {m.p50_ms:.1f} ms "
+                            f"({record.wall_s:.0f} s)")

@@ -1,0 +1,81 @@
+"""A configuration sweep (``cpuprof compare``): what was asked, in what order it ran, what each run measured.
+
+Saved as ``compare.json`` after every run, so an interrupted sweep keeps what finished and can
+be resumed, and any report (terminal, Markdown, CSV, JSON, HTML) is re-rendered from it later.
+Each run is a whole ``decode`` in a fresh process with its own profile directory; the figures
+kept here are the few that rank and explain configurations, taken from that profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+COMPARE_FORMAT = "cpuprof-compare"
+COMPARE_VERSION = 1
+COMPARE_FILENAME = "compare.json"
+
+
+@dataclass
+class RunMetrics:
+    """What one run measured. ``None``: not measured in that run (not profiled, no roofs, ...)."""
+
+    tokens_per_s: float
+    step_ms: list[float]  # every measured decode step's latency (warm-up steps left out)
+    ttft_s: float | None  # prefill, to the first token
+    p50_ms: float
+    p99_ms: float
+    threads: int | None = None  # the OpenMP team size in force
+    # Shares of the team's time during ops (threads × op wall time), from the profile's contention analysis.
+    spin_share: float | None = None  # on CPU, waiting in the OpenMP runtime
+    sleep_share: float | None = None  # off CPU while an op ran (barrier sleep or waiting for a CPU)
+    run_delay_share: float | None = None  # runnable but waiting for a CPU (schedstat), of threads × wall
+    switches_per_token: float | None = None  # context switches of every thread, per generated token
+    migrations_per_token: float | None = None  # CPU migrations of every thread, per generated token
+    bandwidth_share: float | None = None  # tokens/s against the memory-bandwidth ceiling (roofline)
+    profiled: bool = True
+
+
+@dataclass
+class SweepConfig:
+    """One configuration: a value for every swept axis, the rest as in the base options."""
+
+    label: str  # "threads=2 omp=intel"
+    values: dict[str, str]  # axis -> value, in axis order
+    proposal: str | None = None  # compare --from: the verdict that proposed this configuration
+
+
+@dataclass
+class SweepRun:
+    config: int  # index into Comparison.configs
+    repetition: int  # 1-based
+    status: str  # "done", "failed", "interrupted"
+    out_dir: str
+    wall_s: float = 0.0  # the whole run: launch, build, decode
+    error: str | None = None  # why it failed, in one line
+    metrics: RunMetrics | None = None
+
+
+@dataclass
+class Comparison:
+    format: str
+    version: int
+    created: str  # ISO 8601, UTC
+    cpuprof_version: str
+    argv: list[str]
+    base: dict[str, Any]  # the DecodeOptions every configuration starts from (launch.json's form)
+    axes: dict[str, list[str]]  # swept axis -> its values, in the order given
+    configs: list[SweepConfig]
+    repetitions: int
+    order: list[list[int]]  # [config, repetition] pairs in the order they run
+    baseline: int  # the configuration the others are judged against
+    runs: list[SweepRun] = field(default_factory=list)
+    source: str | None = None  # compare --from: the profile whose verdicts were swept
+
+    def done_runs(self, config: int) -> list[SweepRun]:
+        return [r for r in self.runs if r.config == config and r.status == "done" and r.metrics is not None]
+
+    def finished(self, config: int, repetition: int) -> bool:
+        """Whether that run has a result to keep (done or failed); interrupted runs run again on resume."""
+        return any(r.config == config and r.repetition == repetition and r.status in ("done", "failed")
+                   for r in self.runs)

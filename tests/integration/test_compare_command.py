@@ -1,0 +1,144 @@
+"""`cpuprof compare` for real: fresh decode children per run, rotated rounds, every format, a
+failing configuration, Ctrl-C and --resume, and --from measuring a profile's proposals."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cpuprof.launch.sweep import load
+from cpuprof.machine.openmp import find_intel_openmp
+from cpuprof.model import Profile
+
+SHORT = ["--preset", "tiny", "--new-tokens", "16", "--prompt-len", "8", "--warmup", "2"]
+
+
+def cpuprof(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("cpuprof: error: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+@pytest.mark.skipif(find_intel_openmp() is None, reason="libiomp5 is not installed (pip install intel-openmp)")
+def test_threads_by_runtime_sweep_runs_every_configuration_and_renders_every_format(tmp_path: Path):
+    out = tmp_path / "sweep"
+    result = cpuprof("compare", *SHORT, "--threads", "1,2", "--omp", "gnu,intel", "-r", "3", "--out", str(out),
+                     "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows = report["sections"][0]["tables"][0]["rows"]
+    assert sorted(r["config"] for r in rows) == ["threads=1 omp=gnu", "threads=1 omp=intel",
+                                                 "threads=2 omp=gnu", "threads=2 omp=intel"]
+    assert all(r["runs"] == 3 and r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows)
+    assert "Welch's t-test over 3 and 3 runs" in report["sections"][0]["lines"][0]
+    # Progress says what runs, in whole lines, while it runs.
+    assert result.stderr.count("cpuprof: [") >= 24 and "[12/12]" in result.stderr
+
+    comparison = load(out)
+    assert [c for c, _ in comparison.order[:4]] == [0, 1, 2, 3]
+    assert [c for c, _ in comparison.order[4:8]] == [1, 2, 3, 0]
+    assert len(comparison.runs) == 12 and all(r.status == "done" for r in comparison.runs)
+    for run in comparison.runs:
+        values = comparison.configs[run.config].values
+        profile = Profile.load(run.out_dir)  # every run is a whole decode with its own profile
+        assert profile.settings is not None and profile.settings.in_force is not None
+        # What was in force is what the configuration asked for: the team size and the runtime.
+        assert run.metrics is not None and run.metrics.threads == int(values["threads"])
+        active = profile.settings.in_force.openmp.active
+        assert active is not None and active.runtime == ("libiomp5" if values["omp"] == "intel" else "libgomp")
+        assert len(run.metrics.step_ms) == 16 - 2
+
+    for fmt, check in [("terminal", "configurations, fastest first"), ("markdown", "| configuration |")]:
+        text = cpuprof("report", str(out), "--format", fmt)
+        assert text.returncode == 0 and check in text.stdout, text.stderr
+    table = list(csv.DictReader(io.StringIO(cpuprof("report", str(out), "--format", "csv").stdout)))
+    assert len(table) == 4 and all(float(r["tokens_per_s"]) > 0 for r in table)
+
+
+def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(tmp_path: Path):
+    out = tmp_path / "numa"
+    result = cpuprof("compare", *SHORT, "--threads", "1", "--numa", "0,9", "-r", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "numa=9, run 1: failed: --numa 9: this machine has NUMA node(s)" in result.stderr
+    assert "numa=0" in result.stdout and "1 of 1 failed" in result.stdout
+    comparison = load(out)
+    assert sorted(r.status for r in comparison.runs) == ["done", "failed"]
+
+
+def test_every_configuration_failing_is_an_error(tmp_path: Path):
+    result = cpuprof("compare", *SHORT, "--numa", "8,9", "-r", "1", "--out", str(tmp_path / "x"))
+    assert result.returncode == 1 and "no configuration ran to the end" in one_line_error(result)
+
+
+def test_ctrl_c_keeps_what_finished_and_resume_runs_the_rest(tmp_path: Path):
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "compare", *SHORT, "--threads", "1,2", "-r", "2",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if (out / "compare.json").exists() and any(r.status == "done" for r in load(out).runs):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    line = one_line_error(subprocess.CompletedProcess([], 130, stdout, stderr))
+    assert f"resume with: python -m cpuprof compare --resume {out}" in line
+    kept = load(out)
+    done = [r for r in kept.runs if r.status == "done"]
+    assert 1 <= len(done) < 4 and "PARTIAL" in stdout
+    resumed = cpuprof("compare", "--resume", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done)} of 4 runs already finished" in resumed.stderr
+    final = load(out)
+    finished = sorted((r.config, r.repetition) for r in final.runs if r.status == "done")
+    assert finished == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    # The runs finished before the interruption were kept, not run again.
+    assert all(any(r.out_dir == d.out_dir and r.metrics == d.metrics for r in final.runs) for d in done)
+
+
+def test_from_a_profile_measures_what_its_figures_propose(tmp_path: Path):
+    profiled = tmp_path / "one-thread"
+    first = cpuprof("decode", *SHORT, "--threads", "1", "--cpus", "0,1", "--out", str(profiled), "--format", "json")
+    assert first.returncode == 0, first.stderr
+    out = tmp_path / "proposals"
+    result = cpuprof("compare", "--from", str(profiled), "-r", "2", "--out", str(out), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    sections = {s["id"]: s for s in json.loads(result.stdout)["sections"]}
+    rows = sections["proposals"]["tables"][0]["rows"]
+    use_all = next(r for r in rows if r["config"] == "threads=2")
+    assert "1 thread(s) on 2 CPUs" in use_all["proposal"]
+    assert use_all["held"] in ("held", "no measurable effect", "made it slower") and use_all["p"] is not None
+    comparison = load(out)
+    assert comparison.configs[0].label == "as profiled" and comparison.source == str(profiled)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--threads", "0,1"], "--threads 0: expected a positive whole number"),
+    (["--omp", "gnu,llvm"], "--omp llvm: choose from"),
+    (["--threads", "4-1"], "with first <= last"),
+    (["--resume", "/nonexistent/sweep"], "no compare.json here"),
+    (["--from", "/nonexistent/profile"], "/nonexistent/profile"),
+])
+def test_bad_input_is_one_line(args: list[str], words: str):
+    result = cpuprof("compare", *SHORT, *args)
+    assert result.returncode == 2 and words in one_line_error(result)
+
+
+def test_an_existing_comparison_is_not_overwritten(tmp_path: Path):
+    (tmp_path / "compare.json").write_text("{}")
+    result = cpuprof("compare", *SHORT, "--out", str(tmp_path))
+    assert result.returncode == 2 and f"--resume {tmp_path}" in one_line_error(result)

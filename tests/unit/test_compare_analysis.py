@@ -1,0 +1,157 @@
+"""compare's arithmetic with known answers: Welch's test against table values, the sweep plan,
+the ranking and verdict of hand-built sweeps, one run's figures from a hand-built profile, and
+what a profile's figures propose."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+
+import pytest
+from tests.profiles import MS, make_profile
+
+from cpuprof.analysis.compare import comparison_report, run_metrics, summarize_configs, verdict
+from cpuprof.analysis.proposals import proposals
+from cpuprof.analysis.stats import summarize, t_two_sided_p, welch_test
+from cpuprof.errors import UsageError
+from cpuprof.launch import sweep
+from cpuprof.launch.options import DecodeOptions
+from cpuprof.model.compare import Comparison, RunMetrics, SweepConfig, SweepRun
+from cpuprof.reports.csv import CsvRenderer
+
+
+# Student's t two-sided critical values at p = 0.05 and 0.01 (any statistics table).
+@pytest.mark.parametrize(("t", "df", "p"), [(12.706, 1, 0.05), (4.303, 2, 0.05), (2.776, 4, 0.05), (2.228, 10, 0.05),
+                                            (63.657, 1, 0.01), (4.604, 4, 0.01), (2.845, 20, 0.01),
+                                            (1.960, 1e7, 0.05), (0.0, 5, 1.0)])
+def test_student_t_p_values_match_the_tables(t: float, df: float, p: float):
+    assert t_two_sided_p(t, df) == pytest.approx(p, abs=2e-4)
+
+
+def test_welch_test_of_separated_and_overlapping_samples():
+    apart = welch_test([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])
+    assert apart is not None
+    # t = -10 / sqrt(1/3 + 1/3), df = 4 exactly (equal variances and sizes).
+    assert apart.t == pytest.approx(-10 / math.sqrt(2 / 3)) and apart.df == pytest.approx(4.0)
+    assert apart.p == pytest.approx(t_two_sided_p(10 / math.sqrt(2 / 3), 4.0)) and apart.significant
+    overlapping = welch_test([10.0, 12.0, 14.0], [11.0, 13.0, 15.0])
+    assert overlapping is not None and not overlapping.significant and overlapping.p > 0.5
+    assert welch_test([1.0], [2.0, 3.0]) is None  # one run: no spread to test against
+    s = summarize([2.0, 4.0, 6.0])
+    assert (s.n, s.mean, s.std) == (3, 4.0, 2.0)
+
+
+def test_sweep_values_lists_and_ranges():
+    assert sweep.parse_values("threads", "1-4") == ["1", "2", "3", "4"]
+    assert sweep.parse_values("threads", "1-16*2") == ["1", "2", "4", "8", "16"]
+    assert sweep.parse_values("threads", "2-8+3") == ["2", "5", "8"]
+    assert sweep.parse_values("omp", "gnu,intel") == ["gnu", "intel"]
+    assert sweep.parse_values("blocktime", "0,200,infinite") == ["0", "200", "infinite"]
+    for axis, text, words in [("threads", "4-1", "first <= last"), ("threads", "0,2", "positive"),
+                              ("omp", "gnu,llvm", "choose from"), ("threads", "1,1", "twice"),
+                              ("batch", "1,", "empty"), ("dtype", "fp8", "choose from")]:
+        with pytest.raises(UsageError, match=words):
+            sweep.parse_values(axis, text)
+
+
+def test_rotated_rounds_run_every_configuration_once_per_round_in_every_position():
+    order = sweep.rotated_order(3, 3)
+    rounds = [order[i:i + 3] for i in range(0, 9, 3)]
+    assert [[c for c, _ in r] for r in rounds] == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert all({rep for _, rep in r} == {k + 1} for k, r in enumerate(rounds))
+
+
+def test_plan_is_the_cross_product_and_the_baseline_is_decodes_default():
+    plan = sweep.plan(DecodeOptions(), {"threads": ["1", "2"], "omp": ["intel", "gnu"]}, 2, ["compare"])
+    assert [c.label for c in plan.configs] == ["threads=1 omp=intel", "threads=1 omp=gnu",
+                                               "threads=2 omp=intel", "threads=2 omp=gnu"]
+    assert plan.configs[plan.baseline].values == {"threads": "1", "omp": "gnu"}
+    applied = sweep.apply(DecodeOptions(), plan.configs[2].values)
+    assert applied.launch.threads == 2 and applied.launch.omp == "intel"
+    assert sweep.apply(DecodeOptions(), {"batch": "4", "dtype": "fp32"}).workload.batch == 4
+
+
+def _metrics(tokens_per_s: float, **kw: float) -> RunMetrics:
+    return RunMetrics(tokens_per_s=tokens_per_s, step_ms=[1000 / tokens_per_s] * 4, ttft_s=0.05,
+                      p50_ms=1000 / tokens_per_s, p99_ms=1000 / tokens_per_s, **kw)  # type: ignore[arg-type]
+
+
+def _comparison(a: list[float], b: list[float], a_spin: float = 0.40, b_spin: float = 0.05) -> Comparison:
+    c = sweep.plan(DecodeOptions(), {"omp": ["gnu", "intel"]}, len(a), ["compare"])
+    for rep, (ta, tb) in enumerate(zip(a, b, strict=True), 1):
+        c.runs.append(SweepRun(0, rep, "done", "a", metrics=_metrics(ta, spin_share=a_spin, sleep_share=0.1)))
+        c.runs.append(SweepRun(1, rep, "done", "b", metrics=_metrics(tb, spin_share=b_spin, sleep_share=0.1)))
+    return c
+
+
+def test_the_best_beyond_the_noise_is_named_with_its_test_and_cause():
+    c = _comparison([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])
+    v = verdict(c)
+    assert v is not None and v.best.config.label == "omp=intel" and v.baseline.config.label == "omp=gnu"
+    assert v.change == pytest.approx(21 / 11 - 1)  # mean 21 against mean 11 tokens/s
+    assert "beyond the noise" in v.line and "Welch's t-test over 3 and 3 runs" in v.line
+    assert any(e.startswith("spin") and "40%" in e and "5.0%" in e for e in v.explanations)
+    assert not any(e.startswith("sleep") for e in v.explanations)  # the same in both: explains nothing
+    rows = comparison_report(c).section("ranking").tables[0].rows  # type: ignore[union-attr]
+    assert [r["config"] for r in rows] == ["omp=intel", "omp=gnu"]
+    assert rows[0]["tokens_per_s"] == pytest.approx(21.0) and rows[0]["tokens_per_s_std"] == pytest.approx(1.0)
+    assert rows[0]["vs_baseline"] == "+90.9%" and rows[1]["vs_baseline"] == "base"
+
+
+def test_a_fastest_baseline_is_tested_against_the_runner_up():
+    c = _comparison([20.0, 21.0, 22.0], [10.0, 11.0, 12.0])
+    v = verdict(c)
+    assert v is not None and v.best.config.label == v.baseline.config.label == "omp=gnu"
+    assert v.other.config.label == "omp=intel" and v.change == pytest.approx(21 / 11 - 1)
+    assert "ahead of the runner-up (omp=intel)" in v.line and "beyond the noise" in v.line
+
+
+def test_a_difference_within_the_noise_is_called_so():
+    v = verdict(_comparison([10.0, 12.0, 14.0], [11.0, 13.0, 15.0]))
+    assert v is not None and "within the noise" in v.line
+
+
+def test_failed_runs_rank_last_and_keep_their_reason():
+    c = _comparison([10.0, 11.0], [20.0, 21.0])
+    c.configs.append(SweepConfig(label="numa=9", values={"numa": "9"}))
+    c.runs.append(SweepRun(2, 1, "failed", "x", error="--numa 9: no such NUMA node"))
+    summaries = summarize_configs(c)
+    assert summaries[2].failed == 1 and not summaries[2].ok
+    report = comparison_report(c)
+    rows = report.section("ranking").tables[0].rows  # type: ignore[union-attr]
+    assert rows[-1]["config"] == "numa=9" and rows[-1]["tokens_per_s"] is None and rows[-1]["status"] == "1 of 1 failed"
+    assert any("no such NUMA node" in n for n in report.section("ranking").notes)  # type: ignore[union-attr]
+
+
+def test_csv_has_raw_numbers_for_every_column():
+    out = io.StringIO()
+    CsvRenderer().render(comparison_report(_comparison([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])), out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [r["config"] for r in rows] == ["omp=intel", "omp=gnu"]
+    assert float(rows[0]["tokens_per_s"]) == pytest.approx(21.0) and float(rows[1]["spin_share"]) == pytest.approx(0.4)
+    assert rows[0]["bandwidth_share"] == ""  # not measured: empty, never 0
+
+
+def test_run_metrics_of_a_known_profile():
+    p = make_profile()
+    m = run_metrics(p)
+    assert m is not None
+    assert m.tokens_per_s == 100.0 and m.step_ms == pytest.approx([10.0, 10.0, 10.0])  # warm-up step left out
+    assert m.switches_per_token == pytest.approx((5 + 7) / 4)  # 4 steps of batch 1
+    assert m.run_delay_share == pytest.approx((5 + 1) * MS / (1000 * MS * 2))
+    assert m.threads == 1  # what torch said it uses, not what was asked
+
+
+def test_proposals_follow_the_figures():
+    p = make_profile()
+    assert proposals(p) == []  # 2 threads on 2 CPUs, bound, no delay, no spin: nothing to try
+    p.threads[0].run_delay_ns = 300 * MS  # 15% of threads × wall
+    assert [x.values for x in proposals(p)] == [{"threads": "1"}]
+    p = make_profile()
+    assert p.settings is not None
+    p.settings.requested = dataclasses.replace(p.settings.requested, threads=1, bind="none")
+    found = {tuple(x.values.items()): x.reason for x in proposals(p)}
+    assert (("bind", "close"),) in found and "not bound" in found[(("bind", "close"),)]
+    assert (("threads", "2"),) in found and "use them all" in found[(("threads", "2"),)]
