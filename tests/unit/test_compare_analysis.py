@@ -49,6 +49,8 @@ def test_sweep_values_lists_and_ranges():
     assert sweep.parse_values("threads", "2-8+3") == ["2", "5", "8"]
     assert sweep.parse_values("omp", "gnu,intel") == ["gnu", "intel"]
     assert sweep.parse_values("blocktime", "0,200,infinite") == ["0", "200", "infinite"]
+    assert sweep.parse_values("compile", "off,on") == ["off", "on"]
+    assert sweep.apply(DecodeOptions(), {"compile": "on"}).workload.compile
     for axis, text, words in [("threads", "4-1", "first <= last"), ("threads", "0,2", "positive"),
                               ("omp", "gnu,llvm", "choose from"), ("threads", "1,1", "twice"),
                               ("batch", "1,", "empty"), ("dtype", "fp8", "choose from")]:

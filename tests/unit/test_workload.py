@@ -255,3 +255,25 @@ def test_checkpoint_memory_estimate_scales_the_stored_weights(tmp_path: Path):
     assert checkpoints.checkpoint_weight_bytes(tmp_path, "bf16") == 2000  # fp32 on disk, bf16 in memory
     kv = 2 * 2 * 2 * 16 * 100 * 3 * 2  # K and V, 2 layers, 2 kv heads of 16, 100 positions, batch 3, bf16
     assert checkpoints.estimate_memory_bytes(tmp_path, "bf16", batch=3, max_seq=100) == 2000 + kv + 600 * 1024 * 1024
+
+
+def test_reset_cache_reuses_same_shape_tensors_zeroed():
+    """A compiled model guards on the KV cache's identity: a same-shape reset must not replace it."""
+    model = build_model(PRESETS["tiny"], torch.float32, seed=0)
+    model.reset_cache(1, 16)
+    attention = model.decoder_layers()[0].attention
+    first = attention.k_cache
+    assert first is not None
+    first.fill_(1.0)
+    model.reset_cache(1, 16)
+    assert attention.k_cache is first and not first.any()
+    model.reset_cache(1, 32)
+    assert attention.k_cache is not first and attention.k_cache.shape[2] == 32
+
+
+def test_no_grad_decode_gives_the_tokens_of_inference_mode():
+    cfg = PRESETS["tiny"]
+    model = build_model(cfg, torch.float32, seed=0)
+    a = run_decode(model, cfg, prompt_len=4, new_tokens=6, warmup=1)
+    b = run_decode(model, cfg, prompt_len=4, new_tokens=6, warmup=1, inference_mode=False, cache_len=11)
+    assert a.generated_ids == b.generated_ids

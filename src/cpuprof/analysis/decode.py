@@ -47,6 +47,9 @@ def decode_lines(wl: DecodeWorkload) -> list[str]:
         extra.append(f"peak RSS {fmt_bytes(wl.peak_rss_bytes)}")
     if wl.build_s is not None:
         extra.append(f"model built in {wl.build_s:.1f} s")
+    if wl.compile_s is not None:
+        extra.append(f"compiled with torch.compile (inductor, frozen weights) in {wl.compile_s:.1f} s, before the "
+                     "profile; ops fused into compiled kernels are not ATen ops and show as time between ops")
     if extra:
         lines.append("; ".join(extra))
     return lines

@@ -20,6 +20,10 @@ SPIN_PROPOSAL_SHARE = 0.10
 RUN_DELAY_PROPOSAL_SHARE = 0.05
 # CPU migrations per token above which binding threads to CPUs is worth trying.
 MIGRATIONS_PROPOSAL_PER_TOKEN = 0.5
+# Share of the GEMMs' sampled CPU spent repacking weights above which compiling (weights frozen and
+# packed once) is worth trying.
+REPACK_PROPOSAL_SHARE = 0.10
+MIN_REPACK_SAMPLES = 100
 
 
 @dataclass
@@ -60,6 +64,12 @@ def proposals(profile: Profile) -> list[Proposal]:
         out.append(Proposal({"threads": str(cpus)},
                             f"{requested.threads} thread(s) on {cpus} CPUs, and no thread waited for one: "
                             "use them all"))
+    repack = _repack_share(profile)
+    if repack is not None and repack >= REPACK_PROPOSAL_SHARE and profile.workload.compile_s is None \
+            and profile.workload.model.config is not None:
+        out.append(Proposal({"compile": "on"},
+                            f"the GEMMs spend {fmt_percent(repack)} of their CPU repacking weights on every call: "
+                            "torch.compile with frozen weights packs them once"))
     seen: set[tuple[tuple[str, str], ...]] = set()
     unique = []
     for p in out:
@@ -68,3 +78,14 @@ def proposals(profile: Profile) -> list[Proposal]:
             seen.add(key)
             unique.append(p)
     return unique
+
+
+def _repack_share(profile: Profile) -> float | None:
+    """The share of all GEMMs' sampled CPU time under weight-repacking code; None without stacks."""
+    from .roofline import gemm_groups
+
+    splits = [g.native for g in gemm_groups(profile) if g.native is not None]
+    cpu = sum(s.cpu_ns for s in splits)
+    if not splits or sum(s.samples for s in splits) < MIN_REPACK_SAMPLES or not cpu:
+        return None
+    return sum(s.by_part.get("repack", 0) for s in splits) / cpu

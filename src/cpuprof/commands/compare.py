@@ -82,7 +82,7 @@ def _base_options(args: argparse.Namespace) -> DecodeOptions:
     for axis in ("threads", "numa", "blocktime"):
         setattr(base, axis, None)
     base.omp, base.bind, base.allocator = "gnu", "close", "default"
-    base.dtype, base.batch = "bf16", 1
+    base.dtype, base.batch, base.compile = "bf16", 1, False
     return decode.options_from_args(base)
 
 

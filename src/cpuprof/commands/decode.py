@@ -74,6 +74,12 @@ def add_workload_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> N
     w.add_argument("--seed", type=int, default=0,
                    help="seed of the random weights, the prompt and top-k sampling (default 0)")
     w.add_argument("--hf", metavar="PATH", help="decode a local Hugging Face checkpoint (needs transformers)")
+    compile_help = ("torch.compile the built-in model (inductor, weights frozen as constants, so oneDNN packs them "
+                    "once instead of on every call); compiled before the profile starts, outside the figures")
+    if sweep:
+        w.add_argument("--compile", default=None, metavar="on,off", help=compile_help + "; on,off sweeps both")
+    else:
+        w.add_argument("--compile", action="store_true", help=compile_help)
 
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
@@ -98,7 +104,7 @@ def options_from_args(args: argparse.Namespace) -> DecodeOptions:
         workload=WorkloadOptions(
             preset=args.preset, overrides=overrides, dtype=args.dtype, prompt_len=args.prompt_len,
             new_tokens=args.new_tokens, batch=args.batch, warmup=args.warmup, sampling=args.sampling,
-            top_k=args.top_k, seed=args.seed, hf=args.hf),
+            top_k=args.top_k, seed=args.seed, hf=args.hf, compile=args.compile is True),
         launch=launch,
         profile=profile_options(args, enabled=args.profile),
         out=args.out, checkpoint_s=args.checkpoint_s, roofs=args.roofs,

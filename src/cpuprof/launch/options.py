@@ -33,6 +33,7 @@ class WorkloadOptions:
     top_k: int = 50
     seed: int = 0
     hf: str | None = None  # a local Hugging Face checkpoint instead of the built-in model
+    compile: bool = False  # torch.compile (inductor, weights frozen) the built-in model before decoding
 
 
 @dataclass

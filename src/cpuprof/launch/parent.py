@@ -117,12 +117,16 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
     if options.calibrate_only:
         pass  # no model: the roofs are measured under this launch alone
     elif wl.hf:
+        if wl.compile:
+            raise UsageError("--compile compiles the built-in model; a --hf checkpoint runs as transformers runs it")
         _check_hf(wl.hf, wl.dtype, wl.batch, wl.prompt_len + wl.new_tokens, _available_memory(resolved.mem_nodes))
     else:
         model = resolve_config(wl.preset, wl.overrides)
-        max_seq = wl.prompt_len + wl.new_tokens
+        max_seq = wl.prompt_len + wl.new_tokens + (1 if wl.compile else 0)  # compiled: one spare position
         if max_seq > model.max_seq:
-            raise UsageError(f"--prompt-len + --new-tokens = {max_seq} exceeds the model's context of {model.max_seq}")
+            spare = " + 1 (--compile)" if wl.compile else ""
+            raise UsageError(f"--prompt-len + --new-tokens{spare} = {max_seq} exceeds the model's context of "
+                             f"{model.max_seq}")
         try:
             check_memory(model, dtype_bytes(wl.dtype), wl.batch, max_seq,
                          available_bytes=_available_memory(resolved.mem_nodes))

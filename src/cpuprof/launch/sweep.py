@@ -38,8 +38,9 @@ from .options import DecodeOptions
 
 # Axes a sweep varies, in the order a configuration's label names them, and the value
 # ``decode`` uses when the flag is not given (the baseline prefers these).
-AXES = ("threads", "omp", "bind", "blocktime", "allocator", "numa", "dtype", "batch")
-DECODE_DEFAULTS = {"omp": "gnu", "bind": "close", "allocator": "default", "dtype": "bf16", "batch": "1"}
+AXES = ("threads", "omp", "bind", "blocktime", "allocator", "numa", "dtype", "batch", "compile")
+DECODE_DEFAULTS = {"omp": "gnu", "bind": "close", "allocator": "default", "dtype": "bf16", "batch": "1",
+                   "compile": "off"}
 NUMERIC_AXES = ("threads", "blocktime", "numa", "batch")
 CHILD_LOG = "child.log"
 
@@ -92,6 +93,8 @@ def check_value(axis: str, value: str) -> None:
         raise UsageError(f"--dtype {value}: choose from {', '.join(DTYPE_NAMES)}")
     elif axis == "batch" and (not value.isdigit() or int(value) < 1):
         raise UsageError(f"--batch {value}: expected a positive whole number")
+    elif axis == "compile" and value not in ("on", "off"):
+        raise UsageError(f"--compile {value}: expected on, off or on,off")
 
 
 def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
@@ -115,6 +118,8 @@ def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
             workload = dataclasses.replace(workload, dtype=value)
         elif axis == "batch":
             workload = dataclasses.replace(workload, batch=int(value))
+        elif axis == "compile":
+            workload = dataclasses.replace(workload, compile=value == "on")
         else:
             raise UsageError(f"cannot sweep {axis}")
     return dataclasses.replace(options, launch=launch, workload=workload)

@@ -68,6 +68,7 @@ class DecodeWorkload:
     bytes_read_per_token: int | None = None  # minimum bytes one token costs (weights + KV cache) / batch
     bytes_read_method: str = ""  # how bytes_read_per_token was obtained
     build_s: float | None = None
+    compile_s: float | None = None  # torch.compile of the built-in model, before the profile; None: not compiled
     peak_rss_bytes: int | None = None
     rss_timeline: list[MemoryPoint] = field(default_factory=list)
     kv_cache: list[KvCachePoint] = field(default_factory=list)  # at the prompt's end and the last step

@@ -120,11 +120,16 @@ def run_decode(
     seed: int = 0,
     on_step: Callable[[int, float, int], None] | None = None,
     phase: RegionFactory | None = None,
+    inference_mode: bool = True,
+    cache_len: int | None = None,
 ) -> DecodeResult:
     """Prefill a seeded random prompt, then run ``new_tokens`` timed decode steps.
 
     ``phase`` names the prefill (region ``prefill``), so a profile can tell its compute-bound
     GEMMs from the decode steps' memory-bound ones.
+
+    ``inference_mode=False`` runs under ``torch.no_grad`` instead, and ``cache_len`` sizes the KV
+    cache other than to the run: both are what a compiled model needs (see the decode child).
 
     The first ``warmup`` steps are kept in ``step_latencies_s`` but left out of tokens/s
     and the percentiles.  ``on_step(step_index, latency_s, total_steps)`` runs after every
@@ -134,9 +139,11 @@ def run_decode(
     _validate(cfg, prompt_len, new_tokens, batch, warmup, sampling, top_k)
     generator = torch.Generator().manual_seed(seed)
     sample = _sampler(sampling, top_k, generator)
-    with torch.inference_mode():
+    # A torch.compile'd model runs under no_grad: inductor cannot slice inference tensors with dynamic
+    # bounds (it sets their version counter), and the KV cache is allocated in this context.
+    with torch.inference_mode() if inference_mode else torch.no_grad():
         prompt = torch.randint(0, cfg.vocab, (batch, prompt_len), generator=generator)
-        model.reset_cache(batch, prompt_len + new_tokens)
+        model.reset_cache(batch, cache_len or prompt_len + new_tokens)
 
         start = time.perf_counter_ns()
         with (phase or no_region)(PREFILL_REGION):

@@ -105,9 +105,12 @@ class Attention(nn.Module):
             # A chunk after cached positions: SDPA's is_causal aligns the triangle top-left,
             # which would hide cached positions, so spell the mask out.
             mask = torch.arange(end) <= torch.arange(start_pos, end).unsqueeze(1)
-        out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, is_causal=seq > 1 and start_pos == 0, enable_gqa=True
-        )
+        # A branch, not is_causal=<condition>: under torch.compile with dynamic shapes the condition is
+        # symbolic, which SDPA refuses; a branch makes the compiler guard on it instead.
+        if seq > 1 and start_pos == 0:
+            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
+        else:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         return F.linear(out.transpose(1, 2).reshape(batch, seq, hidden), self.o_proj)
 
 
@@ -176,7 +179,7 @@ class LlamaModel(nn.Module):
         self.cache_batch = 0
         self.cache_len = 0
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def reset_cache(self, batch: int = 1, max_seq: int | None = None) -> None:
         """Allocate a zeroed KV cache for ``batch`` sequences of up to ``max_seq`` positions.
 
@@ -188,13 +191,19 @@ class LlamaModel(nn.Module):
             raise ValueError(f"cache length {length} outside 1..{self.cfg.max_seq}")
         shape = (batch, self.cfg.kv_heads, length, self.cfg.head_dim)
         for layer in self.decoder_layers():
-            layer.attention.k_cache = None  # free the old cache before allocating the new one
-            layer.attention.v_cache = None
-            layer.attention.k_cache = torch.zeros(shape, dtype=self.dtype)
-            layer.attention.v_cache = torch.zeros(shape, dtype=self.dtype)
+            attention = layer.attention
+            if attention.k_cache is not None and attention.v_cache is not None and attention.k_cache.shape == shape:
+                # The same tensors, zeroed: a compiled model guards on their identity and would recompile.
+                attention.k_cache.zero_()
+                attention.v_cache.zero_()
+                continue
+            attention.k_cache = None  # free the old cache before allocating the new one
+            attention.v_cache = None
+            attention.k_cache = torch.zeros(shape, dtype=self.dtype)
+            attention.v_cache = torch.zeros(shape, dtype=self.dtype)
         self.cache_batch, self.cache_len = batch, length
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def forward(self, input_ids: Tensor, start_pos: int) -> Tensor:
         """Run ``input_ids`` [batch, seq] at positions start_pos.. and return fp32 logits [batch, vocab].
 
