@@ -121,7 +121,8 @@ def test_from_a_profile_measures_what_its_figures_propose(tmp_path: Path):
     rows = sections["proposals"]["tables"][0]["rows"]
     use_all = next(r for r in rows if r["config"] == "threads=2")
     assert "1 thread(s) on 2 CPUs" in use_all["proposal"]
-    assert use_all["held"] in ("held", "no measurable effect", "made it slower") and use_all["p"] is not None
+    held = use_all["held"]
+    assert (held in ("held", "made it slower") or held.startswith("not beyond the noise")) and use_all["p"] is not None
     comparison = load(out)
     assert comparison.configs[0].label == "as profiled" and comparison.source == str(profiled)
 

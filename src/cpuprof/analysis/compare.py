@@ -19,8 +19,6 @@ from .stats import SIGNIFICANCE, Summary, WelchResult, summarize, welch_test
 
 # A metric must change by this much (relative) between two configurations to be named as a cause.
 MIN_EXPLAINING_CHANGE = 0.25
-# ... and by this much in absolute terms, for the shares (a 0.1% -> 0.2% spin share explains nothing).
-MIN_SHARE_CHANGE = 0.02
 MAX_EXPLANATIONS = 4
 # Spin and sleep shares come from samples: below this many samples in ops (a run of a fraction of
 # a second) their noise is larger than the differences between configurations, so none is given.
@@ -85,14 +83,15 @@ class ConfigSummary:
         return self.tokens_per_s.n > 0
 
 
-# The metrics that explain a difference: key, what it is, whether it is a share (else a rate).
+# The metrics that explain a difference: key, what it is, whether it is a share (else a rate), and
+# the least absolute change that can explain anything (0.03 against 0 migrations per token does not).
 EXPLAINING = (
-    ("spin_share", "spin (threads on CPU waiting in the OpenMP runtime, of the team's op time)", True),
-    ("sleep_share", "sleep (threads off CPU while an op ran, of the team's op time)", True),
-    ("run_delay_share", "run-queue delay (runnable threads waiting for a CPU, of threads × wall)", True),
-    ("switches_per_token", "context switches per token", False),
-    ("migrations_per_token", "CPU migrations per token", False),
-    ("bandwidth_share", "share of the memory-bandwidth ceiling reached", True),
+    ("spin_share", "spin (threads on CPU waiting in the OpenMP runtime, of the team's op time)", True, 0.02),
+    ("sleep_share", "sleep (threads off CPU while an op ran, of the team's op time)", True, 0.02),
+    ("run_delay_share", "run-queue delay (runnable threads waiting for a CPU, of threads × wall)", True, 0.02),
+    ("switches_per_token", "context switches per token", False, 2.0),
+    ("migrations_per_token", "CPU migrations per token", False, 0.5),
+    ("bandwidth_share", "share of the memory-bandwidth ceiling reached", True, 0.02),
 )
 
 
@@ -115,7 +114,7 @@ def summarize_configs(comparison: Comparison) -> list[ConfigSummary]:
             index=i, config=config, tokens_per_s=summarize([m.tokens_per_s for m in metrics]),
             p50_ms=p50, p99_ms=p99, ttft_s=_mean([m.ttft_s for m in metrics]),
             failed=len(failed), errors=sorted({r.error or "failed" for r in failed}),
-            metrics={key: _mean([getattr(m, key) for m in metrics]) for key, _, _ in EXPLAINING},
+            metrics={key: _mean([getattr(m, key) for m in metrics]) for key, *_ in EXPLAINING},
         ))
     return out
 
@@ -156,11 +155,9 @@ def significance_text(test: WelchResult | None, a: ConfigSummary, b: ConfigSumma
 def explain(best: ConfigSummary, other: ConfigSummary) -> list[str]:
     """The explaining metrics that differ most between two configurations, biggest change first."""
     changes = []
-    for key, what, share in EXPLAINING:
+    for key, what, share, least in EXPLAINING:
         a, b = best.metrics.get(key), other.metrics.get(key)
-        if a is None or b is None:
-            continue
-        if share and abs(a - b) < MIN_SHARE_CHANGE:
+        if a is None or b is None or abs(a - b) < least:
             continue
         base = max(abs(a), abs(b))
         if base == 0 or abs(a - b) / base < MIN_EXPLAINING_CHANGE:
@@ -231,7 +228,7 @@ def ranking_rows(comparison: Comparison, summaries: list[ConfigSummary]) -> list
             "p50_ns": None if s.p50_ms is None else s.p50_ms * 1e6,
             "p99_ns": None if s.p99_ms is None else s.p99_ms * 1e6,
             "ttft_ns": None if s.ttft_s is None else s.ttft_s * 1e9,
-            **{key: s.metrics[key] for key, _, _ in EXPLAINING},
+            **{key: s.metrics[key] for key, *_ in EXPLAINING},
             "status": status,
         })
     return rows
@@ -294,7 +291,7 @@ def proposals_section(comparison: Comparison, summaries: list[ConfigSummary]) ->
             elif test.significant:
                 held = "held" if change > 0 else "made it slower"
             else:
-                held = "no measurable effect"
+                held = f"not beyond the noise of {min(s.tokens_per_s.n, baseline.tokens_per_s.n)} runs (more: -r 5)"
         rows.append({"config": s.config.label, "proposal": s.config.proposal,
                      "change": None if change is None else f"{change * 100:+.1f}%",
                      "p": None if test is None else f"{test.p:.3g}", "held": held})
@@ -303,6 +300,7 @@ def proposals_section(comparison: Comparison, summaries: list[ConfigSummary]) ->
         Column("proposal", "why it was proposed", "text", "the profile's verdict that suggested it"),
         Column("change", "tok/s change", "text", "mean tokens/s against the profile's own settings, re-measured"),
         Column("p", "p", "text", f"Welch's t-test p-value; below {SIGNIFICANCE} the change is beyond the noise"),
-        Column("held", "verdict", "text", "held: faster beyond the noise; no measurable effect: within it"),
+        Column("held", "verdict", "text", "held: faster beyond the noise; made it slower: slower beyond it; "
+                                          "otherwise the difference is within the runs' noise"),
     ], rows=rows, caption=f"proposals from {comparison.source}, each measured against its own settings")
     return Section(id="proposals", title="Proposals, measured", tables=[table])
