@@ -85,6 +85,15 @@ def test_gemm_shapes_compare_their_time_and_bandwidth():
     assert gemv.gb_per_s.b == pytest.approx(3 * gemv.gb_per_s.a)
 
 
+def test_a_gemm_whose_weight_was_laid_out_anew_is_the_same_gemm():
+    """torch.compile prepacks what eager mode transposes: one GEMM, faster, not one removed and one added."""
+    a, b = before_and_after()
+    op(b, "aten::mm").inputs = [tensor("bf16", 1, 2048), tensor("bf16", 2048, 8192)]  # contiguous, unmarked
+    gemv = gemm_changes(comparison(a, b))[0]
+    assert gemv.shape == "[1,2048]x[2048,8192]ᵀ → [1,2048]x[2048,8192]"
+    assert gemv.calls_a == gemv.calls_b == 100 and gemv.time.delta == -400 * MS
+
+
 def test_threads_counters_settings_and_throughput():
     a, b = before_and_after(decodes=True)
     b.settings = settings(threads=1)

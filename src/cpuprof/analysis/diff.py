@@ -10,6 +10,8 @@ as totals. Every change is B − A: negative is less time in B.
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +23,7 @@ from ..units import fmt_ns, fmt_percent, fmt_rate
 from .gemm import gemm_work, is_gemm_like
 from .labels import inputs_text
 from .report_model import Column, Report, Section, Table
-from .roofline import gemm_groups
+from .roofline import GemmGroup, gemm_groups
 
 # perf's software clocks count nanoseconds; every other event is a count.
 TIME_EVENTS = ("task-clock", "cpu-clock")
@@ -169,17 +171,37 @@ class GemmChange:
     gb_per_s: Change  # least bytes / time
 
 
+# The layout marks of a GEMM's shape text: transposed, prepacked, other strides.
+_LAYOUT_MARKS = re.compile("[ᵀᵖ*]")
+
+
+def _keyed_groups(groups: list[GemmGroup], other: list[GemmGroup]) -> dict[tuple[str, str, str], GemmGroup]:
+    """GEMM groups by kind, dtype and shape. The same product with its weight laid out anew (torch.compile
+    prepacks what eager mode transposes) is one GEMM that got faster or slower, so the layout is left out of
+    the key, unless two groups of one side differ only by it."""
+    def loose(g: GemmGroup) -> tuple[str, str, str]:
+        return (g.work.kind, g.work.dtype, _LAYOUT_MARKS.sub("", g.shape_text))
+
+    counts = Counter(loose(g) for g in groups)
+    other_counts = Counter(loose(g) for g in other)
+    return {(loose(g) if counts[loose(g)] == 1 and other_counts[loose(g)] <= 1
+             else (g.work.kind, g.work.dtype, g.shape_text)): g for g in groups}
+
+
 def gemm_changes(cmp: Comparison) -> list[GemmChange]:
     """Each GEMM shape (roofline.py's groups: one row per shape, each counted once at its innermost
     GEMM-like op), the largest change in time first."""
-    a_groups = {(g.work.kind, g.work.dtype, g.shape_text): g for g in gemm_groups(cmp.a)}
-    b_groups = {(g.work.kind, g.work.dtype, g.shape_text): g for g in gemm_groups(cmp.b)}
+    a_groups = _keyed_groups(gemm_groups(cmp.a), gemm_groups(cmp.b))
+    b_groups = _keyed_groups(gemm_groups(cmp.b), gemm_groups(cmp.a))
     changes = []
     for key in list(a_groups) + [k for k in b_groups if k not in a_groups]:
         ga, gb = a_groups.get(key), b_groups.get(key)
         names = list(dict.fromkeys((ga.op_names if ga else []) + (gb.op_names if gb else [])))
+        shape = (ga or gb).shape_text  # type: ignore[union-attr]
+        if ga and gb and ga.shape_text != gb.shape_text:
+            shape = f"{ga.shape_text} → {gb.shape_text}"  # the same product, its weight laid out anew
         changes.append(GemmChange(
-            shape=key[2], dtype=key[1], ops=", ".join(names), calls_a=ga.calls if ga else None,
+            shape=shape, dtype=key[1], ops=", ".join(names), calls_a=ga.calls if ga else None,
             calls_b=gb.calls if gb else None,
             time=cmp.compared(ga.time_ns if ga else None, gb.time_ns if gb else None),
             gb_per_s=Change(ga.gb_per_s if ga else None, gb.gb_per_s if gb else None)))
