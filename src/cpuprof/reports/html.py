@@ -766,7 +766,7 @@ def step_distribution_chart(comparison: Comparison, summaries: list[ConfigSummar
     row_h, gap = 20, 14
     height = 36 + len(summaries) * (row_h + gap) + 46
     c = Chart("step-distribution", 900, height, "Decode step latency by configuration",
-              margins=(label_w + 10, 150, 36, 46))
+              margins=(label_w + 10, 190, 36, 46))  # right: room for "p50 1,234.56, p99 1,234.56 ms"
     x = linear(0, max(max(v) for v in steps.values() if v), c.x0, c.x1, ticks=8)
     c.y1 = c.y0 + len(summaries) * (row_h + gap)
     c.x_axis(x, "decode step latency (ms)", grid=True)
@@ -795,7 +795,7 @@ def step_distribution_chart(comparison: Comparison, summaries: list[ConfigSummar
         c.mark(f'<g class="mark" data-config="{esc(s.config.label)}" data-steps="{len(values)}" '
                f'data-p50="{p50:.6g}" data-p99="{p99:.6g}">{tooltip(tip)}' + "".join(parts) + "</g>")
         c.add(f'<text x="{c.x1 + 8}" y="{mid + 4:.1f}" class="legend">'
-              f"{esc(f'p50 {p50:.2f}, p99 {p99:.2f} ms')}</text>")
+              f"{esc(f'p50 {p50:.1f}, p99 {p99:.1f} ms')}</text>")
     c.legend([(f'<rect x="0" y="-6" width="12" height="12" fill="{SKY}" fill-opacity="0.6" stroke="#333"/>',
                "25th-75th percentile"),
               ('<line x1="6" y1="-7" x2="6" y2="7" stroke="#000" stroke-width="2"/>', "p50"),
