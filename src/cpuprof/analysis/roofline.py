@@ -235,11 +235,12 @@ def _native_causes(group: GemmGroup) -> list[str]:
     if repack >= CAUSE_SHARE:
         where = f" ({split.repack_function})" if split.repack_function else ""
         causes.append(f"{fmt_percent(repack)} of its samples repack the weights{where}: weights packed once "
-                      "(torch.compile with freezing, or IPEX) usually fix that (a hypothesis, not tested here)")
+                      "(decode --compile: torch.compile with frozen weights) usually fix that; measure it with "
+                      "compare --from this profile's directory")
     openmp = split.share("openmp")
     if openmp >= CAUSE_SHARE:
         causes.append(f"{fmt_percent(openmp)} of its CPU is in the OpenMP runtime (threads waiting or spinning): "
-                      "compare thread counts, runtimes and binding")
+                      "compare thread counts, runtimes and binding (compare --from proposes them)")
     if not causes:
         compute = split.share("compute")
         causes.append(f"{fmt_percent(compute)} of its samples are in the compute kernel: the kernel itself runs "
