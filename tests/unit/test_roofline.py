@@ -268,7 +268,7 @@ def test_native_split_from_synthetic_stacks() -> None:
     # 100 ms for 10 calls: 3.4 GB/s, 8% of the roof; the samples say why
     assert g.verdict.startswith("memory-bound by intensity")
     assert "64% of its samples repack the weights (jit_brgemm_matmul_copy_b_bf16_t)" in g.verdict
-    assert "torch.compile with freezing, or IPEX" in g.verdict
+    assert "decode --compile: torch.compile with frozen weights" in g.verdict and "compare --from" in g.verdict
     assert "OpenMP" not in g.verdict  # 6% is below the share worth naming
 
 
