@@ -148,6 +148,16 @@ def test_run_metrics_of_a_known_profile():
     assert m.threads == 1  # what torch said it uses, not what was asked
 
 
+def test_sleep_share_is_the_difference_of_the_totals_not_a_sum_of_clamped_ops():
+    """Per-op sampled CPU is noisy both ways; clamping each op at its wall time before summing would
+    count only the low side. Known answer: ops wall 650 ms x 2 threads, CPU 1170 + 110 ms."""
+    p = make_profile()
+    op = next(o for o in p.ops if o.name == "aten::add")
+    op.counters_self["task-clock"] = [60 * MS, 50 * MS]  # 110 ms of CPU in 50 ms x 2 threads: noise
+    m = run_metrics(p)
+    assert m is not None and m.sleep_share == pytest.approx((1300 - 1280) / 1300)
+
+
 def test_proposals_follow_the_figures():
     p = make_profile()
     assert proposals(p) == []  # 2 threads on 2 CPUs, bound, no delay, no spin: nothing to try
