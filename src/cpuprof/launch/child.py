@@ -9,7 +9,6 @@ lost run. Exit codes: 0 done, 2 bad configuration (one line on stderr), 130 inte
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 import resource
@@ -24,7 +23,8 @@ from ..model import DecodeWorkload, KvCachePoint, MachineRoofs, MemoryPoint, Met
 from ..model.codec import from_json
 from ..units import fmt_params
 from ..workload.figures import step_figures
-from .options import CRASH_FILENAME, ChildConfig
+from .child_setup import record_crashes, remove_perf_map
+from .options import ChildConfig
 from .progress import Progress
 
 # Exit codes the parent tells apart (see cpuprof.launch.parent).
@@ -318,27 +318,16 @@ class DecodeRun:
         return f"{what} while {self.stage}{tail}"
 
 
-def _remove_perf_map() -> None:
-    """The perf map oneDNN wrote because the launcher asked for it: read by now, not kept."""
-    if os.environ.get("CPUPROF_REMOVE_PERF_MAP") == "1":
-        try:
-            os.unlink(f"/tmp/perf-{os.getpid()}.map")
-        except OSError:
-            pass
-
-
 def main(argv: list[str]) -> int:
     try:
         return _main(argv)
     finally:
-        _remove_perf_map()
+        remove_perf_map()
 
 
 def _main(argv: list[str]) -> int:
     config = from_json(ChildConfig, json.loads(Path(argv[1]).read_text()), "launch")
-    # A crash leaves evidence the parent can point at; the file stays open (and empty) until then.
-    crash_file = open(Path(config.out) / CRASH_FILENAME, "w")  # noqa: SIM115
-    faulthandler.enable(crash_file, all_threads=True)
+    record_crashes(config.out)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
     run = DecodeRun(config)

@@ -28,6 +28,7 @@ from ..model import PROFILE_FILENAME, Profile
 from ..model.codec import to_json
 from ..workload.dtypes import check_dtype, dtype_bytes
 from . import environment
+from .child_setup import REMOVE_PERF_MAP
 from .options import CRASH_FILENAME, ChildConfig, DecodeOptions
 
 # Exit codes the child uses for outcomes the parent must tell apart from a crash.
@@ -36,8 +37,6 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 LAUNCH_FILENAME = "launch.json"
 CHILD_MODULE = "cpuprof.launch.child"  # the decode child; `run` starts cpuprof.launch.script_child
-# Set in the child's environment when cpuprof, not the user, asked oneDNN for a perf map.
-REMOVE_PERF_MAP = "CPUPROF_REMOVE_PERF_MAP"
 
 
 @dataclass

@@ -16,7 +16,6 @@ or a profiler that could not start, is one error line here and no profile.
 
 from __future__ import annotations
 
-import faulthandler
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -36,8 +35,9 @@ from typing import Any
 from ..errors import CpuprofError
 from ..model import Profile, Requested, Settings, Status, Topology
 from ..model.codec import from_json
+from .child_setup import record_crashes, remove_perf_map
 from .environment import LaunchSettings
-from .options import CRASH_FILENAME, ProfileOptions
+from .options import ProfileOptions
 from .progress import Progress
 
 MODULE = "cpuprof.launch.script_child"
@@ -308,18 +308,12 @@ def main(argv: list[str]) -> int:
     try:
         return _main(argv)
     finally:
-        # Imported here, not above: the decode child's module brings numpy, which the program
-        # should import itself, if at all, when it runs.
-        from .child import _remove_perf_map
-
-        _remove_perf_map()
+        remove_perf_map()
 
 
 def _main(argv: list[str]) -> int:
     config = from_json(ScriptConfig, json.loads(Path(argv[1]).read_text()), "launch")
-    # A crash leaves the threads' stacks where the parent can point at them (as the decode child).
-    crash_file = open(Path(config.out) / CRASH_FILENAME, "w")  # noqa: SIM115
-    faulthandler.enable(crash_file, all_threads=True)
+    record_crashes(config.out)
     run = ScriptRun(config)
     hook = TorchImportHook(run.start_profile)
     hook.install()
