@@ -11,6 +11,12 @@
 
 namespace cpuprof {
 
+namespace {
+std::atomic<int64_t> g_collect_delay_us{0};
+}  // namespace
+
+void inject_collect_delay_us(int64_t delay_us) { g_collect_delay_us.store(delay_us); }
+
 ThreadDiscovery::ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table,
                                  std::function<void(int64_t, bool)> collect)
     : registry_(registry), team_(team), table_(table), collect_(std::move(collect)) {}
@@ -55,10 +61,14 @@ void ThreadDiscovery::run() {
   }
   wake_.notify_all();
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_requested_) {
+  // The loop ends only after a final tick: a stop requested while a tick runs (long with hundreds
+  // of threads) must still get the final read, or every thread's totals stop at its last tick.
+  for (bool final_tick = false; !final_tick;) {
     wake_.wait_for(lock, std::chrono::microseconds(kCollectIntervalUs), [this] { return stop_requested_; });
-    const bool final_tick = stop_requested_;
+    final_tick = stop_requested_;
     lock.unlock();
+    const int64_t delay_us = g_collect_delay_us.load(std::memory_order_relaxed);
+    if (delay_us > 0 && !final_tick) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     tick(final_tick);
     if (collect_) collect_(now_ns(), final_tick);
     cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);

@@ -22,6 +22,10 @@
 
 namespace cpuprof {
 
+// Test hook: every collector period but the final one takes this much longer, as it does with
+// hundreds of threads to read, so that a stop requested mid-period can be tested (0 clears).
+void inject_collect_delay_us(int64_t delay_us);
+
 class ThreadDiscovery {
  public:
   // `collect(now, final)` runs after each tick (see CountingStrategy::collect).

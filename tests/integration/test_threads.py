@@ -82,3 +82,36 @@ def test_threads_beyond_the_slots_are_counted_and_reported():
 def test_limits_known_without_torch_are_the_cores_own():
     assert _build_info.LIMITS == native.load().limits
     assert cpuprof.defaults.SAMPLE_HZ == native.load().limits["kDefaultSampleHz"]
+
+
+# A team that worked before the session (so its workers join at once and are read only at the
+# end), and a collector period that outlasts the session: stop() arrives while it runs.
+STOP_MID_PERIOD = r"""
+import json, torch
+import cpuprof
+from cpuprof import native
+torch.set_num_threads(2)
+x = torch.ones(20_000_000)
+for _ in range(5):
+    x.exp_()  # each worker has well over a millisecond of CPU before profiling starts
+native.load().inject_collect_delay_us(400_000)
+with cpuprof.profile(["task-clock"], warn=False) as prof:
+    for _ in range(10):
+        x.exp_()
+native.load().inject_collect_delay_us(0)
+p = prof.profile
+print(json.dumps({
+    "workers": [t.cpu_ns or 0 for t in p.threads if t.role == "worker"],
+    "idle": [t.tid for t in p.idle_threads],
+    "wall_ns": p.collection.stopped_ns - p.collection.started_ns,
+}))
+"""
+
+
+def test_stop_during_a_collector_period_still_takes_the_final_read():
+    out = subprocess.run([sys.executable, "-c", STOP_MID_PERIOD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["wall_ns"] < 400e6, "the session outlasted the injected period; the test proves nothing"
+    # the worker's totals come from the final read alone: without it, it would count nothing
+    assert len(data["workers"]) == 1 and data["workers"][0] > 1e6, data
