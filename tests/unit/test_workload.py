@@ -277,3 +277,29 @@ def test_no_grad_decode_gives_the_tokens_of_inference_mode():
     a = run_decode(model, cfg, prompt_len=4, new_tokens=6, warmup=1)
     b = run_decode(model, cfg, prompt_len=4, new_tokens=6, warmup=1, inference_mode=False, cache_len=11)
     assert a.generated_ids == b.generated_ids
+
+
+def test_a_tensor_parallel_shard_reads_its_slice_and_the_replicated_rest_whole():
+    from cpuprof.workload.presets import PRESETS
+
+    tiny = PRESETS["tiny"]
+    whole = tiny.bytes_read_per_token(2, 40, 1)
+    half = tiny.bytes_read_per_token(2, 40, 1, shards=2)
+    # two halves read the whole model plus, twice, what every rank holds whole: per layer its two
+    # norms, the final norm, the tied embedding/lm_head matrix, and the embedding row it looks up
+    replicated = tiny.layers * 2 * tiny.hidden + tiny.hidden + tiny.vocab * tiny.hidden + tiny.hidden
+    assert 2 * half - whole == replicated * 2
+
+
+def test_several_processes_must_fit_together():
+    from cpuprof.workload.presets import PRESETS, check_memory, estimate_memory_bytes
+
+    tiny = PRESETS["tiny"]
+    one = estimate_memory_bytes(tiny, 2, 1, 64)
+    assert check_memory(tiny, 2, 1, 64, available_bytes=one) == one
+    expected = ("2 processes of preset tiny need about 0.8 GB in bf16 but only 0.4 GB is available; "
+                "try .*fewer processes")
+    with pytest.raises(UsageError, match=expected):
+        check_memory(tiny, 2, 1, 64, available_bytes=one, processes=2)
+    # two shards of a model need less than two copies of it
+    assert estimate_memory_bytes(tiny, 2, 1, 64, shards=2) < one

@@ -29,6 +29,16 @@ def decode_lines(wl: DecodeWorkload) -> list[str]:
              f"({fmt_bytes(m.weight_bytes)} of weights), {m.source}",
              f"batch {wl.batch}, prompt {wl.prompt_len} tokens, {wl.new_tokens} decode steps "
              f"({wl.steps_done} done, the first {wl.warmup_steps} not measured)"]
+    if wl.rank is not None:
+        r = wl.rank
+        if r.mode == "tp":
+            lines.append(f"tensor-parallel rank {r.rank} of {r.world_size} ({r.backend}): this process holds 1/"
+                         f"{r.world_size} of every layer's heads and MLP width, and the figures below are its own; "
+                         "the group's report, with the all-reduces and the wait for the other ranks, is in the "
+                         "directory above (python -m cpuprof report DIR)")
+        else:
+            lines.append(f"instance {r.rank} of {r.world_size} decoding side by side; the group's report is in the "
+                         "directory above (python -m cpuprof report DIR)")
     f = wl.figures
     figures = decode_figures(wl)
     if f is not None:

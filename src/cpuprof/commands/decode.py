@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import defaults
+from ..errors import ChildFailed, UsageError
 from ..launch import environment, parent
 from ..launch.options import DecodeOptions, WorkloadOptions
 from ..model import Profile
@@ -20,6 +21,7 @@ from .common import (
     positive_int,
     profile_options,
     show_results,
+    write_flamegraph,
 )
 
 # Model-shape overrides: flag -> ModelConfig field.
@@ -36,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "thread, and reports throughput, latency, the settings in force and where the time goes.")
     add_workload_arguments(p)
     add_launch_arguments(p)
+    add_rank_arguments(p)
     c = p.add_argument_group("profiling")
     c.add_argument("--no-profile", dest="profile", action="store_false",
                    help="decode without the profiler (a baseline)")
@@ -96,6 +99,24 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
 
 
+def add_rank_arguments(p: argparse.ArgumentParser) -> None:
+    r = p.add_argument_group(
+        "several processes: tensor-parallel ranks or independent instances, each pinned to its share of the machine "
+        "(the NUMA nodes in order; a node's CPUs split evenly between its ranks) and profiled; one merged report")
+    r.add_argument("--tp", type=positive_int, metavar="N",
+                   help="split the built-in model tensor-parallel over N processes (attention heads and MLP width "
+                        "sharded, an all-reduce after attention and after the MLP), through torch.distributed")
+    r.add_argument("--instances", type=positive_int, metavar="N",
+                   help="N independent decoders side by side, for aggregate throughput")
+    r.add_argument("--ranks-per-node", type=positive_int, metavar="K",
+                   help="ranks on each NUMA node (default: as few as fit, one per node when there are enough)")
+    r.add_argument("--backend", default="gloo",
+                   help="torch.distributed backend for --tp: gloo (default) or ccl (needs Intel's oneCCL bindings)")
+    r.add_argument("--rank-timeout", type=positive_float, default=120.0, metavar="S",
+                   help="how long ranks wait for each other in a collective, and how long the others get to end "
+                        "once one rank has failed before they are stopped (default 120)")
+
+
 def options_from_args(args: argparse.Namespace) -> DecodeOptions:
     """The CLI's strings parsed into typed options (UsageError, one line, for anything malformed)."""
     overrides = {field: getattr(args, flag) for flag, field in OVERRIDES.items() if getattr(args, flag) is not None}
@@ -133,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
     check_profile_options(options.profile, args.flamegraph)
     out_dir = Path(options.out) if options.out else parent.default_out_dir()
     fmt = "json" if args.json else args.format
+    if args.tp is not None or args.instances is not None:
+        return run_ranks(args, options, out_dir, fmt)
+    if args.ranks_per_node is not None:
+        raise UsageError("--ranks-per-node places the processes of --tp N or --instances N; give one of them")
     outcome = parent.launch(options, out_dir)
     if outcome.profile is not None:
         show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
@@ -141,6 +166,40 @@ def run(args: argparse.Namespace) -> int:
             stream = sys.stdout if fmt == "terminal" else sys.stderr
             stream.write(write_html(outcome.profile, outcome.out_dir, args.top) + "\n")
     return parent.check_outcome(outcome)
+
+
+def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, fmt: str) -> int:
+    """decode --tp N / --instances N: every rank launched, profiled and saved; one merged report."""
+    from ..analysis.ranks import load_profiles, ranks_report
+    from ..launch import ranks
+    from ..reports import get_renderer
+
+    if args.tp is not None and args.instances is not None:
+        raise UsageError("--tp and --instances: choose one (tensor-parallel ranks of one model, or independent "
+                         "decoders)")
+    mode, n = ("tp", args.tp) if args.tp is not None else ("instances", args.instances)
+    run = ranks.launch_ranks(options, out_dir, mode, n, ranks_per_node=args.ranks_per_node, backend=args.backend,
+                             timeout_s=args.rank_timeout)
+    get_renderer(fmt).render(ranks_report(run, out_dir), sys.stdout)
+    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    stream.write(("\n" if fmt == "terminal" else "") + f"{n} profiles saved in {out_dir}/rank-*; re-render the merged "
+                 f"report with: python -m cpuprof report {out_dir}; a trace with one process per rank: "
+                 f"python -m cpuprof trace {out_dir} -o trace.json\n")
+    for rank, profile in zip(run.ranks, load_profiles(run, out_dir), strict=True):
+        if profile is None:
+            continue
+        if args.flamegraph and profile.stacks is not None:
+            stream.write(f"rank {rank.rank}: " + write_flamegraph(profile, out_dir / rank.dir) + "\n")
+        if args.html:
+            stream.write(f"rank {rank.rank}: " + write_html(profile, out_dir / rank.dir, args.top) + "\n")
+    if run.failures:
+        error = ChildFailed(f"{run.failures[0]}" + (f" (and {len(run.failures) - 1} more rank(s) failed after it)"
+                                                    if len(run.failures) > 1 else "")
+                            + f"; every rank's profile so far is in {out_dir}/rank-*")
+        if all(r.returncode == parent.EXIT_INTERRUPTED for r in run.ranks if r.returncode):
+            error.exit_code = parent.EXIT_INTERRUPTED
+        raise error
+    return 0
 
 
 def write_html(profile: Profile, out_dir: Path, top: int) -> str:

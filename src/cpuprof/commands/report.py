@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import defaults
+from ..errors import UsageError
 from ..model import Profile
 from ..model.compare import COMPARE_FILENAME, Comparison
 from ..model.io import PROFILE_FILENAME
+from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import FORMATS, get_renderer, render
 from .common import positive_int, write_output
 
@@ -22,7 +24,8 @@ REPORT_FORMATS = (*FORMATS, "html")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="re-render a saved profile or comparison (a directory, profile.json or "
                                       "compare.json)")
-    p.add_argument("path", help="directory written by cpuprof (decode or compare), a profile.json or a compare.json")
+    p.add_argument("path", help="directory written by cpuprof (decode, decode --tp/--instances, or compare), a "
+                                "profile.json, a compare.json or a ranks.json")
     p.add_argument("--format", default="terminal", choices=REPORT_FORMATS,
                    help="terminal (default), markdown (GitHub tables), json (the report's tables as data) or html "
                         "(one self-contained page with charts, opens offline)")
@@ -39,8 +42,26 @@ def _is_comparison(path: str) -> bool:
     return p.name == COMPARE_FILENAME
 
 
+def _is_ranks(path: str) -> bool:
+    p = Path(path)
+    return (p / RANKS_FILENAME).is_file() if p.is_dir() else p.name == RANKS_FILENAME
+
+
 def run(args: argparse.Namespace) -> int:
-    if _is_comparison(args.path):
+    if _is_ranks(args.path):
+        directory = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
+        multi = MultiRun.load(directory)
+        if args.format == "html":
+            raise UsageError(f"the merged report of several ranks has no HTML form yet; each rank's has: "
+                             f"python -m cpuprof report {directory}/rank-N --format html")
+        from ..analysis.ranks import ranks_report
+
+        def write_ranks(out: TextIO) -> int:
+            get_renderer(args.format).render(ranks_report(multi, directory), out)
+            return 0
+
+        write_output(args.output, write_ranks)
+    elif _is_comparison(args.path):
         from ..launch.sweep import load
 
         comparison = load(args.path)

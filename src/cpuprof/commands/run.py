@@ -13,11 +13,13 @@ from ..launch import environment, parent
 from ..launch.options import ProfileOptions
 from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
 from ..machine.topology import read_topology
-from ..model import PROFILE_FILENAME
+from ..model import PROFILE_FILENAME, format_cpulist
 from .common import (
     add_output_arguments,
     add_profiling_arguments,
     check_profile_options,
+    positive_float,
+    positive_int,
     profile_options,
     show_results,
 )
@@ -43,6 +45,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "is saved and the report follows the program's own output on stdout. The exit code is the "
                     "program's (1 if it raised, 130 if interrupted).")
     add_launch_arguments(p)
+    r = p.add_argument_group("several processes, torchrun-style: each pinned to its share of the machine and profiled")
+    r.add_argument("--nproc", type=positive_int, metavar="N",
+                   help="run N copies of the program, with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+                        "set as torchrun sets them (rendezvous on localhost), for torch.distributed programs; one "
+                        "merged report")
+    r.add_argument("--ranks-per-node", type=positive_int, metavar="K",
+                   help="processes on each NUMA node (default: as few as fit, one per node when there are enough)")
+    r.add_argument("--rank-timeout", type=positive_float, default=120.0, metavar="S",
+                   help="once one process has failed, how long the others get to end before they are stopped "
+                        "(default 120)")
     add_profiling_arguments(p.add_argument_group("profiling"), "the program")
     add_output_arguments(p.add_argument_group("output"), "run")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python script.py [args]",
@@ -104,11 +116,46 @@ def run(args: argparse.Namespace) -> int:
     check_profile_options(profile, args.flamegraph)
     out_dir = Path(args.out) if args.out else parent.default_out_dir("run")
     fmt = "json" if args.json else args.format
+    if args.nproc is not None:
+        return run_processes(args, target, launch, profile, out_dir, fmt)
+    if args.ranks_per_node is not None:
+        raise UsageError("--ranks-per-node places the processes of --nproc N; give --nproc")
     resolved, config = prepare(target, launch, profile, out_dir)
     outcome = parent.run_child(resolved, config, out_dir, profiled=True, module=MODULE)
     if outcome.profile is not None:
         show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
     return exit_code(outcome)
+
+
+def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: environment.LaunchSettings,
+                  profile: ProfileOptions, out_dir: Path, fmt: str) -> int:
+    """run --nproc N: the program N times, torchrun-style, each pinned and profiled; one merged report."""
+    from ..analysis.ranks import ranks_report
+    from ..launch import ranks
+    from ..reports import get_renderer
+
+    prepared = []
+    for place, rank_launch, rank_dir in ranks.rank_launches(launch, out_dir, args.nproc, args.ranks_per_node):
+        try:
+            resolved, config = prepare(target, rank_launch, profile, rank_dir)
+        except UsageError as exc:
+            raise UsageError(f"rank {place.rank} (CPUs {format_cpulist(place.cpus)}): {exc}") from exc
+        prepared.append(ranks.PreparedRank(place, resolved, config, rank_dir))
+    run = ranks.launch_group(prepared, out_dir, "nproc", None, args.rank_timeout, profiled=True, module=MODULE)
+    get_renderer(fmt).render(ranks_report(run, out_dir), sys.stdout)
+    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    stream.write(("\n" if fmt == "terminal" else "") + f"{args.nproc} profiles saved in {out_dir}/rank-*; the merged "
+                 f"report again: python -m cpuprof report {out_dir}; a trace with one process per rank: "
+                 f"python -m cpuprof trace {out_dir} -o trace.json; each process's own output (rank 0's is above): "
+                 f"{out_dir}/rank-N/child.log\n")
+    if run.failures:
+        error = ChildFailed(run.failures[0] + (f" (and {len(run.failures) - 1} more process(es) after it)"
+                                               if len(run.failures) > 1 else "")
+                            + f"; every process's profile so far is in {out_dir}/rank-*")
+        failed = [r.returncode for r in run.ranks if r.returncode]
+        error.exit_code = failed[0] if failed and all(0 < c < 256 for c in failed) else 1
+        raise error
+    return 0
 
 
 def exit_code(outcome: parent.DecodeOutcome) -> int:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..exports import trace
 from ..model import Profile
+from ..model.ranks import RANKS_FILENAME, MultiRun
 from .common import write_output
 
 
@@ -16,14 +18,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Op spans need the run to keep them (decode --timeline N); every sampled run has the slices "
                     "of what each thread's samples worked for and its CPU use over time. Open the file in "
                     "https://ui.perfetto.dev or chrome://tracing.")
-    p.add_argument("path", help="directory written by cpuprof, or a profile.json")
+    p.add_argument("path", help="directory written by cpuprof, or a profile.json; a decode --tp/--instances "
+                                "directory gives one process per rank, on one clock")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace file ('-': standard output)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = Profile.load(args.path)
-    n = write_output(args.output, lambda out: trace.write(profile, out))
+    directory = Path(args.path)
+    if directory.is_dir() and (directory / RANKS_FILENAME).is_file():
+        from ..analysis.ranks import load_profiles
+
+        multi = MultiRun.load(directory)
+        profiles = [(r.rank, p) for r, p in zip(multi.ranks, load_profiles(multi, directory), strict=True) if p]
+        n = write_output(args.output, lambda out: trace.write_ranks(profiles, out))
+    else:
+        profile = Profile.load(args.path)
+        n = write_output(args.output, lambda out: trace.write(profile, out))
     if args.output != "-":
         print(f"wrote {args.output} ({n:,} trace events)", file=sys.stderr)
     return 0

@@ -19,7 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CpuprofError
-from ..model import DecodeWorkload, KvCachePoint, MachineRoofs, MemoryPoint, Meta, ModelInfo, Profile, Settings, Status
+from ..model import (
+    DecodeWorkload,
+    KvCachePoint,
+    MachineRoofs,
+    MemoryPoint,
+    Meta,
+    ModelInfo,
+    Profile,
+    RankInfo,
+    Settings,
+    Status,
+)
 from ..model.codec import from_json
 from ..units import fmt_params
 from ..workload.figures import step_figures
@@ -90,6 +101,7 @@ class DecodeRun:
         self.started = time.monotonic()
         self.roofs: MachineRoofs | None = None
         self.rss_timeline: list[MemoryPoint] = []
+        self.all_reduce: Any = None  # a tensor-parallel rank's AllReduceRecorder
 
     # -- steps ----------------------------------------------------------------------------------
     def check_events(self) -> None:
@@ -137,7 +149,9 @@ class DecodeRun:
 
             # A compiled model runs as one graph: its per-layer regions would break it into pieces.
             region_factory = region if self.options.profile.enabled and not self.wl.compile else None
-            model = build_model(cfg, dtype, seed=self.wl.seed, progress=on_layer, region=region_factory)
+            shard, reduce = self.join_tensor_parallel(region_factory)
+            model = build_model(cfg, dtype, seed=self.wl.seed, progress=on_layer, region=region_factory,
+                                shard=shard, reduce=reduce)
             info = ModelInfo(name=cfg.name, source="built-in random weights", architecture="built-in Llama",
                              dtype=self.wl.dtype, params=cfg.param_count(),
                              weight_bytes=cfg.weight_bytes(dtype_bytes(self.wl.dtype)), config=cfg)
@@ -145,8 +159,39 @@ class DecodeRun:
         self.workload = DecodeWorkload(model=info, batch=self.wl.batch, prompt_len=self.wl.prompt_len,
                                        new_tokens=self.wl.new_tokens, warmup_steps=self.wl.warmup,
                                        sampling=self.wl.sampling, build_s=build_s)
+        rank = self.config.rank
+        if rank is not None:
+            self.workload.rank = RankInfo(mode=rank.mode, rank=rank.rank, world_size=rank.world_size,
+                                          backend=rank.backend, cpus=list(rank.cpus))
         self.progress.done(f"built {info.name} in {build_s:.1f} s")
         return model
+
+    def join_tensor_parallel(self, region_factory: Any) -> tuple[Any, Any]:
+        """A tensor-parallel rank joins its group before building its shard; otherwise the whole model."""
+        from ..workload.llama import Shard, no_reduce
+
+        rank = self.config.rank
+        if rank is None or rank.mode != "tp":
+            return Shard(), no_reduce
+        from ..workload.tensor_parallel import AllReduceRecorder, join_group
+
+        self.stage = f"joining the {rank.backend} process group of {rank.world_size} ranks"
+        self.progress.show(f"rank {rank.rank}: joining the {rank.backend} group of {rank.world_size} ranks ...",
+                           phase="build")
+        assert rank.backend is not None and self.config.model is not None
+        join_group(rank.backend, rank.timeout_s)
+        self.stage = "building the model"
+        self.all_reduce = AllReduceRecorder(region_factory, calls_per_forward=2 * self.config.model.layers)
+        return Shard(rank.rank, rank.world_size), self.all_reduce
+
+    def wait_for_ranks(self) -> None:
+        """Ranks build at their own pace; the prefill's first all-reduce is not the place to wait."""
+        if self.all_reduce is None:
+            return
+        import torch.distributed as dist
+
+        self.stage = "waiting for the other ranks"
+        dist.barrier()
 
     def compile(self, model: Any) -> None:
         """torch.compile before the profile starts: compilation is in neither the figures nor the ops."""
@@ -283,6 +328,8 @@ class DecodeRun:
                 self.workload.figures = step_figures(self.latencies, self.wl.warmup, self.wl.batch)
             self.workload.peak_rss_bytes = peak_rss_bytes()
             self.workload.rss_timeline = list(self.rss_timeline)
+            if self.all_reduce is not None:
+                self.workload.collectives = self.all_reduce.record
         profile.workload = self.workload
         profile.settings = self.settings
         profile.roofs = self.roofs
@@ -323,6 +370,10 @@ def main(argv: list[str]) -> int:
         return _main(argv)
     finally:
         remove_perf_map()
+        if "torch.distributed" in sys.modules:
+            from ..workload.tensor_parallel import leave_group
+
+            leave_group()
 
 
 def _main(argv: list[str]) -> int:
@@ -344,6 +395,7 @@ def _main(argv: list[str]) -> int:
         run.read_settings(model)
         run.calibrate()
         run.compile(model)
+        run.wait_for_ranks()
         run.decode(model)
         run.save(complete=True)
         return 0

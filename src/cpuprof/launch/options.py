@@ -61,6 +61,19 @@ class DecodeOptions:
 
 
 @dataclass
+class RankConfig:
+    """A child's place in a multi-process decode; the rendezvous address comes in its environment
+    (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), as torchrun passes it."""
+
+    mode: str  # "tp" (one rank of a tensor-parallel model) or "instances" (independent decoders)
+    rank: int
+    world_size: int
+    backend: str | None  # torch.distributed backend for "tp"
+    timeout_s: float  # a collective waits this long for the other ranks before failing
+    cpus: list[int] = field(default_factory=list)
+
+
+@dataclass
 class ChildConfig:
     """What the decode child needs: the options and what the parent resolved for them."""
 
@@ -71,3 +84,4 @@ class ChildConfig:
     cpu_set: str
     topology: Topology
     out: str
+    rank: RankConfig | None = None  # one of several processes (decode --tp / --instances)

@@ -155,6 +155,30 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
               log: Path | None = None, module: str = CHILD_MODULE) -> DecodeOutcome:
     """Starts ``python -m module out_dir/launch.json`` (``config``, a dataclass, as JSON) pinned and
     configured as ``resolved`` says, waits for it, and loads the profile it saved, if any."""
+    child = start_child(resolved, config, out_dir, profiled, log=log, module=module)
+
+    def forward(signum: int, _frame: object) -> None:
+        # A terminal's Ctrl-C reaches the child too; a signal sent to the parent alone must be
+        # passed on, or the child would run on, unprofiled, after we are gone.
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        returncode = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return finish_child(out_dir, returncode)
+
+
+def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Path, profiled: bool,
+                log: Path | None = None, module: str = CHILD_MODULE,
+                extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Writes ``out_dir/launch.json`` and starts the child on it, without waiting.
+    ``extra_env``: variables set on top of the launch's (a rank's place in its group)."""
     launch_file = out_dir / LAUNCH_FILENAME
     launch_file.write_text(json.dumps(to_json(config), indent=1))
     profile_path = out_dir / PROFILE_FILENAME
@@ -174,9 +198,10 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
         # the child removes the map when it has read it.
         env["ONEDNN_JIT_PROFILE"] = "2"
         env[REMOVE_PERF_MAP] = "1"
+    env.update(extra_env or {})
     log_file = open(log, "w") if log is not None else None  # noqa: SIM115 (the child keeps its own copy)
     try:
-        child = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", module, str(launch_file)],
             env=env,
             preexec_fn=resolved.preexec(),
@@ -186,23 +211,13 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
         if log_file is not None:
             log_file.close()  # the child holds its own descriptor
 
-    def forward(signum: int, _frame: object) -> None:
-        # A terminal's Ctrl-C reaches the child too; a signal sent to the parent alone must be
-        # passed on, or the child would run on, unprofiled, after we are gone.
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        returncode = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def finish_child(out_dir: Path, returncode: int) -> DecodeOutcome:
+    """The outcome of a child that exited with ``returncode``: its profile, if it saved one."""
     crash_file = out_dir / CRASH_FILENAME
     if crash_file.exists() and (returncode >= 0 or crash_file.stat().st_size == 0):
         crash_file.unlink()  # no crash, or one faulthandler could not see (SIGKILL): nothing to keep
+    profile_path = out_dir / PROFILE_FILENAME
     profile = Profile.load(profile_path) if profile_path.exists() else None
     return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode)
 

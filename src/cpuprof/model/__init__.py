@@ -33,7 +33,7 @@ from .stacks import (
     StackCount,
     Stacks,
 )
-from .workload import DecodeWorkload, KvCachePoint, MemoryPoint, ModelInfo, StepFigures
+from .workload import Collectives, DecodeWorkload, KvCachePoint, MemoryPoint, ModelInfo, RankInfo, StepFigures
 
 __all__ = [
     "WAIT_KINDS", "OmptInfo", "OmpWait", "OmpWork", "OpenMPWaits",
@@ -41,8 +41,9 @@ __all__ = [
     "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
     "StackCount", "Stacks",
     "CPU_EVENT", "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",
-    "DecodeWorkload", "DroppedEvent", "EventInfo", "IdleThread", "InForce", "Limits", "MemPolicy", "Meta",
-    "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile", "Requested",
+    "Collectives", "DecodeWorkload", "DroppedEvent", "EventInfo", "IdleThread", "InForce", "Limits", "MemPolicy",
+    "Meta", "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile",
+    "RankInfo", "Requested",
     "Settings", "Spans", "Status", "StepFigures", "ThreadPlacement", "ThreadStat", "Topology", "TorchThreads",
     "WeightPages", "format_cpulist", "load", "parse_cpulist", "save",
 ]

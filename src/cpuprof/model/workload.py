@@ -53,6 +53,34 @@ class KvCachePoint:
 
 
 @dataclass
+class RankInfo:
+    """This process's place in a multi-process decode (``decode --tp N`` or ``--instances N``)."""
+
+    mode: str  # "tp": one tensor-parallel rank of one model; "instances": one of N independent decoders
+    rank: int
+    world_size: int
+    backend: str | None = None  # torch.distributed's backend (gloo, ccl); None for independent instances
+    cpus: list[int] = field(default_factory=list)  # the CPUs this rank was given
+
+
+@dataclass
+class Collectives:
+    """Every all-reduce this rank made, timed where the model calls it (the wait for the other
+    ranks included, which the dispatcher's ``c10d::allreduce_`` op leaves out: it only enqueues).
+
+    Times are CLOCK_MONOTONIC nanoseconds, one clock for every process of the machine, so the
+    ranks' entries can be set side by side: the last rank to enter a collective is the one every
+    other rank waited for.
+    """
+
+    kind: str  # "all_reduce"
+    payload_bytes: list[int] = field(default_factory=list)  # the tensor reduced, per call
+    enter_ns: list[int] = field(default_factory=list)
+    exit_ns: list[int] = field(default_factory=list)
+    step: list[int] = field(default_factory=list)  # -1: prefill; k: decode step k (0-based, warm-up included)
+
+
+@dataclass
 class DecodeWorkload:
     model: ModelInfo
     batch: int
@@ -75,3 +103,5 @@ class DecodeWorkload:
     # The tokens, so runs can be checked against each other and against other implementations.
     prompt_ids: list[list[int]] = field(default_factory=list)  # per sequence
     output_ids: list[list[int]] = field(default_factory=list)  # per sequence: prefill's token, then each step's
+    rank: RankInfo | None = None  # one rank or instance of a multi-process decode; None: a single process
+    collectives: Collectives | None = None  # a tensor-parallel rank's all-reduces

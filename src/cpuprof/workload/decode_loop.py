@@ -59,7 +59,8 @@ class DecodeResult:
     kv_cache: list[tuple[int, int]] = field(default_factory=list)
     bytes_read_method: str = (
         "analytic, from the model shape: every weight matrix once per step, the KV cache and an embedding row "
-        "per sequence, at the measured steps' mean context; divided by the batch"
+        "per sequence, at the measured steps' mean context; divided by the batch (a tensor-parallel rank: its "
+        "shard, with the replicated embedding, norms and lm_head whole)"
     )
 
     @property
@@ -174,7 +175,9 @@ def run_decode(
     # Step i reads the cache for positions 0..prompt_len+i; average over the measured steps.
     contexts = range(prompt_len + warmup + 1, prompt_len + new_tokens + 1)
     dtype_bytes = model.dtype.itemsize
-    bytes_per_token = sum(cfg.bytes_read_per_token(dtype_bytes, c, batch) for c in contexts) // len(contexts)
+    # A tensor-parallel rank reads its shard: its own share of the bytes, not the model's.
+    shards = getattr(getattr(model, "shard", None), "world", 1)
+    bytes_per_token = sum(cfg.bytes_read_per_token(dtype_bytes, c, batch, shards) for c in contexts) // len(contexts)
     return DecodeResult(
         batch=batch,
         prompt_len=prompt_len,
@@ -186,5 +189,6 @@ def run_decode(
         generated_ids=torch.cat(tokens, dim=1).tolist(),
         prompt_ids=prompt.tolist(),
         bytes_read_per_token=bytes_per_token,
-        kv_cache=[(c, cfg.kv_cache_bytes(dtype_bytes, c, batch)) for c in (prompt_len, prompt_len + new_tokens)],
+        kv_cache=[(c, cfg.kv_cache_bytes(dtype_bytes, c, batch) // shards)
+                  for c in (prompt_len, prompt_len + new_tokens)],
     )

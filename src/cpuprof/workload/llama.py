@@ -8,6 +8,12 @@ tokens/s and per-op profiles are comparable with a real checkpoint of the same s
 Random weights change no op, shape or byte count, so performance is that of the real model.
 
 Llama 3's long-context RoPE frequency scaling is left out: it alters table values only.
+
+Tensor-parallel (``shard``): each rank holds whole query and KV heads and a slice of the
+feed-forward width, as Megatron-style CPU serving splits it: q/k/v and gate/up by output rows
+(column-parallel), o and down by input columns (row-parallel), each followed by an all-reduce of
+the partial sums. Embedding, norms and lm_head are replicated. Every rank fills each full matrix
+from the same seed and keeps its slice, so the shards together are exactly the unsharded model.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import contextlib
 import itertools
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +35,26 @@ from .presets import ModelConfig
 #: A callable that names a block of the forward pass; the profiler attributes the ops run
 #: inside the returned context manager to that name.
 RegionFactory = Callable[[str], contextlib.AbstractContextManager[object]]
+
+#: Sums a tensor of partial results across the tensor-parallel ranks, in place, and returns it.
+Reduce = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One tensor-parallel rank's part of the model: ``rank`` of ``world`` equal parts."""
+
+    rank: int = 0
+    world: int = 1
+
+    def part(self, size: int) -> slice:
+        step = size // self.world
+        return slice(self.rank * step, (self.rank + 1) * step)
+
+
+def no_reduce(tensor: Tensor) -> Tensor:
+    """One process holds the whole model: its partial sums are already the sums."""
+    return tensor
 
 #: Every name the model passes to its region factory.  Deliberately few and without layer
 #: indices, so per-region tables stay small whatever the depth.
@@ -75,17 +102,19 @@ class Attention(nn.Module):
     a ``torch.cat``-grown cache, whose copies would pollute the memory profile.
     """
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, shard: Shard = Shard()) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
+        # This rank's heads: whole heads, so attention itself needs nothing from the other ranks.
+        self.heads, self.kv_heads, self.head_dim = cfg.heads // shard.world, cfg.kv_heads // shard.world, cfg.head_dim
 
         def weight(rows: int) -> nn.Parameter:
             return nn.Parameter(torch.empty(rows, cfg.hidden, dtype=dtype), requires_grad=False)
 
-        self.q_proj = weight(cfg.heads * cfg.head_dim)
-        self.k_proj = weight(cfg.kv_dim)
-        self.v_proj = weight(cfg.kv_dim)
-        self.o_proj = nn.Parameter(torch.empty(cfg.hidden, cfg.hidden, dtype=dtype), requires_grad=False)
+        self.q_proj = weight(self.heads * self.head_dim)
+        self.k_proj = weight(self.kv_heads * self.head_dim)
+        self.v_proj = weight(self.kv_heads * self.head_dim)
+        self.o_proj = nn.Parameter(torch.empty(cfg.hidden, self.heads * self.head_dim, dtype=dtype),
+                                   requires_grad=False)
         self.k_cache: Tensor | None = None
         self.v_cache: Tensor | None = None
 
@@ -111,17 +140,18 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
         else:
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        return F.linear(out.transpose(1, 2).reshape(batch, seq, hidden), self.o_proj)
+        return F.linear(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim), self.o_proj)
 
 
 class MLP(nn.Module):
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, shard: Shard = Shard()) -> None:
         super().__init__()
-        self.gate_proj = nn.Parameter(torch.empty(cfg.ffn, cfg.hidden, dtype=dtype), requires_grad=False)
-        self.up_proj = nn.Parameter(torch.empty(cfg.ffn, cfg.hidden, dtype=dtype), requires_grad=False)
-        self.down_proj = nn.Parameter(torch.empty(cfg.hidden, cfg.ffn, dtype=dtype), requires_grad=False)
+        ffn = cfg.ffn // shard.world
+        self.gate_proj = nn.Parameter(torch.empty(ffn, cfg.hidden, dtype=dtype), requires_grad=False)
+        self.up_proj = nn.Parameter(torch.empty(ffn, cfg.hidden, dtype=dtype), requires_grad=False)
+        self.down_proj = nn.Parameter(torch.empty(cfg.hidden, ffn, dtype=dtype), requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(F.silu(F.linear(x, self.gate_proj)) * F.linear(x, self.up_proj), self.down_proj)
@@ -130,22 +160,23 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, shard: Shard = Shard()) -> None:
         super().__init__()
         self.input_norm = RMSNorm(cfg.hidden, cfg.norm_eps, dtype)
-        self.attention = Attention(cfg, dtype)
+        self.attention = Attention(cfg, dtype, shard)
         self.post_attention_norm = RMSNorm(cfg.hidden, cfg.norm_eps, dtype)
-        self.mlp = MLP(cfg, dtype)
+        self.mlp = MLP(cfg, dtype, shard)
 
-    def forward(self, x: Tensor, start_pos: int, cos: Tensor, sin: Tensor, region: RegionFactory) -> Tensor:
+    def forward(self, x: Tensor, start_pos: int, cos: Tensor, sin: Tensor, region: RegionFactory,
+                reduce: Reduce = no_reduce) -> Tensor:
         with region("norm"):
             h = self.input_norm(x)
         with region("attention"):
-            x = x + self.attention(h, start_pos, cos, sin)
+            x = x + reduce(self.attention(h, start_pos, cos, sin))
         with region("norm"):
             h = self.post_attention_norm(x)
         with region("mlp"):
-            return x + self.mlp(h)
+            return x + reduce(self.mlp(h))
 
 
 class LlamaModel(nn.Module):
@@ -154,13 +185,16 @@ class LlamaModel(nn.Module):
     ``region`` may be reassigned at any time, e.g. by a profiler that wants op attribution.
     """
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, region: RegionFactory | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, region: RegionFactory | None = None,
+                 shard: Shard = Shard(), reduce: Reduce = no_reduce) -> None:
         super().__init__()
         self.cfg = cfg
         self.dtype = dtype
+        self.shard = shard
+        self.reduce = reduce
         self.region: RegionFactory = region or no_region
         self.embed = nn.Parameter(torch.empty(cfg.vocab, cfg.hidden, dtype=dtype), requires_grad=False)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype) for _ in range(cfg.layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, shard) for _ in range(cfg.layers))
         self.final_norm = RMSNorm(cfg.hidden, cfg.norm_eps, dtype)
         self.lm_head = (
             self.embed
@@ -189,7 +223,7 @@ class LlamaModel(nn.Module):
         length = self.cfg.max_seq if max_seq is None else max_seq
         if not 1 <= length <= self.cfg.max_seq:
             raise ValueError(f"cache length {length} outside 1..{self.cfg.max_seq}")
-        shape = (batch, self.cfg.kv_heads, length, self.cfg.head_dim)
+        shape = (batch, self.cfg.kv_heads // self.shard.world, length, self.cfg.head_dim)
         for layer in self.decoder_layers():
             attention = layer.attention
             if attention.k_cache is not None and attention.v_cache is not None and attention.k_cache.shape == shape:
@@ -224,7 +258,7 @@ class LlamaModel(nn.Module):
         with region("embed"):
             x = F.embedding(input_ids, self.embed)
         for layer in self.decoder_layers():
-            x = layer(x, start_pos, cos, sin, region)
+            x = layer(x, start_pos, cos, sin, region, self.reduce)
         with region("norm"):
             x = self.final_norm(x[:, -1:])  # only the last position's logits are needed
         with region("lm_head"):
@@ -238,9 +272,16 @@ class LlamaModel(nn.Module):
         return [p.detach() for p in self.parameters()]
 
 
-def _fill_normal(tensor: Tensor, seed: int) -> None:
+def _fill_normal(tensor: Tensor, seed: int, full_shape: torch.Size | None = None,
+                 dim: int = 0, part: slice | None = None) -> None:
+    """Fills ``tensor`` from ``seed``; a shard is filled as its slice ``part`` along ``dim`` of the
+    full matrix of ``full_shape`` drawn from the same seed (one full matrix at a time in memory)."""
     generator = torch.Generator().manual_seed(seed)
-    tensor.normal_(0.0, _INIT_STD, generator=generator)
+    if full_shape is None or part is None:
+        tensor.normal_(0.0, _INIT_STD, generator=generator)
+        return
+    full = torch.empty(full_shape, dtype=tensor.dtype).normal_(0.0, _INIT_STD, generator=generator)
+    tensor.copy_(full[part] if dim == 0 else full[:, part])
 
 
 def build_model(
@@ -249,6 +290,8 @@ def build_model(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     region: RegionFactory | None = None,
+    shard: Shard = Shard(),
+    reduce: Reduce = no_reduce,
 ) -> LlamaModel:
     """A model of shape ``cfg`` with N(0, 0.02) weights, allocated directly in ``dtype``.
 
@@ -256,10 +299,16 @@ def build_model(
     tensors fill in parallel (``normal_`` releases the GIL) yet the result is deterministic;
     nothing is materialised in fp32 first, so peak memory is about the weights' size.
     ``progress(done_layers, total_layers)`` is called as layers finish.
+
+    ``shard``: this rank's part of a tensor-parallel model, whose partial sums ``reduce`` adds up
+    across the ranks.
     """
     if dtype not in DTYPES.values():
         raise UsageError(f"cannot build the model in {dtype}; choose one of: {', '.join(DTYPES)}")
-    model = LlamaModel(cfg, dtype, region)
+    problem = cfg.shard_problem(shard.world)
+    if problem is not None:
+        raise UsageError(f"cannot split the model tensor-parallel: {problem}")
+    model = LlamaModel(cfg, dtype, region, shard, reduce)
     # Norm weights stay at one, as in a freshly initialised transformers model.
     per_layer = [
         [layer.attention.q_proj, layer.attention.k_proj, layer.attention.v_proj, layer.attention.o_proj,
@@ -267,11 +316,28 @@ def build_model(
         for layer in model.decoder_layers()
     ]
     heads = [model.embed] if cfg.tied_embeddings else [model.embed, model.lm_head]
+    # A shard's matrices: their full shapes and the dimension split (rows: column-parallel).
+    full_shapes: dict[int, tuple[torch.Size, int]] = {}
+    if shard.world > 1:
+        q, kv = cfg.heads * cfg.head_dim, cfg.kv_dim
+        for layer in model.decoder_layers():
+            a, m = layer.attention, layer.mlp
+            for param, shape, dim in ((a.q_proj, (q, cfg.hidden), 0), (a.k_proj, (kv, cfg.hidden), 0),
+                                      (a.v_proj, (kv, cfg.hidden), 0), (a.o_proj, (cfg.hidden, q), 1),
+                                      (m.gate_proj, (cfg.ffn, cfg.hidden), 0), (m.up_proj, (cfg.ffn, cfg.hidden), 0),
+                                      (m.down_proj, (cfg.hidden, cfg.ffn), 1)):
+                full_shapes[id(param)] = (torch.Size(shape), dim)
     with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
         index = itertools.count()
 
         def submit(weights: list[nn.Parameter]) -> list[Future[None]]:
-            return [pool.submit(_fill_normal, w.data, (seed * 65_536 + next(index)) % 2**63) for w in weights]
+            futures = []
+            for w in weights:
+                weight_seed = (seed * 65_536 + next(index)) % 2**63
+                full_shape, dim = full_shapes.get(id(w), (None, 0))
+                futures.append(pool.submit(_fill_normal, w.data, weight_seed, full_shape, dim,
+                                           None if full_shape is None else shard.part(full_shape[dim])))
+            return futures
 
         head_futures = submit(heads)
         layer_futures = [submit(weights) for weights in per_layer]

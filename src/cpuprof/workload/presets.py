@@ -69,7 +69,15 @@ class ModelConfig:
         """Bytes of k and v for ``seq_len`` positions of ``batch`` sequences, all layers."""
         return 2 * self.layers * batch * seq_len * self.kv_dim * dtype_bytes
 
-    def bytes_read_per_token(self, dtype_bytes: int, context_len: int, batch: int) -> int:
+    def shard_problem(self, shards: int) -> str | None:
+        """Why this shape cannot be split tensor-parallel ``shards`` ways, or None if it can: every
+        rank needs whole query and KV heads and an equal slice of the feed-forward width."""
+        for name, value in (("heads", self.heads), ("kv_heads", self.kv_heads), ("ffn", self.ffn)):
+            if value % shards:
+                return f"{self.name}'s {name.replace('_', ' ')} ({value}) do not divide into {shards} equal parts"
+        return None
+
+    def bytes_read_per_token(self, dtype_bytes: int, context_len: int, batch: int, shards: int = 1) -> int:
         """Bytes one decode step reads from memory, divided by the tokens it produces.
 
         This is the analytic floor that makes decoding memory-bound: every matrix is streamed
@@ -77,9 +85,14 @@ class ModelConfig:
         per sequence.  A tied embedding/lm_head matrix is counted once, as read by lm_head;
         the embedding lookup reads one row per sequence.  Dividing by ``batch`` makes the
         figure comparable with tokens/s: bandwidth / bytes_read_per_token = the ceiling.
+
+        With ``shards`` (one tensor-parallel rank of that many): the rank's slice of every layer's
+        matrices and KV cache, with the norms, embedding and lm_head whole (they are replicated).
         """
-        streamed = self.layers * self.layer_param_count() + self.hidden + self.vocab * self.hidden
-        per_sequence = self.hidden + self.kv_cache_bytes(1, context_len, 1)
+        matrices = self.layer_param_count() - 2 * self.hidden
+        streamed = (self.layers * (matrices // shards + 2 * self.hidden) + self.hidden
+                    + self.vocab * self.hidden)
+        per_sequence = self.hidden + self.kv_cache_bytes(1, context_len, 1) // shards
         return (streamed + batch * per_sequence) * dtype_bytes // batch
 
 
@@ -134,19 +147,23 @@ def resolve_config(preset: str, overrides: dict[str, int]) -> ModelConfig:
     return cfg
 
 
-def estimate_memory_bytes(cfg: ModelConfig, dtype_bytes: int, batch: int, max_seq: int) -> int:
+def estimate_memory_bytes(cfg: ModelConfig, dtype_bytes: int, batch: int, max_seq: int, shards: int = 1) -> int:
     """Resident memory a run needs: weights, KV cache, prefill activations and a fixed margin.
 
     The activation term assumes a prefill of ``max_seq`` tokens holds a handful of fp32
     hidden-sized tensors and the MLP intermediates at once; it errs high, since the point is
     to refuse runs that would be killed by the OOM killer, not to be exact.
+
+    ``shards``: one tensor-parallel rank of that many, which holds its slice of every layer's
+    matrices, KV cache and MLP activations, and the replicated rest whole.
     """
-    activations = batch * max_seq * (6 * cfg.hidden + 3 * cfg.ffn) * _FP32_BYTES
+    activations = batch * max_seq * (6 * cfg.hidden + 3 * cfg.ffn // shards) * _FP32_BYTES
     logits = 4 * batch * cfg.vocab * _FP32_BYTES
     rope_tables = 2 * cfg.max_seq * cfg.head_dim * _FP32_BYTES
+    sharded_matrices = cfg.layers * (cfg.layer_param_count() - 2 * cfg.hidden) * (shards - 1) // shards
     return (
-        cfg.weight_bytes(dtype_bytes)
-        + cfg.kv_cache_bytes(dtype_bytes, max_seq, batch)
+        cfg.weight_bytes(dtype_bytes) - sharded_matrices * dtype_bytes
+        + cfg.kv_cache_bytes(dtype_bytes, max_seq, batch) // shards
         + activations
         + logits
         + rope_tables
@@ -171,13 +188,15 @@ def check_memory(
     batch: int,
     max_seq: int,
     available_bytes: int | None = None,
+    processes: int = 1,
+    shards: int = 1,
 ) -> int:
     """Refuse a run that would not fit in available memory; return the estimate if it fits.
 
     Failing here, with the remedies spelled out, beats being OOM-killed minutes into a
     model build with nothing on disk.
     """
-    needed = estimate_memory_bytes(cfg, dtype_bytes, batch, max_seq)
+    needed = processes * estimate_memory_bytes(cfg, dtype_bytes, batch, max_seq, shards)
     available = available_memory_bytes() if available_bytes is None else available_bytes
     if needed <= available:
         return needed
@@ -191,10 +210,13 @@ def check_memory(
     small = PRESETS["llama-3.2-1b"]
     if cfg.param_count() > small.param_count():
         remedies.append(f"the {small.name} preset")
+    if processes > 1:
+        remedies.append("fewer processes")
     advice = ""
     if remedies:
         advice = "; try " + (f"{', '.join(remedies[:-1])} or {remedies[-1]}" if len(remedies) > 1 else remedies[0])
+    who = f"{processes} processes of preset {cfg.name}" if processes > 1 else f"preset {cfg.name}"
     raise UsageError(
-        f"preset {cfg.name} needs about {needed / _GB:.1f} GB in {name_for_bytes(dtype_bytes)} "
+        f"{who} need{'' if processes > 1 else 's'} about {needed / _GB:.1f} GB in {name_for_bytes(dtype_bytes)} "
         f"but only {available / _GB:.1f} GB is available{advice}"
     )

@@ -1,0 +1,323 @@
+"""Several decode children at once: tensor-parallel ranks of one model, or independent instances.
+
+Each rank is a whole decode child (:mod:`cpuprof.launch.child`), launched as ``decode`` launches
+one, on its own share of the machine: the NUMA nodes in order, ``ranks_per_node`` to a node, each
+node's CPUs split evenly between its ranks, memory bound to the node where there are several.
+Tensor-parallel ranks meet through torch.distributed's env:// rendezvous on localhost (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun sets them).
+
+A rank that fails makes the others fail soon after (their next all-reduce loses its peer, or times
+out); the ones still running after ``timeout_s`` are interrupted (they save what they measured),
+then killed. Every rank's profile stays in its directory, and ``ranks.json`` says how each ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+from ..machine.topology import read_topology
+from ..model import Topology, format_cpulist
+from ..model.ranks import MultiRun, RankOutcome
+from . import environment, parent
+from .options import DecodeOptions, RankConfig
+
+MODES = ("tp", "instances")
+BACKENDS = ("gloo", "ccl")
+DEFAULT_TIMEOUT_S = 120.0
+CHILD_LOG = "child.log"
+KILL_GRACE_S = 15.0  # after the interrupt: time to save the profile before SIGKILL
+
+
+@dataclass
+class RankPlacement:
+    rank: int
+    cpus: list[int]
+    node: int | None  # memory bound to this node; None: the kernel's default policy
+
+
+def place_ranks(n: int, settings: environment.LaunchSettings, topology: Topology,
+                ranks_per_node: int | None = None, allowed_cpus: set[int] | None = None) -> list[RankPlacement]:
+    """Splits the machine (or the --numa node / --cpus set asked for) between ``n`` ranks.
+
+    Ranks fill the NUMA nodes in order, ``ranks_per_node`` each (by default as few per node as
+    fit: one per node when there are enough nodes), and share their node's CPUs evenly, in
+    contiguous blocks so that a rank's threads are neighbours. Raises UsageError when a rank
+    would get no CPU or the nodes cannot hold the ranks.
+    """
+    if n < 1:
+        raise UsageError(f"expected at least one rank, got {n}")
+    allowed = set(os.sched_getaffinity(0)) if allowed_cpus is None else allowed_cpus
+    chosen = set(settings.cpus) if settings.cpus is not None else set(topology.online_cpus)
+    chosen &= allowed
+    if settings.numa is not None:
+        if settings.numa not in topology.node_ids:
+            raise UsageError(f"--numa {settings.numa}: this machine has NUMA node(s) "
+                             f"{format_cpulist(topology.node_ids)}; pick one of them or drop --numa")
+        nodes = [(settings.numa, sorted(chosen & set(topology.node(settings.numa).cpus)))]
+    else:
+        nodes = [(node_id, sorted(chosen & set(topology.node(node_id).cpus))) for node_id in topology.node_ids]
+        nodes = [(node_id, cpus) for node_id, cpus in nodes if cpus]
+        if not nodes:  # a topology without node information: the CPUs as one node
+            nodes = [(0, sorted(chosen))]
+    if ranks_per_node is None:
+        ranks_per_node = math.ceil(n / len(nodes))
+    elif ranks_per_node < 1:
+        raise UsageError(f"--ranks-per-node {ranks_per_node}: expected a positive whole number")
+    needed_nodes = math.ceil(n / ranks_per_node)
+    if needed_nodes > len(nodes):
+        raise UsageError(f"{n} ranks at {ranks_per_node} per node need {needed_nodes} NUMA nodes; "
+                         f"{len(nodes)} usable here ({', '.join(str(i) for i, _ in nodes)}): "
+                         "raise --ranks-per-node")
+    bind_memory = settings.numa is not None or len(topology.node_ids) > 1
+    placements = []
+    for r in range(n):
+        node_id, cpus = nodes[r // ranks_per_node]
+        on_node = min(ranks_per_node, n - (r // ranks_per_node) * ranks_per_node)
+        k = r % ranks_per_node
+        # Whole physical cores where there are enough, so no two ranks share a core's hyperthreads.
+        cores = topology.cores(cpus)
+        units = cores if len(cores) >= on_node else [[cpu] for cpu in cpus]
+        share = len(units) // on_node
+        if share == 0:
+            raise UsageError(f"{on_node} ranks on node {node_id} but it has only {len(cpus)} usable CPU(s) "
+                             f"({format_cpulist(cpus)}): fewer ranks, or more nodes")
+        mine = sorted(cpu for unit in units[k * share:(k + 1) * share] for cpu in unit)
+        placements.append(RankPlacement(rank=r, cpus=mine, node=node_id if bind_memory else None))
+    return placements
+
+
+def free_port() -> int:
+    """A TCP port free on localhost now, for the rendezvous (bound and released: a race with
+    another program is possible but the rendezvous then fails with a clear error)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_options(options: DecodeOptions, mode: str, n: int, backend: str) -> None:
+    """What makes a multi-process decode impossible, found before anything starts."""
+    from ..workload.presets import resolve_config
+
+    if mode not in MODES:
+        raise UsageError(f"unknown multi-process mode {mode!r}; expected one of {', '.join(MODES)}")
+    if n < 1:
+        flag = "--tp" if mode == "tp" else "--instances"
+        raise UsageError(f"{flag} {n}: expected a positive whole number")
+    if mode != "tp":
+        return
+    wl = options.workload
+    if wl.hf:
+        raise UsageError("--tp splits the built-in model; a --hf checkpoint runs as one process (or use --instances)")
+    if wl.compile:
+        raise UsageError("--tp runs the model eagerly: --compile would have to trace through the all-reduces")
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
+    if backend == "ccl":
+        import importlib.util
+
+        if importlib.util.find_spec("oneccl_bindings_for_pytorch") is None:
+            raise UsageError("--backend ccl needs oneccl_bindings_for_pytorch (Intel's oneCCL for PyTorch), "
+                             "which is not installed; the default gloo needs nothing")
+    cfg = resolve_config(wl.preset, wl.overrides)
+    problem = cfg.shard_problem(n)
+    if problem is not None:
+        raise UsageError(f"--tp {n}: {problem}")
+
+
+@dataclass
+class PreparedRank:
+    """One rank ready to start: where it runs, its validated launch, the child's config, its directory."""
+
+    place: RankPlacement
+    resolved: environment.ResolvedLaunch
+    config: object
+    directory: Path
+
+
+def rank_launches(settings: environment.LaunchSettings, out_dir: Path, n: int,
+                  ranks_per_node: int | None) -> list[tuple[RankPlacement, environment.LaunchSettings, Path]]:
+    """Each rank's launch settings (its CPUs, its node, its threads: --threads, or one per CPU) and directory."""
+    placements = place_ranks(n, settings, read_topology(), ranks_per_node)
+    parent.check_out_dir(out_dir)
+    out = []
+    for place in placements:
+        launch = dataclasses.replace(settings, cpus=place.cpus, numa=place.node)
+        if launch.threads is None:
+            launch = dataclasses.replace(launch, threads=len(place.cpus))
+        out.append((place, launch, out_dir / f"rank-{place.rank}"))
+    return out
+
+
+def launch_ranks(options: DecodeOptions, out_dir: Path, mode: str, n: int, ranks_per_node: int | None = None,
+                 backend: str = "gloo", timeout_s: float = DEFAULT_TIMEOUT_S) -> MultiRun:
+    """``decode --tp N`` / ``--instances N``: ``n`` decode children, supervised; returns what ranks.json says."""
+    check_options(options, mode, n, backend)
+    prepared = []
+    for place, launch, rank_dir in rank_launches(options.launch, out_dir, n, ranks_per_node):
+        rank_options = dataclasses.replace(options, launch=launch, out=str(rank_dir))
+        try:
+            resolved, config = parent.prepare(rank_options, rank_dir)
+        except UsageError as exc:
+            raise UsageError(f"rank {place.rank} (CPUs {format_cpulist(place.cpus)}): {exc}") from exc
+        config.rank = RankConfig(mode=mode, rank=place.rank, world_size=n,
+                                 backend=backend if mode == "tp" else None, timeout_s=timeout_s,
+                                 cpus=list(place.cpus))
+        prepared.append(PreparedRank(place, resolved, config, rank_dir))
+    _check_group_memory(options, mode, n)
+    return launch_group(prepared, out_dir, mode, backend if mode == "tp" else None, timeout_s,
+                        profiled=options.profile.enabled)
+
+
+def _check_group_memory(options: DecodeOptions, mode: str, n: int) -> None:
+    """Each rank alone fits (prepare checked that); all of them at once must fit too."""
+    from ..workload.dtypes import dtype_bytes
+    from ..workload.presets import check_memory, resolve_config
+
+    wl = options.workload
+    if wl.hf:
+        return  # a checkpoint's estimate is per process; --instances of one checks it in prepare
+    cfg = resolve_config(wl.preset, wl.overrides)
+    check_memory(cfg, dtype_bytes(wl.dtype), wl.batch, wl.prompt_len + wl.new_tokens, processes=n,
+                 shards=n if mode == "tp" else 1)
+
+
+def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend: str | None, timeout_s: float,
+                 profiled: bool, module: str = parent.CHILD_MODULE) -> MultiRun:
+    """Starts every prepared rank with torchrun's environment, supervises them, writes ranks.json.
+    Every rank's output goes to child.log in its directory; rank 0's is relayed to stderr as it comes."""
+    n = len(prepared)
+    port = free_port()
+    run = MultiRun(mode=mode, world_size=n, backend=backend, argv=list(sys.argv), timeout_s=timeout_s,
+                   ranks=[RankOutcome(rank=p.place.rank, dir=p.directory.name, cpus=list(p.place.cpus),
+                                      node=p.place.node, threads=p.resolved.settings.threads or len(p.place.cpus))
+                          for p in prepared])
+    run.save(out_dir)
+    children = []
+    for p in prepared:
+        env = {"RANK": str(p.place.rank), "LOCAL_RANK": str(p.place.rank), "WORLD_SIZE": str(n),
+               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        children.append(parent.start_child(p.resolved, p.config, p.directory, profiled,
+                                           log=p.directory / CHILD_LOG, module=module, extra_env=env))
+    relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
+    ended = supervise(children, timeout_s, on_poll=relay.poll)
+    relay.poll()
+    first = min((e for e in ended if e.returncode != 0), key=lambda e: e.ended_s, default=None)
+    for p, e in zip(prepared, ended, strict=True):
+        outcome = parent.finish_child(p.directory, e.returncode)
+        entry = run.ranks[p.place.rank]
+        entry.returncode = e.returncode
+        entry.ended_s = round(e.ended_s, 3)
+        entry.failure = parent.failure_message(outcome, child=f"rank {p.place.rank}")
+        if entry.failure is None:
+            continue
+        if e.stopped_by is not None and first is not None:
+            entry.failure = (f"rank {p.place.rank} was still running {timeout_s:g} s after rank {first.index} "
+                             f"failed and was stopped ({e.stopped_by})")
+        elif e.returncode in (parent.EXIT_FAILED, parent.EXIT_USAGE):
+            own = _last_error_line(p.directory / CHILD_LOG)
+            entry.failure = f"rank {p.place.rank}: {own}" if own else entry.failure
+    run.finished = True
+    run.save(out_dir)
+    return run
+
+
+@dataclass
+class Ended:
+    index: int
+    returncode: int
+    ended_s: float  # since supervision began: tells the rank that failed first from those that followed
+    stopped_by: str | None = None  # "SIGINT" or "SIGKILL" when the launcher stopped it
+
+
+def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
+              on_poll: Callable[[], None] | None = None) -> list[Ended]:
+    """Waits for every child. Once one has failed, the others get ``timeout_s`` to end by themselves
+    (a peer's death fails their next all-reduce at once; a hang needs the timeout), then SIGINT,
+    then SIGKILL. A SIGINT or SIGTERM to this process is passed to every child."""
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                try:
+                    child.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    ended: dict[int, Ended] = {}
+    stopped: dict[int, str] = {}
+    try:
+        failed_at: float | None = None
+        interrupted_at: float | None = None
+        while True:
+            now = time.monotonic()
+            for i, child in enumerate(children):
+                code = child.poll()
+                if code is not None and i not in ended:
+                    ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i))
+            if len(ended) == len(children):
+                return [ended[i] for i in range(len(children))]
+            if failed_at is None and any(e.returncode != 0 for e in ended.values()):
+                failed_at = now
+            if failed_at is not None and interrupted_at is None and now - failed_at > timeout_s:
+                interrupted_at = now
+                for i, child in enumerate(children):
+                    if i not in ended:
+                        stopped[i] = "SIGINT"
+                        child.send_signal(signal.SIGINT)
+            if interrupted_at is not None and now - interrupted_at > KILL_GRACE_S:
+                for i, child in enumerate(children):
+                    if i not in ended:
+                        stopped[i] = "SIGKILL"
+                        child.kill()
+            if on_poll is not None:
+                on_poll()
+            time.sleep(poll_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class LogRelay:
+    """Copies a child's log to stderr as it grows, whole lines only, each marked with ``label``."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path = path
+        self.label = label
+        self.offset = 0
+        self.pending = ""
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, errors="replace") as log:
+                log.seek(self.offset)
+                text = log.read()
+                self.offset = log.tell()
+        except OSError:
+            return
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        for line in lines:
+            if line.startswith("cpuprof: "):
+                line = line[len("cpuprof: "):]
+            if line.strip():
+                sys.stderr.write(f"cpuprof: [{self.label}] {line}\n")
+        sys.stderr.flush()
+
+
+def _last_error_line(log: Path) -> str | None:
+    """The child's own one-line error (``cpuprof: error: ...``), from its log, if it wrote one."""
+    if not log.is_file():
+        return None
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("cpuprof: error: ")]
+    return lines[-1][len("cpuprof: error: "):] if lines else None

@@ -1,0 +1,82 @@
+"""The merged report's figures from known all-reduce timings: who waited for whom, and for how long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.profiles import make_profile
+
+from cpuprof.analysis.ranks import arrival_waits, group_figures, ranks_report
+from cpuprof.model import Collectives, DecodeWorkload, ModelInfo, StepFigures
+from cpuprof.model.ranks import MultiRun, RankOutcome
+
+US = 1000
+
+
+def collectives(enters: list[int], exits: list[int], steps: list[int]) -> Collectives:
+    return Collectives(kind="all_reduce", payload_bytes=[256] * len(enters), enter_ns=enters, exit_ns=exits, step=steps)
+
+
+def rank_profile(c: Collectives, step_ms: list[float], tokens_per_s: float):
+    p = make_profile()
+    p.workload = DecodeWorkload(
+        model=ModelInfo(name="tiny", source="built-in", architecture="built-in Llama", dtype="fp32", params=1,
+                        weight_bytes=4),
+        batch=1, prompt_len=8, new_tokens=len(step_ms), warmup_steps=1, sampling="greedy",
+        steps_done=len(step_ms), step_latencies_s=[ms / 1e3 for ms in step_ms],
+        figures=StepFigures(measured_steps=len(step_ms) - 1, tokens_per_s=tokens_per_s, p50_ms=1, p90_ms=1, p99_ms=1),
+        collectives=c)
+    return p
+
+
+def test_the_last_rank_to_arrive_waits_for_nobody():
+    # call 0: rank 1 arrives 300 µs late; call 1: rank 0 arrives 50 µs late
+    r0 = collectives([0, 1000 * US], [400 * US, 1100 * US], [0, 0])
+    r1 = collectives([300 * US, 950 * US], [400 * US, 1100 * US], [0, 0])
+    assert arrival_waits([r0, r1]) == [[300 * US, 0], [0, 50 * US]]
+
+
+def test_calls_only_one_rank_made_have_no_wait():
+    r0 = collectives([0, 10, 20], [5, 15, 25], [0, 0, 1])
+    r1 = collectives([2], [5], [0])  # it stopped after one call
+    assert arrival_waits([r0, r1, None]) == [[2, 0, 0], [0], []]
+
+
+def test_a_step_splits_into_compute_transfer_and_waiting(tmp_path: Path):
+    # two decode steps of 2 ms each; step 0 is warm-up. In step 1, two all-reduces of 500 µs on rank 0,
+    # of which the first waited 200 µs for rank 1, which itself waited for nothing.
+    steps = [-1, 0, 1, 1]
+    r0 = collectives([0, 10, 5000 * US, 5600 * US], [5, 15, 5500 * US, 6100 * US], steps)
+    r1 = collectives([0, 10, 5200 * US, 5600 * US], [5, 15, 5500 * US, 6100 * US], steps)
+    run = MultiRun(mode="tp", world_size=2, backend="gloo", argv=[], timeout_s=60, finished=True,
+                   ranks=[RankOutcome(rank=r, dir=f"rank-{r}", cpus=[r], node=None, threads=1, returncode=0)
+                          for r in range(2)])
+    g = group_figures(run, [rank_profile(r0, [2, 2], 500.0), rank_profile(r1, [2, 2], 480.0)])
+    s0, s1 = g.ranks[0].split, g.ranks[1].split
+    assert s0.step_ns == pytest.approx(2e6)
+    assert s0.all_reduce_ns == pytest.approx(1000 * US)
+    assert s0.wait_ns == pytest.approx(200 * US)
+    assert s0.transfer_ns == pytest.approx(800 * US)
+    assert s0.compute_ns == pytest.approx(1000 * US)
+    assert s0.calls_per_step == 2 and s0.payload_bytes_per_step == 512
+    assert s1.wait_ns == 0 and s1.all_reduce_ns == pytest.approx(800 * US)
+    assert g.tokens_per_s == 480.0  # lockstep: the slowest rank's rate
+
+    instances = MultiRun(mode="instances", world_size=2, backend=None, argv=[], timeout_s=60, finished=True,
+                         ranks=run.ranks)
+    assert group_figures(instances, [rank_profile(r0, [2, 2], 500.0), rank_profile(r1, [2, 2], 480.0)]
+                         ).tokens_per_s == 980.0
+
+
+def test_a_rank_without_a_profile_leaves_the_group_figure_unknown(tmp_path: Path):
+    run = MultiRun(mode="instances", world_size=2, backend=None, argv=[], timeout_s=60, finished=True,
+                   ranks=[RankOutcome(rank=r, dir=f"rank-{r}", cpus=[r], node=None, threads=1,
+                                      returncode=0 if r == 0 else -9, failure=None if r == 0 else "rank 1 was killed")
+                          for r in range(2)])
+    report = ranks_report(run, tmp_path)  # nothing on disk: every rank's profile is missing
+    assert report.warnings == ["PARTIAL: rank 1 was killed"]
+    rows = report.section("ranks").tables[0].rows
+    assert [row["status"] for row in rows] == ["ok", "failed"]
+    assert all(row["tokens_per_s"] is None for row in rows)
+    assert not report.section("ranks").lines  # no group figure without every rank's
