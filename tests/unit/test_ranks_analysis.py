@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,62 @@ def test_a_rank_without_a_profile_leaves_the_group_figure_unknown(tmp_path: Path
     assert [row["status"] for row in rows] == ["ok", "failed"]
     assert all(row["tokens_per_s"] is None for row in rows)
     assert not report.section("ranks").lines  # no group figure without every rank's
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"format": "cpuprof-ranks", "vers', "not a readable ranks file"),
+    ('{"format": "cpuprof-ranks", "version": 1}', "malformed ranks file (ranks: missing field 'mode')"),
+    ('{"format": "cpuprof-compare"}', "not a cpuprof ranks file"),
+])
+def test_a_damaged_ranks_file_is_one_error(tmp_path: Path, text: str, message: str):
+    from cpuprof.errors import CpuprofError
+
+    (tmp_path / "ranks.json").write_text(text)
+    with pytest.raises(CpuprofError, match=re.escape(message)):
+        MultiRun.load(tmp_path)
+
+
+def test_ranks_file_round_trips(tmp_path: Path):
+    run = MultiRun(mode="tp", world_size=2, backend="gloo", argv=["x"], timeout_s=5.0, finished=True,
+                   ranks=[RankOutcome(rank=0, dir="rank-0", cpus=[0], node=None, threads=1, returncode=0, ended_s=1.5)])
+    run.save(tmp_path)
+    assert MultiRun.load(tmp_path / "ranks.json") == run
+
+
+def _saved_group(tmp_path: Path, mode: str) -> MultiRun:
+    steps = [-1, 0, 1, 1]
+    r0 = collectives([0, 10, 5000 * US, 5600 * US], [5, 15, 5500 * US, 6100 * US], steps)
+    r1 = collectives([0, 10, 5200 * US, 5600 * US], [5, 15, 5500 * US, 6100 * US], steps)
+    run = MultiRun(mode=mode, world_size=2, backend="gloo", argv=["cpuprof", "decode", "--tp", "2"], timeout_s=60,
+                   finished=True, ranks=[RankOutcome(rank=r, dir=f"rank-{r}", cpus=[r], node=None, threads=1,
+                                                     returncode=0) for r in range(2)])
+    for r, c in enumerate((r0, r1)):
+        (tmp_path / f"rank-{r}").mkdir()
+        p = rank_profile(c if mode == "tp" else None, [2, 2], 500.0)
+        p.save(tmp_path / f"rank-{r}")
+    run.save(tmp_path)
+    return run
+
+
+def test_the_html_page_draws_each_ranks_step_from_its_parts(tmp_path: Path):
+    from cpuprof.cli import main
+
+    _saved_group(tmp_path, "tp")
+    page = tmp_path / "group.html"
+    assert main(["report", str(tmp_path), "--format", "html", "-o", str(page)]) == 0
+    html = page.read_text()
+    marks = re.findall(r'<rect class="mark" data-rank="(\d)" data-part="([^"]+)" data-ns="(\d+)"', html)
+    assert marks == [("0", "compute", "1000000"), ("0", "all-reduce", "800000"),
+                     ("0", "waiting for the slowest rank", "200000"),
+                     ("1", "compute", "1200000"), ("1", "all-reduce", "800000"),
+                     ("1", "waiting for the slowest rank", "0")]
+    assert "Where a decode step goes" in html and "<script src" not in html
+
+
+def test_the_html_page_of_instances_draws_their_median_step(tmp_path: Path):
+    from cpuprof.reports.html_ranks import ranks_page
+
+    run = _saved_group(tmp_path, "instances")
+    html = ranks_page(run, tmp_path)
+    assert re.findall(r'data-rank="(\d)" data-part="median step" data-ns="(\d+)"', html) == [("0", "1000000"),
+                                                                                          ("1", "1000000")]

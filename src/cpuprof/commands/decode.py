@@ -185,6 +185,18 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
     stream.write(("\n" if fmt == "terminal" else "") + f"{n} profiles saved in {out_dir}/rank-*; re-render the merged "
                  f"report with: python -m cpuprof report {out_dir}; a trace with one process per rank: "
                  f"python -m cpuprof trace {out_dir} -o trace.json\n")
+    if args.html:
+        from ..reports.html_ranks import write_ranks_html
+        from .common import write_output
+
+        page = out_dir / "report.html"
+
+        def write_page(out: TextIO) -> int:
+            write_ranks_html(run, out_dir, out)
+            return 0
+
+        write_output(str(page), write_page)
+        stream.write(f"HTML report of the group: {page}; each rank's is beside its profile\n")
     for rank, profile in zip(run.ranks, load_profiles(run, out_dir), strict=True):
         if profile is None:
             continue

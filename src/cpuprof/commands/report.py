@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import defaults
-from ..errors import UsageError
 from ..model import Profile
 from ..model.compare import COMPARE_FILENAME, Comparison
 from ..model.io import PROFILE_FILENAME
@@ -51,13 +50,15 @@ def run(args: argparse.Namespace) -> int:
     if _is_ranks(args.path):
         directory = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
         multi = MultiRun.load(directory)
-        if args.format == "html":
-            raise UsageError(f"the merged report of several ranks has no HTML form yet; each rank's has: "
-                             f"python -m cpuprof report {directory}/rank-N --format html")
         from ..analysis.ranks import ranks_report
 
         def write_ranks(out: TextIO) -> int:
-            get_renderer(args.format).render(ranks_report(multi, directory), out)
+            if args.format == "html":
+                from ..reports.html_ranks import write_ranks_html
+
+                write_ranks_html(multi, directory, out)
+            else:
+                get_renderer(args.format).render(ranks_report(multi, directory), out)
             return 0
 
         write_output(args.output, write_ranks)
