@@ -8,6 +8,7 @@ is not needed: the system browser is driven directly).
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -173,6 +174,35 @@ def test_comparison_report_in_a_browser(browser: Any, tmp_path: Path):
         opened.page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
     finally:
         opened.close()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two ranks need two usable CPUs")
+def test_tensor_parallel_group_report_in_a_browser(browser: Any, tmp_path: Path):
+    from cpuprof.analysis.ranks import group_figures, load_profiles
+    from cpuprof.model.ranks import MultiRun
+
+    out = tmp_path / "tp"
+    result = cpuprof("decode", *TINY, "--new-tokens", "12", "--tp", "2", "--threads", "1", "--html", "--out", str(out))
+    assert f"HTML report of the group: {out / 'report.html'}" in result.stdout
+    run = MultiRun.load(out)
+    group = group_figures(run, load_profiles(run, out))
+    opened = Opened(browser, out / "report.html")
+    try:
+        opened.check_clean()
+        bars = opened.chart("rank-steps", 3 * 2)  # compute, all-reduce and waiting, for each rank
+        for mark in bars.query_selector_all(".mark"):
+            split = group.ranks[int(mark.get_attribute("data-rank"))].split
+            assert split is not None
+            expected = {"compute": split.compute_ns, "reduce, after the last rank arrived": split.transfer_ns,
+                        "waiting for the slowest rank": split.wait_ns}[mark.get_attribute("data-part")]
+            assert float(mark.get_attribute("data-ns")) == pytest.approx(expected, abs=1)
+        for section in ("ranks", "collectives"):
+            assert opened.page.query_selector(f"#s-{section}") is not None
+        opened.page.screenshot(path=str(tmp_path / "ranks.png"), full_page=True)
+    finally:
+        opened.close()
+    for rank in range(2):  # each rank's own page beside its profile
+        assert (out / f"rank-{rank}" / "report.html").is_file()
 
 
 def _comparison(out: Path) -> Any:

@@ -126,9 +126,9 @@ def test_the_html_page_draws_each_ranks_step_from_its_parts(tmp_path: Path):
     assert main(["report", str(tmp_path), "--format", "html", "-o", str(page)]) == 0
     html = page.read_text()
     marks = re.findall(r'<rect class="mark" data-rank="(\d)" data-part="([^"]+)" data-ns="(\d+)"', html)
-    assert marks == [("0", "compute", "1000000"), ("0", "all-reduce", "800000"),
+    assert marks == [("0", "compute", "1000000"), ("0", "reduce, after the last rank arrived", "800000"),
                      ("0", "waiting for the slowest rank", "200000"),
-                     ("1", "compute", "1200000"), ("1", "all-reduce", "800000"),
+                     ("1", "compute", "1200000"), ("1", "reduce, after the last rank arrived", "800000"),
                      ("1", "waiting for the slowest rank", "0")]
     assert "Where a decode step goes" in html and "<script src" not in html
 

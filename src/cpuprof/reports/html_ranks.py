@@ -31,7 +31,7 @@ def ranks_page(run: MultiRun, directory: Path) -> str:
 
 
 # What a tensor-parallel step is made of, in the order the bars stack, and an instance's whole step.
-PARTS = (("compute_ns", "compute", BLUE), ("transfer_ns", "all-reduce", ORANGE),
+PARTS = (("compute_ns", "compute", BLUE), ("transfer_ns", "reduce, after the last rank arrived", ORANGE),
          ("wait_ns", "waiting for the slowest rank", VERMILION))
 
 
