@@ -59,8 +59,7 @@ class DecodeResult:
     kv_cache: list[tuple[int, int]] = field(default_factory=list)
     bytes_read_method: str = (
         "analytic, from the model shape: every weight matrix once per step, the KV cache and an embedding row "
-        "per sequence, at the measured steps' mean context; divided by the batch (a tensor-parallel rank: its "
-        "shard, with the replicated embedding, norms and lm_head whole)"
+        "per sequence, at the measured steps' mean context; divided by the batch"
     )
 
     @property
@@ -178,7 +177,7 @@ def run_decode(
     # A tensor-parallel rank reads its shard: its own share of the bytes, not the model's.
     shards = getattr(getattr(model, "shard", None), "world", 1)
     bytes_per_token = sum(cfg.bytes_read_per_token(dtype_bytes, c, batch, shards) for c in contexts) // len(contexts)
-    return DecodeResult(
+    result = DecodeResult(
         batch=batch,
         prompt_len=prompt_len,
         ttft_s=ttft_ns / 1e9,
@@ -192,3 +191,7 @@ def run_decode(
         kv_cache=[(c, cfg.kv_cache_bytes(dtype_bytes, c, batch) // shards)
                   for c in (prompt_len, prompt_len + new_tokens)],
     )
+    if shards > 1:
+        result.bytes_read_method += (f"; this tensor-parallel rank's 1/{shards} of every layer and of the KV cache, "
+                                     "with the replicated embedding, norms and lm_head whole")
+    return result
