@@ -11,28 +11,21 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof
+from cli_runs import one_line_error as _one_line_error
 
 from cpuprof.machine.topology import read_topology
 from cpuprof.model import Profile
 
-TOPOLOGY = read_topology()
-CPUS = TOPOLOGY.online_cpus
-TINY = ["--preset", "tiny", "--prompt-len", "8", "--new-tokens", "12", "--warmup", "2"]
-
-
-def cpuprof(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
-
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
     """The one error line; anything else on stderr is cpuprof's own progress or warning lines."""
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert all(line.startswith("cpuprof: ") for line in lines), result.stderr
-    errors = [line for line in lines if line.startswith("cpuprof: error: ")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
+    return _one_line_error(result, only_cpuprof_lines=True)
+
+
+TOPOLOGY = read_topology()
+CPUS = TOPOLOGY.online_cpus
+TINY = ["--preset", "tiny", "--prompt-len", "8", "--new-tokens", "12", "--warmup", "2"]
 
 
 def test_decode_tiny_end_to_end(tmp_path: Path):

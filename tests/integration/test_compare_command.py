@@ -12,23 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof, one_line_error
 
 from cpuprof.launch.sweep import load
 from cpuprof.machine.openmp import find_intel_openmp
 from cpuprof.model import Profile
 
 SHORT = ["--preset", "tiny", "--new-tokens", "16", "--prompt-len", "8", "--warmup", "2"]
-
-
-def cpuprof(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def one_line_error(result: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("cpuprof: error: ")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
 
 
 @pytest.mark.skipif(find_intel_openmp() is None, reason="libiomp5 is not installed (pip install intel-openmp)")

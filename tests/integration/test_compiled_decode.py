@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 from pathlib import Path
+
+from cli_runs import cpuprof as _cpuprof
 
 from cpuprof.analysis.roofline import gemm_groups
 from cpuprof.launch.sweep import load
@@ -15,7 +16,7 @@ from cpuprof.model import Profile
 
 
 def cpuprof(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=900)
+    return _cpuprof(*args, timeout=900)
 
 
 def test_compile_on_and_off_side_by_side(tmp_path: Path):

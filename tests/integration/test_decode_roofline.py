@@ -11,15 +11,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof
 
 from cpuprof.model import Profile
 
 TINY = ["--preset", "tiny", "--hidden", "256", "--ffn", "1024", "--layers", "2", "--prompt-len", "16",
         "--new-tokens", "12", "--threads", "2"]
-
-
-def cpuprof(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

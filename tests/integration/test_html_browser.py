@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runs import cpuprof_ok as cpuprof
 
 from cpuprof.model import Profile
 from cpuprof.reports.html import busy_timeline
@@ -31,13 +30,6 @@ pytestmark = [
                        reason="the playwright package is not installed (pip install playwright)"),
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"),
 ]
-
-
-def cpuprof(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True,
-                            timeout=timeout)
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 @pytest.fixture(scope="module")

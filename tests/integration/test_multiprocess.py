@@ -10,9 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof, one_line_error
 
 from cpuprof.model import Profile
 from cpuprof.model.ranks import MultiRun
@@ -23,17 +25,6 @@ TINY_LAYERS = 2
 LONG = ["--new-tokens", "3000", "--max-seq", "3100", "--checkpoint-s", "0.3"]
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
 needs_two_cpus = pytest.mark.skipif(not TWO_CPUS, reason="two ranks of one thread each need two usable CPUs")
-
-
-def cpuprof(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def one_line_error(result: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("cpuprof: error: ")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
 
 
 def rank_profiles(out: Path) -> list[Profile]:
@@ -149,22 +140,32 @@ def _wait_for_decoding(out: Path, rank: int, deadline_s: float = 120) -> int:
     raise AssertionError(f"rank {rank} never checkpointed a decode step")
 
 
-@needs_two_cpus
-def test_a_killed_rank_ends_the_run_with_every_rank_profile_saved(tmp_path: Path):
-    out = tmp_path / "killed"
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "cpuprof", "decode", *TINY, *LONG,
-         "--tp", "2", "--threads", "1", "--rank-timeout", "20", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _long_decode(out: Path, args: list[str],
+                 meddle: Callable[[subprocess.Popen], None]) -> subprocess.CompletedProcess:
+    """A long tiny decode of two processes (one thread each) in the background; ``meddle`` does
+    something to it (or to the launcher, its argument) while it runs; returns how it ended."""
+    parent = subprocess.Popen([sys.executable, "-m", "cpuprof", "decode", *TINY, *LONG, *args, "--threads", "1",
+                               "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        victim = _wait_for_decoding(out, 1)
-        os.kill(victim, signal.SIGKILL)
+        meddle(parent)
         stdout, stderr = parent.communicate(timeout=120)
     finally:
         if parent.poll() is None:
             parent.kill()
-    assert parent.returncode != 0
-    error = one_line_error(subprocess.CompletedProcess([], parent.returncode, stdout, stderr))
+    return subprocess.CompletedProcess(parent.args, parent.returncode, stdout, stderr)
+
+
+@needs_two_cpus
+def test_a_killed_rank_ends_the_run_with_every_rank_profile_saved(tmp_path: Path):
+    out = tmp_path / "killed"
+
+    def kill_rank_1(_launcher: subprocess.Popen) -> None:
+        os.kill(_wait_for_decoding(out, 1), signal.SIGKILL)
+
+    ended = _long_decode(out, ["--tp", "2", "--rank-timeout", "20"], kill_rank_1)
+    assert ended.returncode != 0
+    stdout = ended.stdout
+    error = one_line_error(ended)
     assert "rank 1 was killed by SIGKILL" in error, error
     run = MultiRun.load(out)
     assert run.finished and run.ranks[1].returncode == -signal.SIGKILL
@@ -177,20 +178,15 @@ def test_a_killed_rank_ends_the_run_with_every_rank_profile_saved(tmp_path: Path
 @needs_two_cpus
 def test_ctrl_c_reaches_every_rank_and_each_saves_its_profile(tmp_path: Path):
     out = tmp_path / "interrupted"
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "cpuprof", "decode", *TINY, *LONG,
-         "--instances", "2", "--threads", "1", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+
+    def interrupt_the_launcher(parent: subprocess.Popen) -> None:
         _wait_for_decoding(out, 0)
         _wait_for_decoding(out, 1)
         parent.send_signal(signal.SIGINT)  # to the launcher alone: it passes the signal on
-        stdout, stderr = parent.communicate(timeout=120)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-    assert parent.returncode == 130
-    assert "decoding was interrupted" in one_line_error(subprocess.CompletedProcess([], 130, stdout, stderr))
+
+    ended = _long_decode(out, ["--instances", "2"], interrupt_the_launcher)
+    assert ended.returncode == 130
+    assert "decoding was interrupted" in one_line_error(ended)
     for p in rank_profiles(out):
         assert not p.status.complete and "interrupted by SIGINT" in p.status.reason
         assert 0 < p.workload.steps_done < 3000
@@ -199,24 +195,21 @@ def test_ctrl_c_reaches_every_rank_and_each_saves_its_profile(tmp_path: Path):
 @needs_two_cpus
 def test_a_hung_rank_is_stopped_after_the_timeout(tmp_path: Path):
     out = tmp_path / "hung"
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "cpuprof", "decode", *TINY, *LONG,
-         "--tp", "2", "--threads", "1", "--rank-timeout", "3", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = None
+    stopped: list[int] = []
+
+    def stop_rank_1(_launcher: subprocess.Popen) -> None:
+        stopped.append(_wait_for_decoding(out, 1))
+        os.kill(stopped[0], signal.SIGSTOP)  # alive, holding its peer in an all-reduce, never answering
+
     try:
-        victim = _wait_for_decoding(out, 1)
-        os.kill(victim, signal.SIGSTOP)  # alive, holding its peer in an all-reduce, never answering
-        stdout, stderr = parent.communicate(timeout=120)
+        ended = _long_decode(out, ["--tp", "2", "--rank-timeout", "3"], stop_rank_1)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-        if victim is not None:
+        for pid in stopped:
             try:
-                os.kill(victim, signal.SIGCONT)
+                os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-    error = one_line_error(subprocess.CompletedProcess([], parent.returncode, stdout, stderr))
+    error = one_line_error(ended)
     assert error.startswith("cpuprof: error: rank 0: "), error  # the rank that waited in vain fails first
     run = MultiRun.load(out)
     assert run.finished and run.ranks[0].returncode == 1

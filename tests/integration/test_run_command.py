@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof
 
 from cpuprof.analysis.roofline import gemm_groups
 from cpuprof.machine.topology import read_topology
@@ -22,11 +23,6 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "scripts"
 MATMULS = SCRIPTS / "matmuls.py"
 LLAMA = SCRIPTS / "llama_generate.py"
 CPUS = read_topology().online_cpus
-
-
-def cpuprof(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:

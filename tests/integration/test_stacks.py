@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof
 
 from cpuprof.model import Profile
 
@@ -58,10 +59,6 @@ def callers(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("callers")
     run_script(KNOWN_CALLERS, str(out))
     return out
-
-
-def cpuprof(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def weight_under(stacks, op: str, python_function: str) -> tuple[float, float]:

@@ -1,0 +1,33 @@
+"""Running ``python -m cpuprof`` as a user would, for the integration tests, and reading its one
+error line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+
+def cpuprof(*args: str, timeout: float = 600, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``python -m cpuprof ARGS`` in a child, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def cpuprof_ok(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """As :func:`cpuprof`, for a run that must succeed."""
+    result = cpuprof(*args, timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def one_line_error(result: subprocess.CompletedProcess, only_cpuprof_lines: bool = False) -> str:
+    """The run's one ``cpuprof: error:`` line, with no traceback. ``only_cpuprof_lines``: stderr must
+    hold nothing but cpuprof's own lines (progress, warnings, the error), no program's output."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if only_cpuprof_lines:
+        assert all(line.startswith("cpuprof: ") for line in lines), result.stderr
+    errors = [line for line in lines if line.startswith("cpuprof: error: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
