@@ -306,3 +306,37 @@ def test_decode_under_a_low_descriptor_limit_names_what_was_not_counted(tmp_path
         assert "could not be counted" in result.stdout or "not counted on some threads" in result.stdout
     if limit == 16:  # the worker needs descriptors the reserve keeps for the program
         assert uncounted or any(t.uncounted for t in profile.threads)
+
+
+def _child_started(launch_file: Path, deadline_s: float = 60) -> None:
+    """Waits until a process runs on ``launch_file``: the launcher has started its child."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if str(launch_file).encode() in (entry / "cmdline").read_bytes():
+                        return
+                except OSError:
+                    pass
+        time.sleep(0.005)
+    raise AssertionError(f"no child started on {launch_file}")
+
+
+def test_ctrl_c_while_the_child_is_still_starting_is_an_interrupt(tmp_path: Path):
+    """The child has no handler of its own yet (Python itself is starting): it dies of the
+    KeyboardInterrupt with status 1, or of the signal. The launcher passed the signal on, so the
+    run was interrupted, whatever the status says."""
+    out = tmp_path / "early"
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "decode", *TINY, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _child_started(out / "launch.json")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("cpuprof: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("cpuprof: error: decoding was interrupted"), stderr

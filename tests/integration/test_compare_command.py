@@ -133,3 +133,33 @@ def test_an_existing_comparison_is_not_overwritten(tmp_path: Path):
     (tmp_path / "compare.json").write_text("{}")
     result = cpuprof("compare", *SHORT, "--out", str(tmp_path))
     assert result.returncode == 2 and f"--resume {tmp_path}" in one_line_error(result)
+
+
+def test_ctrl_c_while_a_run_is_still_starting_stops_the_sweep(tmp_path: Path):
+    """A run's child killed by the Ctrl-C before its own handler is set (status 1, or the signal) is
+    an interrupted run, not a failed configuration: the sweep stops instead of going on."""
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "compare", *SHORT, "--threads", "1,2", "-r", "1",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launch_file = str(out / "config-01" / "run-1" / "launch.json").encode()
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if any(launch_file in _cmdline(entry) for entry in Path("/proc").iterdir() if entry.name.isdigit()):
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert f"resume with: python -m cpuprof compare --resume {out}" in stderr
+    assert [r.status for r in load(out).runs] == ["interrupted"]
+
+
+def _cmdline(proc_dir: Path) -> bytes:
+    try:
+        return (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""

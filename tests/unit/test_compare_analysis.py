@@ -169,3 +169,20 @@ def test_proposals_follow_the_figures():
     found = {tuple(x.values.items()): x.reason for x in proposals(p)}
     assert (("bind", "close"),) in found and "not bound" in found[(("bind", "close"),)]
     assert (("threads", "2"),) in found and "use them all" in found[(("threads", "2"),)]
+
+
+@pytest.mark.parametrize("returncode, interrupted, status", [
+    (1, True, "interrupted"),  # Ctrl-C while the child's Python was still starting: it exits 1
+    (-2, True, "interrupted"),
+    (130, False, "interrupted"),
+    (1, False, "failed"),  # a child that failed by itself is a failed run
+])
+def test_a_run_the_launcher_passed_a_signal_to_is_interrupted_whatever_its_status(
+        tmp_path, monkeypatch, returncode, interrupted, status):
+    from cpuprof.launch import parent, sweep
+    from cpuprof.launch.options import DecodeOptions
+
+    comparison = sweep.plan(DecodeOptions(), {"threads": ["1"]}, 1, argv=[])
+    monkeypatch.setattr(parent, "launch", lambda options, out_dir, log=None: parent.DecodeOutcome(
+        out_dir=out_dir, profile=None, returncode=returncode, interrupted=interrupted))
+    assert sweep.run_one(comparison, 0, 1, tmp_path).status == status

@@ -208,7 +208,7 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
         error = ChildFailed(f"{run.failures[0]}" + (f" (and {len(run.failures) - 1} more rank(s) failed after it)"
                                                     if len(run.failures) > 1 else "")
                             + f"; every rank's profile so far is in {out_dir}/rank-*")
-        if all(r.returncode == parent.EXIT_INTERRUPTED for r in run.ranks if r.returncode):
+        if run.interrupted:
             error.exit_code = parent.EXIT_INTERRUPTED
         raise error
     return 0

@@ -153,7 +153,8 @@ def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: enviro
                                                if len(run.failures) > 1 else "")
                             + f"; every process's profile so far is in {out_dir}/rank-*")
         failed = [r.returncode for r in run.ranks if r.returncode]
-        error.exit_code = failed[0] if failed and all(0 < c < 256 for c in failed) else 1
+        error.exit_code = (parent.EXIT_INTERRUPTED if run.interrupted
+                           else failed[0] if failed and all(0 < c < 256 for c in failed) else 1)
         raise error
     return 0
 
@@ -161,6 +162,10 @@ def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: enviro
 def exit_code(outcome: parent.DecodeOutcome) -> int:
     """The program's exit status; one error line (after the report) when it did not end well."""
     rc = outcome.returncode
+    if outcome.interrupted and outcome.profile is None:  # a child still starting Python exits 1 on Ctrl-C
+        error = ChildFailed(parent.failure_message(outcome, child="the program") or "the program was interrupted")
+        error.exit_code = parent.EXIT_INTERRUPTED
+        raise error
     if rc < 0:
         raise ChildFailed(parent.failure_message(outcome, child="the program's process")
                           or f"the program's process ended with {rc}")
@@ -172,5 +177,5 @@ def exit_code(outcome: parent.DecodeOutcome) -> int:
         return 0
     reason = outcome.profile.status.reason or f"the program exited with status {rc}"
     error = ChildFailed(f"{reason}; what was measured is in {outcome.out_dir / PROFILE_FILENAME}")
-    error.exit_code = rc
+    error.exit_code = parent.EXIT_INTERRUPTED if outcome.interrupted else rc
     raise error

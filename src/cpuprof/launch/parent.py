@@ -44,6 +44,9 @@ class DecodeOutcome:
     out_dir: Path
     profile: Profile | None
     returncode: int
+    # The launcher passed a SIGINT/SIGTERM on to the child: the run was interrupted whatever its exit
+    # code (a child still starting Python dies of the KeyboardInterrupt with status 1).
+    interrupted: bool = False
 
 
 def default_out_dir(command: str = "decode") -> Path:
@@ -156,10 +159,12 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
     """Starts ``python -m module out_dir/launch.json`` (``config``, a dataclass, as JSON) pinned and
     configured as ``resolved`` says, waits for it, and loads the profile it saved, if any."""
     child = start_child(resolved, config, out_dir, profiled, log=log, module=module)
+    forwarded: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         # A terminal's Ctrl-C reaches the child too; a signal sent to the parent alone must be
         # passed on, or the child would run on, unprofiled, after we are gone.
+        forwarded.append(signum)
         try:
             child.send_signal(signum)
         except ProcessLookupError:
@@ -171,7 +176,7 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return finish_child(out_dir, returncode)
+    return finish_child(out_dir, returncode, interrupted=bool(forwarded))
 
 
 def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Path, profiled: bool,
@@ -212,14 +217,16 @@ def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: P
             log_file.close()  # the child holds its own descriptor
 
 
-def finish_child(out_dir: Path, returncode: int) -> DecodeOutcome:
-    """The outcome of a child that exited with ``returncode``: its profile, if it saved one."""
+def finish_child(out_dir: Path, returncode: int, interrupted: bool = False) -> DecodeOutcome:
+    """The outcome of a child that exited with ``returncode``: its profile, if it saved one.
+    ``interrupted``: the launcher passed it a SIGINT or SIGTERM."""
     crash_file = out_dir / CRASH_FILENAME
     if crash_file.exists() and (returncode >= 0 or crash_file.stat().st_size == 0):
         crash_file.unlink()  # no crash, or one faulthandler could not see (SIGKILL): nothing to keep
     profile_path = out_dir / PROFILE_FILENAME
     profile = Profile.load(profile_path) if profile_path.exists() else None
-    return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode)
+    return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode,
+                         interrupted=interrupted and returncode != 0)
 
 
 def failure_message(outcome: DecodeOutcome, child: str = "the decode child") -> str | None:
@@ -237,8 +244,9 @@ def failure_message(outcome: DecodeOutcome, child: str = "the decode child") -> 
         kept = f"{what}{progress} is in {where}"
     else:
         kept = "it had not yet written a profile"
-    if rc == EXIT_INTERRUPTED:
-        return f"decoding was interrupted; {kept}"
+    if rc == EXIT_INTERRUPTED or outcome.interrupted:
+        what = "decoding" if child == "the decode child" else child
+        return f"{what} was interrupted; {kept}"
     if rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
         hint = " (often the kernel's out-of-memory killer)" if -rc == signal.SIGKILL else ""
@@ -254,8 +262,8 @@ def check_outcome(outcome: DecodeOutcome) -> int:
     message = failure_message(outcome)
     if message is None:
         return 0
-    if outcome.returncode in (EXIT_USAGE, EXIT_FAILED):
+    if outcome.returncode in (EXIT_USAGE, EXIT_FAILED) and not outcome.interrupted:
         return outcome.returncode  # the child already said, in one line, what it rejected or what failed
     error = ChildFailed(message)
-    error.exit_code = EXIT_INTERRUPTED if outcome.returncode == EXIT_INTERRUPTED else 1
+    error.exit_code = EXIT_INTERRUPTED if outcome.returncode == EXIT_INTERRUPTED or outcome.interrupted else 1
     raise error

@@ -213,14 +213,16 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
     relay.poll()
     first = min((e for e in ended if e.returncode != 0), key=lambda e: e.ended_s, default=None)
     for p, e in zip(prepared, ended, strict=True):
-        outcome = parent.finish_child(p.directory, e.returncode)
+        outcome = parent.finish_child(p.directory, e.returncode, interrupted=e.interrupted)
         entry = run.ranks[p.place.rank]
         entry.returncode = e.returncode
         entry.ended_s = round(e.ended_s, 3)
         entry.failure = parent.failure_message(outcome, child=f"rank {p.place.rank}")
         if entry.failure is None:
             continue
-        if e.stopped_by is not None and first is not None:
+        if outcome.interrupted:
+            run.interrupted = True  # "rank K was interrupted; ..."
+        elif e.stopped_by is not None and first is not None:
             entry.failure = (f"rank {p.place.rank} was still running {timeout_s:g} s after rank {first.index} "
                              f"failed and was stopped ({e.stopped_by})")
         elif e.returncode in (parent.EXIT_FAILED, parent.EXIT_USAGE):
@@ -237,6 +239,7 @@ class Ended:
     returncode: int
     ended_s: float  # since supervision began: tells the rank that failed first from those that followed
     stopped_by: str | None = None  # "SIGINT" or "SIGKILL" when the launcher stopped it
+    interrupted: bool = False  # a SIGINT/SIGTERM sent to the launcher was passed on to it
 
 
 def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
@@ -244,7 +247,10 @@ def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
     """Waits for every child. Once one has failed, the others get ``timeout_s`` to end by themselves
     (a peer's death fails their next all-reduce at once; a hang needs the timeout), then SIGINT,
     then SIGKILL. A SIGINT or SIGTERM to this process is passed to every child."""
+    forwarded: list[int] = []
+
     def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
         for child in children:
             if child.poll() is None:
                 try:
@@ -264,7 +270,8 @@ def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
             for i, child in enumerate(children):
                 code = child.poll()
                 if code is not None and i not in ended:
-                    ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i))
+                    ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i),
+                                     interrupted=bool(forwarded))
             if len(ended) == len(children):
                 return [ended[i] for i in range(len(children))]
             if failed_at is None and any(e.returncode != 0 for e in ended.values()):

@@ -228,8 +228,9 @@ def run_one(comparison: Comparison, config: int, repetition: int, out_dir: Path)
         record.wall_s = time.monotonic() - started
         return record
     record.wall_s = time.monotonic() - started
-    # The child saves what it has and exits 130; a signal before its handlers are set kills it.
-    if outcome.returncode in (parent.EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
+    # The child saves what it has and exits 130; a signal before its handlers are set kills it, or
+    # (while Python itself starts) makes it exit 1: the launcher knows it passed a signal on.
+    if outcome.interrupted or outcome.returncode in (parent.EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
         record.status = "interrupted"
         return record
     message = parent.failure_message(outcome)

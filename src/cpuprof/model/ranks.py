@@ -40,6 +40,7 @@ class MultiRun:
     timeout_s: float
     ranks: list[RankOutcome] = field(default_factory=list)
     finished: bool = False  # every rank has ended (successfully or not)
+    interrupted: bool = False  # a SIGINT/SIGTERM to the launcher was passed on to the ranks
     format: str = RANKS_FORMAT
     version: int = RANKS_VERSION
 
