@@ -14,11 +14,14 @@ import dataclasses
 import datetime
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,7 @@ from .options import CRASH_FILENAME, ChildConfig, DecodeOptions
 EXIT_FAILED = 1  # the child said what failed and what it saved, in one line
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+KILL_GRACE_S = 15.0  # after the launcher's interrupt: time for a child to save its profile before SIGKILL
 LAUNCH_FILENAME = "launch.json"
 CHILD_MODULE = "cpuprof.launch.child"  # the decode child; `run` starts cpuprof.launch.script_child
 
@@ -159,24 +163,8 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
     """Starts ``python -m module out_dir/launch.json`` (``config``, a dataclass, as JSON) pinned and
     configured as ``resolved`` says, waits for it, and loads the profile it saved, if any."""
     child = start_child(resolved, config, out_dir, profiled, log=log, module=module)
-    forwarded: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        # A terminal's Ctrl-C reaches the child too; a signal sent to the parent alone must be
-        # passed on, or the child would run on, unprofiled, after we are gone.
-        forwarded.append(signum)
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        returncode = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return finish_child(out_dir, returncode, interrupted=bool(forwarded))
+    (ended,) = supervise([child], timeout_s=math.inf)
+    return finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
 
 
 def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Path, profiled: bool,
@@ -227,6 +215,70 @@ def finish_child(out_dir: Path, returncode: int, interrupted: bool = False) -> D
     profile = Profile.load(profile_path) if profile_path.exists() else None
     return DecodeOutcome(out_dir=out_dir, profile=profile, returncode=returncode,
                          interrupted=interrupted and returncode != 0)
+
+
+@dataclass
+class Ended:
+    index: int
+    returncode: int
+    ended_s: float  # since supervision began: tells the rank that failed first from those that followed
+    stopped_by: str | None = None  # "SIGINT" or "SIGKILL" when the launcher stopped it
+    interrupted: bool = False  # a SIGINT/SIGTERM sent to the launcher was passed on to it
+
+
+def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
+              on_poll: Callable[[], None] | None = None) -> list[Ended]:
+    """Waits for every child. Once one has failed, the others get ``timeout_s`` to end by themselves
+    (a peer's death fails their next all-reduce at once; a hang needs the timeout), then SIGINT,
+    then SIGKILL. A SIGINT or SIGTERM to this process is passed to every child: a terminal's Ctrl-C
+    reaches them too, but a signal sent to the launcher alone must be passed on, or they would run
+    on, unprofiled, after it is gone."""
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        for child in children:
+            if child.poll() is None:
+                try:
+                    child.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    ended: dict[int, Ended] = {}
+    stopped: dict[int, str] = {}
+    try:
+        failed_at: float | None = None
+        interrupted_at: float | None = None
+        while True:
+            now = time.monotonic()
+            for i, child in enumerate(children):
+                code = child.poll()
+                if code is not None and i not in ended:
+                    ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i),
+                                     interrupted=bool(forwarded))
+            if len(ended) == len(children):
+                return [ended[i] for i in range(len(children))]
+            if failed_at is None and any(e.returncode != 0 for e in ended.values()):
+                failed_at = now
+            if failed_at is not None and interrupted_at is None and now - failed_at > timeout_s:
+                interrupted_at = now
+                for i, child in enumerate(children):
+                    if i not in ended:
+                        stopped[i] = "SIGINT"
+                        child.send_signal(signal.SIGINT)
+            if interrupted_at is not None and now - interrupted_at > KILL_GRACE_S:
+                for i, child in enumerate(children):
+                    if i not in ended:
+                        stopped[i] = "SIGKILL"
+                        child.kill()
+            if on_poll is not None:
+                on_poll()
+            time.sleep(poll_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def failure_message(outcome: DecodeOutcome, child: str = "the decode child") -> str | None:

@@ -16,11 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import signal
 import socket
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +32,6 @@ MODES = ("tp", "instances")
 BACKENDS = ("gloo", "ccl")
 DEFAULT_TIMEOUT_S = 120.0
 CHILD_LOG = "child.log"
-KILL_GRACE_S = 15.0  # after the interrupt: time to save the profile before SIGKILL
 
 
 @dataclass
@@ -209,7 +205,7 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
         children.append(parent.start_child(p.resolved, p.config, p.directory, profiled,
                                            log=p.directory / CHILD_LOG, module=module, extra_env=env))
     relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
-    ended = supervise(children, timeout_s, on_poll=relay.poll)
+    ended = parent.supervise(children, timeout_s, on_poll=relay.poll)
     relay.poll()
     first = min((e for e in ended if e.returncode != 0), key=lambda e: e.ended_s, default=None)
     for p, e in zip(prepared, ended, strict=True):
@@ -231,68 +227,6 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
     run.finished = True
     run.save(out_dir)
     return run
-
-
-@dataclass
-class Ended:
-    index: int
-    returncode: int
-    ended_s: float  # since supervision began: tells the rank that failed first from those that followed
-    stopped_by: str | None = None  # "SIGINT" or "SIGKILL" when the launcher stopped it
-    interrupted: bool = False  # a SIGINT/SIGTERM sent to the launcher was passed on to it
-
-
-def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
-              on_poll: Callable[[], None] | None = None) -> list[Ended]:
-    """Waits for every child. Once one has failed, the others get ``timeout_s`` to end by themselves
-    (a peer's death fails their next all-reduce at once; a hang needs the timeout), then SIGINT,
-    then SIGKILL. A SIGINT or SIGTERM to this process is passed to every child."""
-    forwarded: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
-        for child in children:
-            if child.poll() is None:
-                try:
-                    child.send_signal(signum)
-                except ProcessLookupError:
-                    pass
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    started = time.monotonic()
-    ended: dict[int, Ended] = {}
-    stopped: dict[int, str] = {}
-    try:
-        failed_at: float | None = None
-        interrupted_at: float | None = None
-        while True:
-            now = time.monotonic()
-            for i, child in enumerate(children):
-                code = child.poll()
-                if code is not None and i not in ended:
-                    ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i),
-                                     interrupted=bool(forwarded))
-            if len(ended) == len(children):
-                return [ended[i] for i in range(len(children))]
-            if failed_at is None and any(e.returncode != 0 for e in ended.values()):
-                failed_at = now
-            if failed_at is not None and interrupted_at is None and now - failed_at > timeout_s:
-                interrupted_at = now
-                for i, child in enumerate(children):
-                    if i not in ended:
-                        stopped[i] = "SIGINT"
-                        child.send_signal(signal.SIGINT)
-            if interrupted_at is not None and now - interrupted_at > KILL_GRACE_S:
-                for i, child in enumerate(children):
-                    if i not in ended:
-                        stopped[i] = "SIGKILL"
-                        child.kill()
-            if on_poll is not None:
-                on_poll()
-            time.sleep(poll_s)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class LogRelay:
