@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 
@@ -31,3 +33,20 @@ def one_line_error(result: subprocess.CompletedProcess, only_cpuprof_lines: bool
     errors = [line for line in lines if line.startswith("cpuprof: error: ")]
     assert len(errors) == 1, result.stderr
     return errors[0]
+
+
+def wait_for_child(launch_file: Path, deadline_s: float = 60) -> None:
+    """Waits until a process runs on ``launch_file``: the launcher has started its child (which may
+    still be starting Python)."""
+    needle = str(launch_file).encode()
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if needle in (entry / "cmdline").read_bytes():
+                        return
+                except OSError:
+                    pass  # it ended between the listing and the read
+        time.sleep(0.005)
+    raise AssertionError(f"no child started on {launch_file}")

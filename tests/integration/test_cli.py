@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runs import cpuprof
+from cli_runs import cpuprof, wait_for_child
 from cli_runs import one_line_error as _one_line_error
 
 from cpuprof.machine.topology import read_topology
@@ -308,21 +308,6 @@ def test_decode_under_a_low_descriptor_limit_names_what_was_not_counted(tmp_path
         assert uncounted or any(t.uncounted for t in profile.threads)
 
 
-def _child_started(launch_file: Path, deadline_s: float = 60) -> None:
-    """Waits until a process runs on ``launch_file``: the launcher has started its child."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if str(launch_file).encode() in (entry / "cmdline").read_bytes():
-                        return
-                except OSError:
-                    pass
-        time.sleep(0.005)
-    raise AssertionError(f"no child started on {launch_file}")
-
-
 def test_ctrl_c_while_the_child_is_still_starting_is_an_interrupt(tmp_path: Path):
     """The child has no handler of its own yet (Python itself is starting): it dies of the
     KeyboardInterrupt with status 1, or of the signal. The launcher passed the signal on, so the
@@ -331,7 +316,7 @@ def test_ctrl_c_while_the_child_is_still_starting_is_an_interrupt(tmp_path: Path
     proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "decode", *TINY, "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _child_started(out / "launch.json")
+        wait_for_child(out / "launch.json")
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
     finally:

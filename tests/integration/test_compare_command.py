@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runs import cpuprof, one_line_error
+from cli_runs import cpuprof, one_line_error, wait_for_child
 
 from cpuprof.launch.sweep import load
 from cpuprof.machine.openmp import find_intel_openmp
@@ -141,13 +141,8 @@ def test_ctrl_c_while_a_run_is_still_starting_stops_the_sweep(tmp_path: Path):
     out = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "compare", *SHORT, "--threads", "1,2", "-r", "1",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    launch_file = str(out / "config-01" / "run-1" / "launch.json").encode()
-    deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline:
-            if any(launch_file in _cmdline(entry) for entry in Path("/proc").iterdir() if entry.name.isdigit()):
-                break
-            time.sleep(0.005)
+        wait_for_child(out / "config-01" / "run-1" / "launch.json")
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -157,9 +152,3 @@ def test_ctrl_c_while_a_run_is_still_starting_stops_the_sweep(tmp_path: Path):
     assert f"resume with: python -m cpuprof compare --resume {out}" in stderr
     assert [r.status for r in load(out).runs] == ["interrupted"]
 
-
-def _cmdline(proc_dir: Path) -> bytes:
-    try:
-        return (proc_dir / "cmdline").read_bytes()
-    except OSError:
-        return b""

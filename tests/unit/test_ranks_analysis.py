@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.profiles import make_profile
+from tests.profiles import MS, make_profile
 
 from cpuprof.analysis.ranks import arrival_waits, group_figures, ranks_report
 from cpuprof.model import Collectives, DecodeWorkload, ModelInfo, StepFigures
@@ -140,3 +140,27 @@ def test_the_html_page_of_instances_draws_their_median_step(tmp_path: Path):
     html = ranks_page(run, tmp_path)
     assert re.findall(r'data-rank="(\d)" data-part="median step" data-ns="(\d+)"', html) == [("0", "1000000"),
                                                                                           ("1", "1000000")]
+
+
+def test_the_backends_threads_and_the_main_threads_wait_are_shares_of_the_profiled_wall_time(tmp_path: Path):
+    steps = [-1, 0, 1, 1]
+    c = collectives([0, 10, 5000 * US, 5600 * US], [5, 15, 5500 * US, 6100 * US], steps)
+    profiles = [rank_profile(c, [2, 2], 500.0) for _ in range(2)]
+    for p in profiles:  # 1000 ms profiled: the main thread (tid 10) and gloo's TCP loop (800 ms of CPU)
+        p.meta.pid = 10
+        p.threads[1].name = "gloo_tcp_loop"
+        p.threads[0].run_delay_ns = 50 * MS
+    profiles[1].threads[0].run_delay_ns = 10 * MS  # below the 2% that makes a rank crowded
+    run = MultiRun(mode="tp", world_size=2, backend="gloo", argv=[], timeout_s=60, finished=True,
+                   ranks=[RankOutcome(rank=r, dir=f"rank-{r}", cpus=[r], node=None, threads=1, returncode=0)
+                          for r in range(2)])
+    g = group_figures(run, profiles)
+    assert [f.backend_cpu_ns for f in g.ranks] == [800 * MS, 800 * MS]
+    assert [f.main_run_delay_ns for f in g.ranks] == [50 * MS, 10 * MS]
+    assert [f.wall_ns for f in g.ranks] == [1000 * MS, 1000 * MS]
+    from cpuprof.analysis.ranks import _tp_lines
+
+    crowded = [line for line in _tp_lines(g) if "the main thread waited" in line]
+    assert crowded == ["Rank(s) 0: the main thread waited 5.0% of the time for a CPU while the backend's own threads "
+                       "used 80% of one; they share the rank's CPUs with the compute threads, so they take turns "
+                       "(--threads below a rank's CPU count leaves the backend a CPU of its own)."]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model import PROFILE_FILENAME, Profile
+from ..model import PROFILE_FILENAME, Profile, format_cpulist
 from ..model.ranks import MultiRun
 from ..model.workload import Collectives
 from ..units import fmt_bytes, fmt_ns, fmt_percent
@@ -26,6 +26,8 @@ BACKEND_THREAD_PREFIXES = ("gloo", "pt_gloo", "ccl", "pt_ccl")
 SLOW_COLLECTIVE_BYTES_PER_S = 1e9
 # A main thread runnable but waiting for a CPU this share of the time is competing for it.
 CROWDED_RUN_DELAY_SHARE = 0.02
+# A rank that waits this share of its step for the others is held back by one of them: name it.
+SKEW_SHARE = 0.05
 
 
 @dataclass
@@ -343,29 +345,28 @@ def _tp_lines(g: GroupFigures) -> list[str]:
                  # Far below any memory or loopback bandwidth: the per-call overhead is the cost.
                  ": at that size the backend's fixed cost per call, not bandwidth, sets the time."
                  if per_call and payload / (per_call / 1e9) < SLOW_COLLECTIVE_BYTES_PER_S else ".")]
-    crowded = [f for f in splits if f.backend_cpu_ns and f.wall_ns and f.main_run_delay_ns is not None
-               and f.main_run_delay_ns / f.wall_ns >= CROWDED_RUN_DELAY_SHARE
-               and f.threads_in_force is not None and f.profile is not None]
+    crowded = [(f, waited, backend) for f in splits
+               if (waited := _share(f.main_run_delay_ns, f.wall_ns)) is not None and waited >= CROWDED_RUN_DELAY_SHARE
+               and (backend := _share(f.backend_cpu_ns, f.wall_ns))]
     if crowded:
-        waits = ", ".join(fmt_percent((f.main_run_delay_ns or 0) / (f.wall_ns or 1)) for f in crowded)
-        backend = ", ".join(fmt_percent((f.backend_cpu_ns or 0) / (f.wall_ns or 1)) for f in crowded)
-        who = ", ".join(str(f.rank) for f in crowded)
+        waits = ", ".join(fmt_percent(waited) for _, waited, _ in crowded)
+        used = ", ".join(fmt_percent(share) for _, _, share in crowded)
+        who = ", ".join(str(f.rank) for f, _, _ in crowded)
         lines.append(f"Rank(s) {who}: the main thread waited {waits} of the time for a CPU while the backend's own "
-                     f"threads used {backend} of one; they share the rank's CPUs with the compute threads, so they "
+                     f"threads used {used} of one; they share the rank's CPUs with the compute threads, so they "
                      "take turns (--threads below a rank's CPU count leaves the backend a CPU of its own).")
     waiting = max(splits, key=lambda f: f.split.wait_ns if f.split else 0.0)
-    if waiting.split is not None and waiting.split.step_ns and waiting.split.wait_ns / waiting.split.step_ns >= 0.05:
+    held_back = _share(waiting.split.wait_ns, waiting.split.step_ns) if waiting.split is not None else None
+    if held_back is not None and held_back >= SKEW_SHARE:
         slowest = min(splits, key=lambda f: f.split.wait_ns if f.split else 0.0)
         lines.append(f"Skew: rank {waiting.rank} waits most for the others; rank {slowest.rank} waits least, so it "
                      "arrives last: its own report shows what slows it (its CPUs, threads, a neighbour).")
     return lines
 
 
-def _share(part: int | None, whole: int | None) -> float | None:
+def _share(part: float | None, whole: float | None) -> float | None:
     return part / whole if part is not None and whole else None
 
 
 def _cpus(cpus: list[int]) -> str:
-    from ..model import format_cpulist
-
     return format_cpulist(cpus)
