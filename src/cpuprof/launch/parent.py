@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ChildFailed, UsageError
 from ..machine.topology import read_topology
@@ -162,8 +163,9 @@ def run_child(resolved: environment.ResolvedLaunch, config: object, out_dir: Pat
               log: Path | None = None, module: str = CHILD_MODULE) -> DecodeOutcome:
     """Starts ``python -m module out_dir/launch.json`` (``config``, a dataclass, as JSON) pinned and
     configured as ``resolved`` says, waits for it, and loads the profile it saved, if any."""
-    child = start_child(resolved, config, out_dir, profiled, log=log, module=module)
-    (ended,) = supervise([child], timeout_s=math.inf)
+    with Supervision() as group:
+        group.add(start_child(resolved, config, out_dir, profiled, log=log, module=module))
+        (ended,) = group.wait(timeout_s=math.inf)
     return finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
 
 
@@ -226,29 +228,46 @@ class Ended:
     interrupted: bool = False  # a SIGINT/SIGTERM sent to the launcher was passed on to it
 
 
-def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
-              on_poll: Callable[[], None] | None = None) -> list[Ended]:
-    """Waits for every child. Once one has failed, the others get ``timeout_s`` to end by themselves
-    (a peer's death fails their next all-reduce at once; a hang needs the timeout), then SIGINT,
-    then SIGKILL. A SIGINT or SIGTERM to this process is passed to every child: a terminal's Ctrl-C
-    reaches them too, but a signal sent to the launcher alone must be passed on, or they would run
-    on, unprofiled, after it is gone."""
-    forwarded: list[int] = []
+class Supervision:
+    """Waits for children and passes them a SIGINT or SIGTERM sent to this process.
 
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
-        for child in children:
-            if child.poll() is None:
-                try:
-                    child.send_signal(signum)
-                except ProcessLookupError:
-                    pass
+    A terminal's Ctrl-C reaches the children too, but a signal sent to the launcher alone must be
+    passed on, or they would run on, unprofiled, after it is gone. Forwarding is in force from
+    ``__enter__``, before the first child starts: a signal that arrives while a child is being
+    started is passed to it as soon as it is added, instead of killing the launcher with a
+    KeyboardInterrupt and leaving the child orphaned."""
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    started = time.monotonic()
-    ended: dict[int, Ended] = {}
-    stopped: dict[int, str] = {}
-    try:
+    def __init__(self) -> None:
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.forwarded: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Supervision:
+        self._previous = {sig: signal.signal(sig, self._forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        self.forwarded.append(signum)
+        for child in self.children:
+            _send(child, signum)
+
+    def add(self, child: subprocess.Popen[bytes]) -> None:
+        self.children.append(child)
+        if self.forwarded:
+            _send(child, self.forwarded[0])  # the signal came while this child was being started
+
+    def wait(self, timeout_s: float, poll_s: float = 0.05, on_poll: Callable[[], None] | None = None) -> list[Ended]:
+        """Waits for every child. Once one has failed, the others get ``timeout_s`` to end by
+        themselves (a peer's death fails their next all-reduce at once; a hang needs the timeout),
+        then SIGINT, then SIGKILL."""
+        children = self.children
+        started = time.monotonic()
+        ended: dict[int, Ended] = {}
+        stopped: dict[int, str] = {}
         failed_at: float | None = None
         interrupted_at: float | None = None
         while True:
@@ -257,7 +276,7 @@ def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
                 code = child.poll()
                 if code is not None and i not in ended:
                     ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i),
-                                     interrupted=bool(forwarded))
+                                     interrupted=bool(self.forwarded))
             if len(ended) == len(children):
                 return [ended[i] for i in range(len(children))]
             if failed_at is None and any(e.returncode != 0 for e in ended.values()):
@@ -267,7 +286,7 @@ def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
                 for i, child in enumerate(children):
                     if i not in ended:
                         stopped[i] = "SIGINT"
-                        child.send_signal(signal.SIGINT)
+                        _send(child, signal.SIGINT)
             if interrupted_at is not None and now - interrupted_at > KILL_GRACE_S:
                 for i, child in enumerate(children):
                     if i not in ended:
@@ -276,9 +295,14 @@ def supervise(children: list, timeout_s: float, poll_s: float = 0.05,
             if on_poll is not None:
                 on_poll()
             time.sleep(poll_s)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+
+
+def _send(child: subprocess.Popen[bytes], signum: int) -> None:
+    if child.poll() is None:
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass  # it ended between the poll and the signal
 
 
 def failure_message(outcome: DecodeOutcome, child: str = "the decode child") -> str | None:

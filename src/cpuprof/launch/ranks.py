@@ -198,14 +198,14 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
                                       node=p.place.node, threads=p.resolved.settings.threads or len(p.place.cpus))
                           for p in prepared])
     run.save(out_dir)
-    children = []
-    for p in prepared:
-        env = {"RANK": str(p.place.rank), "LOCAL_RANK": str(p.place.rank), "WORLD_SIZE": str(n),
-               "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        children.append(parent.start_child(p.resolved, p.config, p.directory, profiled,
-                                           log=p.directory / CHILD_LOG, module=module, extra_env=env))
     relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
-    ended = parent.supervise(children, timeout_s, on_poll=relay.poll)
+    with parent.Supervision() as group:
+        for p in prepared:
+            env = {"RANK": str(p.place.rank), "LOCAL_RANK": str(p.place.rank), "WORLD_SIZE": str(n),
+                   "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            group.add(parent.start_child(p.resolved, p.config, p.directory, profiled,
+                                         log=p.directory / CHILD_LOG, module=module, extra_env=env))
+        ended = group.wait(timeout_s, on_poll=relay.poll)
     relay.poll()
     first = min((e for e in ended if e.returncode != 0), key=lambda e: e.ended_s, default=None)
     for p, e in zip(prepared, ended, strict=True):

@@ -1,0 +1,46 @@
+"""The launcher's supervision of its children, on real processes and real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from cpuprof.launch.parent import Supervision
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def test_a_signal_that_arrives_before_the_child_is_added_is_passed_to_it():
+    """The window CI once hit: Ctrl-C after the child's exec but before the launcher waited on it
+    killed the launcher and left the child running."""
+    with Supervision() as group:
+        os.kill(os.getpid(), signal.SIGINT)  # handled by the group: no KeyboardInterrupt here
+        group.add(subprocess.Popen(SLEEPER))
+        (ended,) = group.wait(timeout_s=30)
+    assert ended.interrupted
+    assert ended.returncode in (-signal.SIGINT, 1)  # the signal, or Python's KeyboardInterrupt
+
+
+def test_a_signal_while_waiting_reaches_every_child_and_the_handlers_are_restored_after():
+    before = signal.getsignal(signal.SIGTERM)
+    with Supervision() as group:
+        for _ in range(2):
+            group.add(subprocess.Popen(SLEEPER))
+        os.kill(os.getpid(), signal.SIGTERM)
+        ended = group.wait(timeout_s=30)
+    assert [e.returncode for e in ended] == [-signal.SIGTERM, -signal.SIGTERM]
+    assert all(e.interrupted for e in ended)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_children_left_running_after_one_fails_are_stopped_after_the_timeout():
+    with Supervision() as group:
+        group.add(subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]))
+        group.add(subprocess.Popen(SLEEPER))
+        failed, stopped = group.wait(timeout_s=0.5)
+    assert failed.returncode == 3 and failed.stopped_by is None and not failed.interrupted
+    assert stopped.stopped_by == "SIGINT" and stopped.returncode in (-signal.SIGINT, 1)
+    assert stopped.ended_s > failed.ended_s + 0.5
+
