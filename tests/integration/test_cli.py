@@ -265,8 +265,14 @@ def _warnings(result: subprocess.CompletedProcess) -> list[str]:
 
 def test_run_queue_delay_is_warned_about_only_when_a_cpu_is_shared(tmp_path: Path):
     cpu = CPUS[-1]
-    quiet = _warnings(cpuprof(*RUN_QUEUE, "--cpus", str(cpu), "--out", str(tmp_path / "quiet")))
-    assert not any("waited for a CPU" in w for w in quiet), quiet
+    # Alone on its CPU, the thread waits only for whatever else this shared machine runs there now
+    # and then: one quiet run of three is enough to show the warning is not given without cause.
+    for attempt in range(3):
+        quiet = _warnings(cpuprof(*RUN_QUEUE, "--cpus", str(cpu), "--out", str(tmp_path / f"quiet-{attempt}")))
+        if not any("waited for a CPU" in w for w in quiet):
+            break
+    else:
+        raise AssertionError(f"a CPU of its own, yet 'waited for a CPU' in each of 3 runs: {quiet}")
     competitor = _busy_competitor(cpu)
     try:
         time.sleep(0.2)

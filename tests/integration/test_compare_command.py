@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from cli_runs import cpuprof, one_line_error, wait_for_child
 
-from cpuprof.launch.sweep import load
+from cpuprof.launch.sweep import load, process_layout
 from cpuprof.machine.openmp import find_intel_openmp
 from cpuprof.model import Profile
+from cpuprof.model.ranks import MultiRun
 
 SHORT = ["--preset", "tiny", "--new-tokens", "16", "--prompt-len", "8", "--warmup", "2"]
 
@@ -56,6 +57,41 @@ def test_threads_by_runtime_sweep_runs_every_configuration_and_renders_every_for
     lines = cpuprof("report", str(out), "--format", "csv").stdout.splitlines()
     table = list(csv.DictReader(line for line in lines if line and not line.startswith("#")))
     assert len(table) == 4 and all(float(r["tokens_per_s"]) > 0 for r in table)
+
+
+def test_a_processes_sweep_runs_each_layout_as_decode_does_and_ranks_the_group(tmp_path: Path):
+    """--tp and --instances as axes: one process, two tensor-parallel ranks, two instances; the
+    group's figures come from the ranks' own profiles."""
+    out = tmp_path / "procs"
+    result = cpuprof("compare", *SHORT, "--roofs", "off", "--tp", "1,2", "--instances", "1,2", "-r", "1",
+                     "--out", str(out), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["sections"][0]["tables"][0]["rows"]
+    assert sorted(r["config"] for r in rows) == ["tp=1 instances=1", "tp=1 instances=2", "tp=2 instances=1"]
+    assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows), rows
+    assert "rank 0 of 2" not in result.stderr  # the ranks' output stays in their logs during a sweep
+    comparison = load(out)
+    assert comparison.configs[comparison.baseline].label == "tp=1 instances=1"
+    for run in comparison.runs:
+        assert run.status == "done" and run.metrics is not None
+        layout = process_layout(comparison.configs[run.config].values)
+        if layout is None:
+            assert Profile.load(run.out_dir).workload is not None and run.metrics.threads == 2  # every CPU
+            continue
+        group = MultiRun.load(run.out_dir)
+        assert (group.mode, group.world_size) == layout and group.finished and not group.failures
+        ranks = [Profile.load(Path(run.out_dir) / r.dir) for r in group.ranks]
+        figures = [p.workload.figures.tokens_per_s for p in ranks if p.workload and p.workload.figures]
+        assert len(figures) == 2 and run.metrics.threads == 1  # each rank on its own CPU
+        if layout[0] == "instances":
+            assert run.metrics.tokens_per_s == pytest.approx(sum(figures))
+            assert len(run.metrics.step_ms) == 2 * (16 - 2)  # both streams' measured steps
+        else:
+            assert run.metrics.tokens_per_s == pytest.approx(min(figures))  # in lockstep: the slowest rank's
+            assert all(p.workload and p.workload.collectives and p.workload.collectives.enter_ns for p in ranks)
+            assert run.metrics.all_reduce_share is not None and 0 < run.metrics.all_reduce_share < 1
+    text = cpuprof("report", str(out)).stdout
+    assert "allreduce" in text and "inside all-reduces" in text  # the column and its legend
 
 
 def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(tmp_path: Path):
@@ -102,7 +138,10 @@ def test_ctrl_c_keeps_what_finished_and_resume_runs_the_rest(tmp_path: Path):
 
 def test_from_a_profile_measures_what_its_figures_propose(tmp_path: Path):
     profiled = tmp_path / "one-thread"
-    first = cpuprof("decode", *SHORT, "--threads", "1", "--cpus", "0,1", "--out", str(profiled), "--format", "json")
+    # Long enough (a few hundred ms) that one time slice of another task on the thread's CPU is not
+    # a 5% run-queue delay, which would propose nothing for one thread instead of using both CPUs.
+    first = cpuprof("decode", *SHORT, "--new-tokens", "240", "--threads", "1", "--cpus", "0,1", "--out", str(profiled),
+                    "--format", "json")
     assert first.returncode == 0, first.stderr
     out = tmp_path / "proposals"
     result = cpuprof("compare", "--from", str(profiled), "-r", "2", "--out", str(out), "--format", "json")

@@ -31,9 +31,10 @@ def test_compile_on_and_off_side_by_side(tmp_path: Path):
     assert compiled.workload is not None and eager.workload is not None
     assert compiled.workload.compile_s is not None and compiled.workload.compile_s > 0
     assert eager.workload.compile_s is None
-    # Compilation happened before the profile: no measured step recompiles (seconds against a millisecond).
+    # Compilation happened before the profile: no measured step recompiles (seconds against a
+    # millisecond). A preemption or a garbage collection can cost a step a few ms, never 250.
     steps = compiled.workload.step_latencies_s[compiled.workload.warmup_steps:]
-    assert max(steps) < 20 * statistics.median(steps), steps
+    assert max(steps) < max(20 * statistics.median(steps), 0.25), steps
     # Frozen weights go to oneDNN's packed linear, which the GEMM analysis still sees as GEMMs.
     names = {op.name for op in compiled.ops}
     assert "mkldnn::_linear_pointwise" in names, sorted(names)

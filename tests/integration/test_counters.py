@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import os
 import subprocess
 import sys
 import threading
@@ -98,8 +97,7 @@ def test_sum_of_op_cpu_time_matches_process_cpu_time():
     model = build_model(cfg, torch.float32)
 
     def process_cpu_ns() -> int:
-        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        return time.process_time_ns()  # CLOCK_PROCESS_CPUTIME_ID: every thread, to the nanosecond
 
     run_decode(model, cfg, prompt_len=8, new_tokens=4, warmup=1)
     prof = cpuprof.profile(SOFTWARE, mode="sampled", sample_hz=1000, warn=False)
@@ -169,10 +167,11 @@ def test_op_table_and_span_ring_are_bounded():
     assert len(prof.profile.spans) == 100
     assert lim.spans_dropped > 0
     spans = prof.profile.spans
-    # Spans are written when they end, so ends rise (within the hook time taken out of parents),
-    # and the ring keeps the newest: the last one written is the last op of the loop.
+    # Spans are written when they end, so ends rise (within the hook time taken out of parents: a
+    # preemption inside one hook can move one parent's end back by more), and the ring keeps the
+    # newest: the last one written is the last op of the loop.
     ends = [s + d for s, d in zip(spans.start_ns, spans.dur_ns, strict=True)]
-    assert all(b >= a - 50_000 for a, b in zip(ends, ends[1:], strict=False))
+    assert sum(b < a - 50_000 for a, b in zip(ends, ends[1:], strict=False)) <= 1, ends
     last = prof.profile.op_by_id()[spans.op[-1]]
     assert last.name == "[other ops: op table full]" or last.name == "aten::add"
 
@@ -439,13 +438,17 @@ def test_regions_cost_nothing_without_a_profile_and_record_function_scopes_count
 def test_timeline_spans_carry_counters_only_in_exact_mode(mode):
     with cpuprof.profile(SOFTWARE, mode=mode, timeline=50, warn=False) as prof:
         with cpuprof.region("spin"):
+            cpu_before = time.thread_time_ns()
             workloads.spin_for_ns(20_000_000)
+            cpu_in_spin = time.thread_time_ns() - cpu_before
     spans = prof.profile.spans
     spin_id = region_op(prof.profile, "spin").id
     index = spans.op.index(spin_id)
     assert spans.dur_ns[index] >= 20_000_000
     if mode == "exact":
-        assert spans.counters[index][0] >= 18_000_000  # task-clock of the spin
+        # The span's task-clock holds the thread's own CPU clock read inside it (on a loaded
+        # machine less than the wall time: the truth is the clock, not the spin's length).
+        assert 0.99 * cpu_in_spin <= spans.counters[index][0] <= spans.dur_ns[index]
     else:
         assert spans.counters[index] == []
 

@@ -256,8 +256,13 @@ def test_status_when_the_runtime_started_without_the_tool(built: dict[str, Path]
 
 
 def test_imbalance_is_the_workers_barrier_wait(built: dict[str, Path]) -> None:
-    # 5 regions: the primary works 30 ms, the worker 10 ms; the worker waits 20 ms in each.
-    out = run_child(built, "imbalance", KMP_BLOCKTIME="200")
+    # 5 regions: the primary works 30 ms, the worker 10 ms; the worker waits 20 ms in each. That
+    # is the answer only if the machine ran the worker at once: the worker times its own wait, and
+    # a run where a busy machine delayed it is run again (up to 3 times), as the others are.
+    for _ in range(3):
+        out = run_child(built, "imbalance", KMP_BLOCKTIME="200")
+        if out["seen_wait_ns"][0] / 5 == pytest.approx(20e6, rel=0.1):
+            break
     check_sane(out)
     main, worker = out["main"], worker_of(out)
     [barrier] = waits(out, thread=worker, op=7, kind="barrier-implicit")

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from cpuprof.launch.parent import Supervision
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -44,3 +46,14 @@ def test_children_left_running_after_one_fails_are_stopped_after_the_timeout():
     assert stopped.stopped_by == "SIGINT" and stopped.returncode in (-signal.SIGINT, 1)
     assert stopped.ended_s > failed.ended_s + 0.5
 
+
+
+def test_a_signal_after_every_child_ended_is_not_lost():
+    """Ctrl-C between the last child's end and the handlers' restoration: no child's outcome can
+    carry it, so it reaches this process as if never caught (compare must stop, not go on)."""
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012 (the signal is raised as the block ends)
+        with Supervision() as group:
+            group.add(subprocess.Popen([sys.executable, "-c", "pass"]))
+            (ended,) = group.wait(timeout_s=30)
+            assert ended.returncode == 0 and not ended.interrupted
+            os.kill(os.getpid(), signal.SIGINT)

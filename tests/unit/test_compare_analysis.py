@@ -12,13 +12,16 @@ import math
 import pytest
 from tests.profiles import MS, make_profile
 
-from cpuprof.analysis.compare import comparison_report, run_metrics, summarize_configs, verdict
+from cpuprof.analysis.compare import comparison_report, group_metrics, run_metrics, summarize_configs, verdict
 from cpuprof.analysis.proposals import proposals
 from cpuprof.analysis.stats import summarize, t_two_sided_p, welch_test
 from cpuprof.errors import UsageError
 from cpuprof.launch import sweep
 from cpuprof.launch.options import DecodeOptions
+from cpuprof.model import Profile
 from cpuprof.model.compare import Comparison, RunMetrics, SweepConfig, SweepRun
+from cpuprof.model.ranks import MultiRun, RankOutcome
+from cpuprof.model.workload import Collectives
 from cpuprof.reports.csv import CsvRenderer
 
 
@@ -186,3 +189,90 @@ def test_a_run_the_launcher_passed_a_signal_to_is_interrupted_whatever_its_statu
     monkeypatch.setattr(parent, "launch", lambda options, out_dir, log=None: parent.DecodeOutcome(
         out_dir=out_dir, profile=None, returncode=returncode, interrupted=interrupted))
     assert sweep.run_one(comparison, 0, 1, tmp_path).status == status
+
+
+def _rank_profiles(slow_tokens_per_s: float) -> list[Profile | None]:
+    """Two ranks: make_profile's (100 tokens/s, 10 ms steps) and one at ``slow_tokens_per_s`` whose
+    steps last 1000 / that ms, with three times the run-queue delay."""
+    fast, slow = make_profile(), make_profile()
+    assert slow.workload is not None and slow.workload.figures is not None
+    step_s = 1 / slow_tokens_per_s
+    slow.workload.step_latencies_s = [0.02, step_s, step_s, step_s]
+    slow.workload.figures.tokens_per_s = slow_tokens_per_s
+    for t in slow.threads:
+        t.run_delay_ns = (t.run_delay_ns or 0) * 3
+    return [fast, slow]
+
+
+def _group(mode: str) -> MultiRun:
+    return MultiRun(mode=mode, world_size=2, backend="gloo" if mode == "tp" else None, argv=[], timeout_s=60,
+                    ranks=[RankOutcome(rank=r, dir=f"rank-{r}", cpus=[r], node=None, threads=1) for r in (0, 1)])
+
+
+def test_instances_add_their_tokens_per_second_and_pool_their_steps():
+    m = group_metrics(_group("instances"), _rank_profiles(50.0))
+    assert m is not None
+    assert m.tokens_per_s == pytest.approx(150.0)  # 100 + 50: the machine's throughput
+    assert sorted(m.step_ms) == pytest.approx([10.0] * 3 + [20.0] * 3)  # warm-up steps left out
+    assert m.p50_ms == pytest.approx(15.0) and m.p99_ms == pytest.approx(20.0, abs=0.01)
+    one = run_metrics(make_profile())
+    assert one is not None and one.switches_per_token is not None and one.run_delay_share is not None
+    assert m.switches_per_token == pytest.approx(one.switches_per_token)  # each instance's own tokens
+    assert m.run_delay_share == pytest.approx(one.run_delay_share * 2)  # mean of 1x and 3x
+    assert m.bandwidth_share is None  # no roof measured for the group
+    assert m.all_reduce_share == 0.0
+
+
+def _all_reduces(profile: Profile, ms_each: float) -> None:
+    """Two all-reduces of ``ms_each`` in every decode step (prefill's and warm-up's included)."""
+    wl = profile.workload
+    assert wl is not None
+    c = Collectives(kind="all_reduce")
+    for step in range(wl.steps_done):
+        for k in range(2):
+            start = (step * 100 + k * 10) * MS
+            c.enter_ns.append(start)
+            c.exit_ns.append(start + int(ms_each * MS))
+            c.payload_bytes.append(4096)
+            c.step.append(step)
+    wl.collectives = c
+
+
+def test_tensor_parallel_ranks_are_one_decoder_as_fast_as_the_slowest_rank():
+    profiles = _rank_profiles(50.0)
+    for p in profiles:
+        assert p is not None
+        _all_reduces(p, ms_each=2.0)
+    m = group_metrics(_group("tp"), profiles)
+    one = run_metrics(make_profile())
+    assert m is not None and one is not None and one.switches_per_token is not None
+    assert m.tokens_per_s == pytest.approx(50.0) and m.step_ms == pytest.approx([20.0] * 3)  # the slower rank's
+    assert m.switches_per_token == pytest.approx(one.switches_per_token * 2)  # both ranks' for the same tokens
+    # 2 x 2 ms of every measured step: 4 of 10 ms on one rank, 4 of 20 ms on the other.
+    assert m.all_reduce_share == pytest.approx((0.4 + 0.2) / 2)
+    assert one.all_reduce_share == 0.0  # one process reduces nothing
+
+
+def test_the_all_reduce_column_is_shown_only_where_a_configuration_has_ranks():
+    c = _comparison([10.0, 11.0], [20.0, 21.0])
+    keys = [col.key for col in comparison_report(c).section("ranking").tables[0].columns]  # type: ignore[union-attr]
+    assert "all_reduce_share" not in keys
+    c.configs.append(SweepConfig(label="tp=2", values={"tp": "2"}))
+    keys = [col.key for col in comparison_report(c).section("ranking").tables[0].columns]  # type: ignore[union-attr]
+    assert "all_reduce_share" in keys
+
+
+def test_a_group_with_a_rank_that_saved_nothing_has_no_figures():
+    assert group_metrics(_group("instances"), [make_profile(), None]) is None
+
+
+def test_sweeping_processes_leaves_out_tp_and_instances_together_and_prefers_one_process():
+    plan = sweep.plan(DecodeOptions(), {"tp": ["1", "2"], "instances": ["1", "2"]}, 1, ["compare"])
+    assert [c.label for c in plan.configs] == ["tp=1 instances=1", "tp=1 instances=2", "tp=2 instances=1"]
+    assert plan.configs[plan.baseline].label == "tp=1 instances=1"
+    assert [sweep.process_layout(c.values) for c in plan.configs] == [None, ("instances", 2), ("tp", 2)]
+    assert sweep.apply(DecodeOptions(), {"tp": "2", "threads": "1"}).launch.threads == 1
+    with pytest.raises(UsageError, match="not both"):
+        sweep.plan(DecodeOptions(), {"tp": ["2"], "instances": ["2"]}, 1, ["compare"])
+    with pytest.raises(UsageError, match="--tp 0: expected a positive whole number"):
+        sweep.parse_values("tp", "0,2")

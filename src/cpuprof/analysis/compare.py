@@ -1,18 +1,21 @@
 """A configuration sweep's report: the figures each run measured, the ranking, whether the best
 beats the baseline beyond the noise, and which measured differences explain it.
 
-``run_metrics`` reduces one run's profile to the figures a sweep keeps; ``comparison_report``
+``run_metrics`` reduces one run's profile to the figures a sweep keeps (``group_metrics`` the
+profiles of a run of several processes); ``comparison_report``
 turns a whole :class:`~cpuprof.model.compare.Comparison` into a report any renderer lays out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..model import CPU_EVENT, Profile
 from ..model.compare import Comparison, RunMetrics, SweepConfig
+from ..model.ranks import MultiRun
 from ..units import fmt_percent
 from .report_model import Column, Report, Section, Table
 from .stats import SIGNIFICANCE, Summary, WelchResult, summarize, welch_test
@@ -33,6 +36,8 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
     measured = [s * 1e3 for s in wl.step_latencies_s[wl.warmup_steps:]]
     m = RunMetrics(tokens_per_s=wl.figures.tokens_per_s, step_ms=measured, ttft_s=wl.ttft_s,
                    p50_ms=wl.figures.p50_ms, p99_ms=wl.figures.p99_ms, profiled=profile.profiled)
+    if wl.collectives is None:
+        m.all_reduce_share = 0.0  # one process, or an independent instance: nothing to reduce
     in_force = profile.settings.in_force if profile.settings else None
     if in_force is not None and in_force.torch is not None:
         m.threads = in_force.torch.num_threads
@@ -73,6 +78,60 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
     return m
 
 
+def group_metrics(run: MultiRun, profiles: list[Profile | None]) -> RunMetrics | None:
+    """The figures of one run of several processes (``decode --tp N`` / ``--instances N``); None
+    when a rank measured no decode step.
+
+    Tensor-parallel ranks decode the same tokens in lockstep: the group's speed, latencies and
+    time to first token are its slowest rank's (as in the merged report), its switches and
+    migrations per token add up over the ranks, and its all-reduce share is the ranks' mean.
+    Instances decode on their own: the group's tokens/s is their sum, its step latencies every
+    instance's steps pooled (the latency one stream sees), its time to first token their mean.
+    Spin, sleep and run-queue shares are the mean over ranks (their teams are one size). The
+    share of the bandwidth roof is left out: each rank's roof was measured on its own CPUs alone,
+    so the group's traffic has no measured roof to be a share of.
+    """
+    per_rank = [run_metrics(p) if p is not None else None for p in profiles]
+    ranks = [m for m in per_rank if m is not None]
+    if not ranks or len(ranks) != len(per_rank):
+        return None
+    lead = ranks[0]
+    if run.mode == "tp":
+        from .ranks import group_figures
+
+        lead = min(ranks, key=lambda r: r.tokens_per_s)
+        m = RunMetrics(tokens_per_s=lead.tokens_per_s, step_ms=list(lead.step_ms), ttft_s=lead.ttft_s,
+                       p50_ms=lead.p50_ms, p99_ms=lead.p99_ms)
+        per_token = _sum  # every rank's switches happen for the same tokens
+        splits = [f.split for f in group_figures(run, profiles).ranks]
+        m.all_reduce_share = _all_or_none([s.all_reduce_ns / s.step_ns if s is not None and s.step_ns else None
+                                           for s in splits], _mean)
+    else:
+        steps = [s for r in ranks for s in r.step_ms]
+        p50, p99 = (float(v) for v in np.percentile(np.asarray(steps), [50, 99])) if steps else (0.0, 0.0)
+        m = RunMetrics(tokens_per_s=sum(r.tokens_per_s for r in ranks), step_ms=steps,
+                       ttft_s=_mean([r.ttft_s for r in ranks]), p50_ms=p50, p99_ms=p99)
+        per_token = _mean  # each instance's per its own tokens; every instance makes as many
+        m.all_reduce_share = 0.0
+    m.profiled = all(r.profiled for r in ranks)
+    m.threads = lead.threads
+    for key in ("spin_share", "sleep_share", "run_delay_share"):
+        setattr(m, key, _all_or_none([getattr(r, key) for r in ranks], _mean))
+    for key in ("switches_per_token", "migrations_per_token"):
+        setattr(m, key, _all_or_none([getattr(r, key) for r in ranks], per_token))
+    return m
+
+
+def _sum(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _all_or_none(values: list[float | None], combine: Callable[[list[float | None]], float | None]) -> float | None:
+    """A group figure only from every rank's: a rank without it would bias the sum or the mean."""
+    return None if any(v is None for v in values) else combine(values)
+
+
 @dataclass
 class ConfigSummary:
     index: int
@@ -99,6 +158,8 @@ EXPLAINING = (
     ("switches_per_token", "context switches per token", False, 2.0),
     ("migrations_per_token", "CPU migrations per token", False, 0.5),
     ("bandwidth_share", "share of the memory-bandwidth ceiling reached", True, 0.02),
+    ("all_reduce_share", "all-reduces (tensor-parallel ranks summing partial results, waiting for the slowest "
+                         "included), of each step", True, 0.02),
 )
 
 
@@ -198,10 +259,12 @@ RANKING_COLUMNS = [
     Column("rank", "#", "int", "rank by mean tokens/s (configurations that never finished last)"),
     Column("config", "configuration", "text", "the swept settings; the rest as in the base options"),
     Column("runs", "runs", "int", "repetitions that finished (each a fresh process)"),
-    Column("tokens_per_s", "tok/s", "ratio", "decode tokens per second, mean over the runs"),
+    Column("tokens_per_s", "tok/s", "ratio", "decode tokens per second, mean over the runs (with instances=N, "
+                                              "the N instances' together)"),
     Column("tokens_per_s_std", "± sd", "ratio", "sample standard deviation of tokens/s over the runs (n - 1)"),
     Column("vs_baseline", "vs base", "text", "mean tokens/s against the baseline configuration's"),
-    Column("p50_ns", "p50 step", "ns", "median decode step latency, over every measured step of every run"),
+    Column("p50_ns", "p50 step", "ns", "median decode step latency, over every measured step of every run "
+                                       "(with instances=N, of every instance: the latency one stream sees)"),
     Column("p99_ns", "p99 step", "ns", "99th-percentile decode step latency, same steps"),
     Column("ttft_ns", "TTFT", "ns", "time to first token (prefill), mean over the runs"),
     Column("spin_share", "spin", "share", "threads on CPU waiting in the OpenMP runtime, of the team's op time"),
@@ -209,7 +272,11 @@ RANKING_COLUMNS = [
     Column("run_delay_share", "runq", "share", "runnable threads waiting for a CPU (schedstat), of threads × wall"),
     Column("switches_per_token", "cs/tok", "ratio", "context switches of every thread per token"),
     Column("migrations_per_token", "mig/tok", "ratio", "CPU migrations of every thread per token"),
-    Column("bandwidth_share", "of BW roof", "share", "tokens/s against the memory-bandwidth ceiling (roofline)"),
+    Column("bandwidth_share", "of BW roof", "share", "tokens/s against the memory-bandwidth ceiling (roofline); "
+                                                     "none for several processes (no roof measured for the group)"),
+    Column("all_reduce_share", "allreduce", "share", "of each decode step, the time inside all-reduces (tp=N: "
+                                                    "the ranks summing partial results, waiting for the slowest "
+                                                    "included); 0 for one process"),
     Column("status", "status", "text", "ok, or how many runs failed (the reasons are listed below the table)"),
 ]
 
@@ -265,7 +332,9 @@ def comparison_report(comparison: Comparison) -> Report:
                          f"{fmt_percent(MIN_EXPLAINING_CHANGE)} of each other).")
     order = "interleaved: every round runs each configuration once, starting one later each round"
     lines.append(f"Runs: {planned} planned, {finished} finished, in rotated rounds ({order}), each a fresh process.")
-    ranking = Table(columns=RANKING_COLUMNS,
+    # The all-reduce column only where a configuration has tensor-parallel ranks: elsewhere it is 0 throughout.
+    tensor_parallel = any(int(c.values.get("tp", "1")) > 1 for c in comparison.configs)
+    ranking = Table(columns=[c for c in RANKING_COLUMNS if tensor_parallel or c.key != "all_reduce_share"],
                     rows=ranking_rows(comparison, summaries),
                     caption="configurations, fastest first (baseline: "
                             f"{comparison.configs[comparison.baseline].label})")

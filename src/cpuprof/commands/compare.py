@@ -25,7 +25,8 @@ HTML_FILENAME = "report.html"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "compare", help="sweep threads, OpenMP runtime, binding, allocator, ... and rank them, beyond the noise",
+        "compare", help="sweep threads, OpenMP runtime, binding, allocator, processes, ... and rank them, beyond the "
+                        "noise",
         description="Runs decode once per configuration and repetition, each in a fresh process, in interleaved "
                     "rounds whose order rotates, and ranks the configurations by tokens/s with the spread, "
                     "latency percentiles, time to first token and the figures that explain the difference "
@@ -41,6 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--numa", metavar="NODES", help="NUMA node(s) to bind CPUs and memory to: 0 or 0,1")
     launch.add_argument("--cpus", metavar="LIST", help="one explicit CPU list for every configuration, e.g. 0-3")
     launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
+    launch.add_argument("--tp", metavar="N", help="tensor-parallel ranks, each on its share of the CPUs (gloo): "
+                                                  "1,2 compares one process with two ranks")
+    launch.add_argument("--instances", metavar="N", help="independent decoders at once, each on its share of the "
+                                                         "CPUs, ranked by their tokens/s together: 1,2")
     c = p.add_argument_group("runs and profiling")
     c.add_argument("-r", "--repetitions", type=positive_int, default=3,
                    help="runs per configuration, each a fresh process (default 3; 2 or more to test for noise)")
@@ -89,8 +94,11 @@ def _base_options(args: argparse.Namespace) -> DecodeOptions:
 def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
     axes = _axes(args)
     base = _base_options(args)
-    swept = {axis: values for axis, values in axes.items() if len(values) > 1}
-    fixed = {axis: values[0] for axis, values in axes.items() if len(values) == 1}
+    # Several processes are not an option of decode's child, so a single --tp 2 stays in every
+    # configuration's values (and label) instead of in the base options.
+    swept = {axis: values for axis, values in axes.items()
+             if len(values) > 1 or (axis in sweep.LAYOUT_AXES and values != ["1"])}
+    fixed = {axis: values[0] for axis, values in axes.items() if axis not in swept}
     return sweep.plan(sweep.apply(base, fixed), swept, args.repetitions, argv)
 
 

@@ -179,9 +179,10 @@ class DecodeRun:
         self.progress.show(f"rank {rank.rank}: joining the {rank.backend} group of {rank.world_size} ranks ...",
                            phase="build")
         assert rank.backend is not None and self.config.model is not None
-        join_group(rank.backend, rank.timeout_s)
+        group = join_group(rank.backend, rank.timeout_s)
         self.stage = "building the model"
-        self.all_reduce = AllReduceRecorder(region_factory, calls_per_forward=2 * self.config.model.layers)
+        self.all_reduce = AllReduceRecorder(region_factory, calls_per_forward=2 * self.config.model.layers,
+                                            group=group)
         return Shard(rank.rank, rank.world_size), self.all_reduce
 
     def wait_for_ranks(self) -> None:
@@ -191,7 +192,7 @@ class DecodeRun:
         import torch.distributed as dist
 
         self.stage = "waiting for the other ranks"
-        dist.barrier()
+        dist.barrier()  # the default group's: the startup timeout, not the rank timeout
 
     def compile(self, model: Any) -> None:
         """torch.compile before the profile starts: compilation is in neither the figures nor the ops."""

@@ -241,6 +241,7 @@ class Supervision:
         self.children: list[subprocess.Popen[bytes]] = []
         self.forwarded: list[int] = []
         self._previous: dict[int, Any] = {}
+        self._seen_by_wait: int | None = None  # signals the children's outcomes account for
 
     def __enter__(self) -> Supervision:
         self._previous = {sig: signal.signal(sig, self._forward) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -249,6 +250,10 @@ class Supervision:
     def __exit__(self, *_exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._seen_by_wait is not None and len(self.forwarded) > self._seen_by_wait:
+            # It came after every child had ended, so no outcome says so: deliver it to this
+            # process as if it had not been caught (a sweep must stop, not start the next run).
+            signal.raise_signal(self.forwarded[self._seen_by_wait])
 
     def _forward(self, signum: int, _frame: object) -> None:
         self.forwarded.append(signum)
@@ -278,6 +283,7 @@ class Supervision:
                     ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i),
                                      interrupted=bool(self.forwarded))
             if len(ended) == len(children):
+                self._seen_by_wait = len(self.forwarded)
                 return [ended[i] for i in range(len(children))]
             if failed_at is None and any(e.returncode != 0 for e in ended.values()):
                 failed_at = now

@@ -155,8 +155,9 @@ def rank_launches(settings: environment.LaunchSettings, out_dir: Path, n: int,
 
 
 def launch_ranks(options: DecodeOptions, out_dir: Path, mode: str, n: int, ranks_per_node: int | None = None,
-                 backend: str = "gloo", timeout_s: float = DEFAULT_TIMEOUT_S) -> MultiRun:
-    """``decode --tp N`` / ``--instances N``: ``n`` decode children, supervised; returns what ranks.json says."""
+                 backend: str = "gloo", timeout_s: float = DEFAULT_TIMEOUT_S, relay: bool = True) -> MultiRun:
+    """``decode --tp N`` / ``--instances N``: ``n`` decode children, supervised; returns what ranks.json says.
+    ``relay``: copy rank 0's log to stderr as it comes (a sweep keeps it in the log only)."""
     check_options(options, mode, n, backend)
     prepared = []
     for place, launch, rank_dir in rank_launches(options.launch, out_dir, n, ranks_per_node):
@@ -171,7 +172,7 @@ def launch_ranks(options: DecodeOptions, out_dir: Path, mode: str, n: int, ranks
         prepared.append(PreparedRank(place, resolved, config, rank_dir))
     _check_group_memory(options, mode, n)
     return launch_group(prepared, out_dir, mode, backend if mode == "tp" else None, timeout_s,
-                        profiled=options.profile.enabled)
+                        profiled=options.profile.enabled, relay=relay)
 
 
 def _check_group_memory(options: DecodeOptions, mode: str, n: int) -> None:
@@ -188,9 +189,10 @@ def _check_group_memory(options: DecodeOptions, mode: str, n: int) -> None:
 
 
 def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend: str | None, timeout_s: float,
-                 profiled: bool, module: str = parent.CHILD_MODULE) -> MultiRun:
+                 profiled: bool, module: str = parent.CHILD_MODULE, relay: bool = True) -> MultiRun:
     """Starts every prepared rank with torchrun's environment, supervises them, writes ranks.json.
-    Every rank's output goes to child.log in its directory; rank 0's is relayed to stderr as it comes."""
+    Every rank's output goes to child.log in its directory; rank 0's is relayed to stderr as it comes
+    (unless ``relay`` is False)."""
     n = len(prepared)
     port = free_port()
     run = MultiRun(mode=mode, world_size=n, backend=backend, argv=list(sys.argv), timeout_s=timeout_s,
@@ -198,15 +200,16 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
                                       node=p.place.node, threads=p.resolved.settings.threads or len(p.place.cpus))
                           for p in prepared])
     run.save(out_dir)
-    relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
+    log_relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
     with parent.Supervision() as group:
         for p in prepared:
             env = {"RANK": str(p.place.rank), "LOCAL_RANK": str(p.place.rank), "WORLD_SIZE": str(n),
                    "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
             group.add(parent.start_child(p.resolved, p.config, p.directory, profiled,
                                          log=p.directory / CHILD_LOG, module=module, extra_env=env))
-        ended = group.wait(timeout_s, on_poll=relay.poll)
-    relay.poll()
+        ended = group.wait(timeout_s, on_poll=log_relay.poll if relay else None)
+    if relay:
+        log_relay.poll()
     first = min((e for e in ended if e.returncode != 0), key=lambda e: e.ended_s, default=None)
     for p, e in zip(prepared, ended, strict=True):
         outcome = parent.finish_child(p.directory, e.returncode, interrupted=e.interrupted)

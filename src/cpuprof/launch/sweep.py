@@ -38,10 +38,13 @@ from .options import DecodeOptions
 
 # Axes a sweep varies, in the order a configuration's label names them, and the value
 # ``decode`` uses when the flag is not given (the baseline prefers these).
-AXES = ("threads", "omp", "bind", "blocktime", "allocator", "numa", "dtype", "batch", "compile")
-DECODE_DEFAULTS = {"omp": "gnu", "bind": "close", "allocator": "default", "dtype": "bf16", "batch": "1",
-                   "compile": "off"}
-NUMERIC_AXES = ("threads", "blocktime", "numa", "batch")
+AXES = ("tp", "instances", "threads", "omp", "bind", "blocktime", "allocator", "numa", "dtype", "batch", "compile")
+DECODE_DEFAULTS = {"tp": "1", "instances": "1", "omp": "gnu", "bind": "close", "allocator": "default",
+                   "dtype": "bf16", "batch": "1", "compile": "off"}
+NUMERIC_AXES = ("tp", "instances", "threads", "blocktime", "numa", "batch")
+# How many processes a configuration runs, and as what: not a DecodeOptions field but decode's
+# --tp N / --instances N, so apply() leaves them to process_layout().
+LAYOUT_AXES = ("tp", "instances")
 CHILD_LOG = "child.log"
 
 
@@ -91,8 +94,8 @@ def check_value(axis: str, value: str) -> None:
         raise UsageError(f"--allocator {value}: choose from {', '.join(environment.ALLOCATOR_CHOICES)}")
     elif axis == "dtype" and value not in DTYPE_NAMES:
         raise UsageError(f"--dtype {value}: choose from {', '.join(DTYPE_NAMES)}")
-    elif axis == "batch" and (not value.isdigit() or int(value) < 1):
-        raise UsageError(f"--batch {value}: expected a positive whole number")
+    elif axis in ("batch", *LAYOUT_AXES) and (not value.isdigit() or int(value) < 1):
+        raise UsageError(f"--{axis} {value}: expected a positive whole number")
     elif axis == "compile" and value not in ("on", "off"):
         raise UsageError(f"--compile {value}: expected on, off or on,off")
 
@@ -102,6 +105,8 @@ def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
     launch = options.launch
     workload = options.workload
     for axis, value in values.items():
+        if axis in LAYOUT_AXES:
+            continue  # see process_layout
         if axis == "threads":
             launch = dataclasses.replace(launch, threads=environment.parse_threads(value))
         elif axis == "numa":
@@ -123,6 +128,19 @@ def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
         else:
             raise UsageError(f"cannot sweep {axis}")
     return dataclasses.replace(options, launch=launch, workload=workload)
+
+
+def process_layout(values: dict[str, str]) -> tuple[str, int] | None:
+    """("tp", n) or ("instances", n) for a configuration of several processes; None for one."""
+    for mode in LAYOUT_AXES:
+        if int(values.get(mode, "1")) > 1:
+            return mode, int(values[mode])
+    return None
+
+
+def layout_conflict(values: dict[str, str]) -> bool:
+    """Tensor-parallel ranks and independent instances at once: decode runs one or the other."""
+    return all(int(values.get(mode, "1")) > 1 for mode in LAYOUT_AXES)
 
 
 def label(values: dict[str, str]) -> str:
@@ -149,12 +167,17 @@ def default_baseline(configs: list[SweepConfig]) -> int:
 
 def plan(base: DecodeOptions, axes: dict[str, list[str]], repetitions: int, argv: list[str],
          extra: list[SweepConfig] | None = None, source: str | None = None) -> Comparison:
-    """The cross product of the axes (or the given configurations, for --from), in rotated rounds."""
+    """The cross product of the axes (or the given configurations, for --from), in rotated rounds.
+    Combinations with both --tp and --instances above 1 are left out: decode runs one or the other."""
     if extra is not None:
         configs = extra
     else:
         names = list(axes)
         combos = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(axes[n] for n in names))]
+        combos = [values for values in combos if not layout_conflict(values)]
+        if not combos:
+            raise UsageError("--tp and --instances above 1 together: decode runs tensor-parallel ranks or "
+                             "independent instances, not both; sweep --tp 1,N --instances 1,M instead")
         configs = [SweepConfig(label=label(values), values=values) for values in combos]
     return Comparison(
         format=COMPARE_FORMAT, version=COMPARE_VERSION,
@@ -220,6 +243,9 @@ def run_one(comparison: Comparison, config: int, repetition: int, out_dir: Path)
     options = dataclasses.replace(apply(base_options(comparison), comparison.configs[config].values),
                                   out=str(run_dir))
     record = SweepRun(config=config, repetition=repetition, status="failed", out_dir=str(run_dir))
+    layout = process_layout(comparison.configs[config].values)
+    if layout is not None:
+        return _run_group(options, layout, run_dir, record)
     started = time.monotonic()
     try:
         outcome = parent.launch(options, run_dir, log=run_dir / CHILD_LOG)
@@ -242,6 +268,37 @@ def run_one(comparison: Comparison, config: int, repetition: int, out_dir: Path)
     metrics = run_metrics(outcome.profile)
     if metrics is None:
         record.error = "the run measured no decode step (raise --new-tokens above --warmup)"
+        return record
+    record.status = "done"
+    record.metrics = metrics
+    return record
+
+
+def _run_group(options: DecodeOptions, layout: tuple[str, int], run_dir: Path, record: SweepRun) -> SweepRun:
+    """One run of a configuration of several processes, as ``decode --tp N`` / ``--instances N`` runs
+    it: each rank's profile and log in run_dir/rank-K, and ranks.json."""
+    from ..analysis.compare import group_metrics
+    from ..analysis.ranks import load_profiles
+    from . import ranks
+
+    mode, n = layout
+    started = time.monotonic()
+    try:
+        run = ranks.launch_ranks(options, run_dir, mode, n, relay=False)
+    except CpuprofError as exc:  # a placement or memory check refused it before anything started
+        record.error = str(exc)
+        record.wall_s = time.monotonic() - started
+        return record
+    record.wall_s = time.monotonic() - started
+    if run.interrupted:
+        record.status = "interrupted"
+        return record
+    if run.failures:
+        record.error = run.failures[0]
+        return record
+    metrics = group_metrics(run, load_profiles(run, run_dir))
+    if metrics is None:
+        record.error = "a rank measured no decode step (raise --new-tokens above --warmup)"
         return record
     record.status = "done"
     record.metrics = metrics

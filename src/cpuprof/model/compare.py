@@ -33,6 +33,9 @@ class RunMetrics:
     switches_per_token: float | None = None  # context switches of every thread, per generated token
     migrations_per_token: float | None = None  # CPU migrations of every thread, per generated token
     bandwidth_share: float | None = None  # tokens/s against the memory-bandwidth ceiling (roofline)
+    # Of each measured decode step, the time inside all-reduces (tensor-parallel ranks summing their
+    # partial results, waiting for the slowest rank included); 0 for a process that makes none.
+    all_reduce_share: float | None = None
     profiled: bool = True
 
 
