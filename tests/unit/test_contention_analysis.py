@@ -96,3 +96,38 @@ def test_samples_give_spin_from_the_runtime_and_sleep_from_cpu_time() -> None:
 def test_every_report_has_the_contention_section() -> None:
     ids = [s.id for s in build_report(sampled_profile()).sections]
     assert "contention" in ids
+
+
+def test_a_communication_backend_thread_is_not_a_team_member() -> None:
+    """A tensor-parallel rank's gloo thread waits on its socket through the ops: counted in the
+    team it would read as a member idle 595 of 600 ms, doubling the team's sleep. And the scope
+    gloo's run loop opens on its own thread (300 ms, none of the team's CPU) is not team time."""
+    from cpuprof.analysis.compare import run_metrics
+    from cpuprof.model import OpStat, ThreadStat
+
+    plain = sampled_profile()
+    p = sampled_profile()
+    p.threads.append(ThreadStat(tid=13, name="gloo_tcp_loop", role="worker",
+                                counters={"task-clock": 5 * MS, "context-switches": 900}, run_delay_ns=0))
+    for op in p.ops:
+        for values in (*op.counters_self.values(), *op.counters_incl.values()):
+            values.append(5 * MS if op.id == 5 else 0)
+    p.ops.append(OpStat(id=40, kind="region", name="gloo:all_reduce", region=[], calls=10, incl_ns=300 * MS,
+                        self_ns=300 * MS, max_ns=30 * MS, counters_self={"task-clock": [0, 0, 20 * MS]},
+                        counters_incl={"task-clock": [0, 0, 20 * MS]}))
+    # The team's own wait for the other ranks: communication, neither imbalance nor spinning.
+    for op_id, kind, name, region in ((41, "region", "all_reduce", ["mlp"]),
+                                      (42, "op", "c10d::allreduce_", ["mlp", "all_reduce"])):
+        p.ops.append(OpStat(id=op_id, kind=kind, name=name, region=region, calls=10, incl_ns=100 * MS,
+                            self_ns=100 * MS, max_ns=10 * MS, counters_self={"task-clock": [5 * MS, 0, 1 * MS]},
+                            counters_incl={"task-clock": [5 * MS, 0, 1 * MS]}))
+    c = analyse(p)
+    assert c is not None and c.team == 2 and c.members == [0, 1]
+    assert not {40, 41, 42} & {o.op.id for o in c.ops}
+    mm = next(o for o in c.ops if o.op.id == 5)
+    assert [t.thread for t in mm.threads] == [0, 1]
+    assert mm.imbalance_ns == pytest.approx((10 + 290 + 20) * MS / 2)  # as without it
+    with_gloo, without = run_metrics(p), run_metrics(plain)
+    assert with_gloo is not None and without is not None
+    assert with_gloo.sleep_share == pytest.approx(without.sleep_share)
+    assert with_gloo.run_delay_share == pytest.approx(without.run_delay_share)

@@ -45,7 +45,10 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
         return m
     tokens = wl.steps_done * wl.batch
     wall = profile.collection.wall_ns
-    working = [t for t in profile.threads if t.role in ("dispatch", "worker")]
+    from .threads import compute_team
+
+    team = compute_team(profile)  # not a communication backend's threads, which wait by design
+    working = [profile.threads[i] for i in team]
     if tokens:
         for event, attr in (("context-switches", "switches_per_token"), ("cpu-migrations", "migrations_per_token")):
             if profile.has_event(event):
@@ -68,7 +71,8 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
         counted = [o for o in contention.ops if CPU_EVENT in o.op.counters_self]
         counted_time = sum(o.wall_ns for o in counted) * contention.team
         if counted_time:
-            cpu = sum(sum(o.op.counters_self[CPU_EVENT]) for o in counted)
+            cpu = sum(o.op.counters_self[CPU_EVENT][k] for o in counted for k in team
+                      if k < len(o.op.counters_self[CPU_EVENT]))
             m.sleep_share = max(0.0, counted_time - cpu) / counted_time
     from .ceiling import decode_ceiling
 

@@ -20,9 +20,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..model import CPU_EVENT, OpStat, Profile
+from ..model.workload import ALL_REDUCE_REGION
 from ..units import fmt_ns, fmt_percent, fmt_rate
 from .labels import inputs_text, region_text, thread_label
 from .ops import bounded_cpu
+from .ranks import COLLECTIVE_OP_PREFIXES
 from .report_model import Column, Section, Table
 
 BARRIER_KINDS = ("barrier-implicit", "barrier-explicit", "barrier-reduction", "barrier-other")
@@ -118,6 +120,7 @@ class Contention:
     ops: list[OpContention]
     team: int
     wall_ns: int  # the profiled wall time
+    members: list[int]  # the team's indices into Profile.threads (no communication backend's thread)
     steps: int | None  # decode steps (prefill included) the ops cover, to express costs per token
 
     @property
@@ -154,11 +157,32 @@ def _counter(op: OpStat, event: str, k: int) -> int | None:
     return values[k] if values is not None and k < len(values) else None
 
 
+def _is_communication(op: OpStat) -> bool:
+    """An all-reduce, or an op inside one: the team waits there for the other ranks, which is
+    neither imbalance nor spinning (the merged report of the ranks splits that time)."""
+    return (op.name.startswith(COLLECTIVE_OP_PREFIXES) or ALL_REDUCE_REGION in op.region
+            or (op.kind == "region" and op.name == ALL_REDUCE_REGION))
+
+
+def _ran_on_a_backend_thread(op: OpStat, members: list[int]) -> bool:
+    """A scope a communication backend's own thread opened (gloo's run loop records
+    "gloo:all_reduce" there): its time is that thread's, and the team, which ran none of it, was
+    not idle in it. Told apart by where its CPU went: none on the team, some elsewhere."""
+    values = op.counters_self.get(CPU_EVENT)
+    if not values:
+        return False
+    team_cpu = sum(values[k] for k in members if k < len(values))
+    return team_cpu == 0 and sum(values) > 0
+
+
 def analyse(profile: Profile) -> Contention | None:
     c = profile.collection
     if c is None or not profile.threads or not profile.has_event(CPU_EVENT):
         return None
-    team = len(profile.threads)
+    from .threads import compute_team
+
+    members = compute_team(profile)
+    team = len(members)
     omp = profile.openmp
     ompt = omp is not None and omp.info.active
     spin_by = _per_op_thread_spin(profile)
@@ -171,11 +195,11 @@ def analyse(profile: Profile) -> Contention | None:
             work[(wk.op, wk.thread)].append(wk)
     ops: list[OpContention] = []
     for op in profile.ops:
-        if op.kind == "special" or op.self_ns <= 0:
+        if op.kind == "special" or op.self_ns <= 0 or _is_communication(op) or _ran_on_a_backend_thread(op, members):
             continue
         threads = []
         regions, parallel_ns = 0, 0
-        for k in range(team):
+        for k in members:
             raw = _counter(op, CPU_EVENT, k)
             # held to the op's wall time as the op table holds it: sampling noise capped, an
             # estimate that cannot be right withheld (None), never more CPU than wall on a thread
@@ -231,7 +255,11 @@ def analyse(profile: Profile) -> Contention | None:
         if profile.sampling is None:
             blind.insert(0, "spin (exact mode has no samples: only sleep = wall - CPU is known)")
     return Contention(method="ompt" if ompt else "samples", method_text=method_text, blind_spots=blind, ops=ops,
-                      team=team, wall_ns=c.wall_ns, steps=steps)
+                      team=team, wall_ns=c.wall_ns, members=members, steps=steps)
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
 
 
 def _per_token(ns: float, contention: Contention) -> str:
@@ -285,11 +313,11 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
              f"not visible here: {'; '.join(contention.blind_spots)}"]
     wall = contention.wall_ns
     if wall:
-        total_cpu = sum(t.cpu_ns or 0 for t in profile.threads)
+        total_cpu = sum(profile.threads[k].cpu_ns or 0 for k in contention.members)
         # Without OMPT a wait cannot be told from spinning through serial code between regions:
         # VTune calls the sum "imbalance or serial spinning", and so do we.
         what = "imbalance" if contention.method == "ompt" else "imbalance or serial spinning"
-        line = (f"the team ({contention.team} threads) spun {fmt_ns(contention.spin_ns)} and was off CPU "
+        line = (f"the team ({_threads(contention.team)}) spun {fmt_ns(contention.spin_ns)} and was off CPU "
                 f"{fmt_ns(contention.sleep_ns)} while ops ran; {what} (waits / team size): potential gain "
                 f"{fmt_ns(gain)} of {fmt_ns(wall)} profiled ({fmt_percent(gain / wall)})")
         if contention.steps:
@@ -304,7 +332,7 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
         lines.append(line)
         useful = total_cpu - contention.spin_ns
         lines.append(f"effective CPU utilisation {fmt_percent(max(0.0, useful) / (wall * contention.team))} "
-                     f"(CPU time not spent spinning / (wall time x {contention.team} threads))")
+                     f"(CPU time not spent spinning / (wall time x {_threads(contention.team)}))")
     omp = profile.openmp
     if contention.method == "ompt" and omp is not None:
         idle = [w for w in omp.waits if w.kind == "idle"]

@@ -18,10 +18,9 @@ from ..model.ranks import MultiRun
 from ..model.workload import Collectives
 from ..units import fmt_bytes, fmt_ns, fmt_percent
 from .report_model import Column, Report, Section, Table
+from .threads import is_backend_thread
 
 COLLECTIVE_OP_PREFIXES = ("c10d::", "c10d_functional::", "_c10d_functional::")
-# Threads the communication backends start (gloo's TCP loop and run loops, oneCCL's workers), by name.
-BACKEND_THREAD_PREFIXES = ("gloo", "pt_gloo", "ccl", "pt_ccl")
 # An all-reduce moving less than this per second is paying a per-call cost, not a bandwidth one.
 SLOW_COLLECTIVE_BYTES_PER_S = 1e9
 # A main thread runnable but waiting for a CPU this share of the time is competing for it.
@@ -196,7 +195,7 @@ def _collective_ops(profile: Profile, f: RankFigures) -> None:
     if c is not None:
         f.wall_ns = c.stopped_ns - c.started_ns
         f.cpu_ns = sum(t.cpu_ns or 0 for t in profile.threads)
-        f.backend_cpu_ns = sum(t.cpu_ns or 0 for t in profile.threads if t.name.startswith(BACKEND_THREAD_PREFIXES))
+        f.backend_cpu_ns = sum(t.cpu_ns or 0 for t in profile.threads if is_backend_thread(t))
         main = next((t for t in profile.threads if t.tid == profile.meta.pid), None)
         f.main_run_delay_ns = main.run_delay_ns if main is not None else None
 

@@ -14,6 +14,20 @@ from ..model import Profile, ThreadStat
 from ..units import fmt_ns, fmt_percent
 from .labels import team_order, thread_label
 
+# Threads the communication backends start (gloo's TCP loop and run loops, oneCCL's workers), by
+# name. They wait on sockets by design: counted in the team, they would read as idle team members.
+BACKEND_THREAD_PREFIXES = ("gloo", "pt_gloo", "ccl", "pt_ccl")
+
+
+def is_backend_thread(thread: ThreadStat) -> bool:
+    return thread.name.startswith(BACKEND_THREAD_PREFIXES)
+
+
+def compute_team(profile: Profile) -> list[int]:
+    """Indices into profile.threads of the threads that compute: the dispatching thread and the
+    OpenMP workers it fans out to, not a communication backend's."""
+    return [i for i, t in enumerate(profile.threads) if not is_backend_thread(t)]
+
 
 @dataclass
 class ThreadRow:

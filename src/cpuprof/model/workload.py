@@ -63,6 +63,10 @@ class RankInfo:
     cpus: list[int] = field(default_factory=list)  # the CPUs this rank was given
 
 
+#: The region every all-reduce of a tensor-parallel decode runs in, inside the block that needs it.
+ALL_REDUCE_REGION = "all_reduce"
+
+
 @dataclass
 class Collectives:
     """Every all-reduce this rank made, timed where the model calls it (the wait for the other

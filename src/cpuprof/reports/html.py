@@ -489,11 +489,14 @@ def thread_times(profile: Profile) -> tuple[list[ThreadTime], str] | None:
     """Per thread, the ops' self wall time split into working, spinning and off-CPU time; and how
     spin was measured ("ompt", "samples", or "none"). None where the contention analysis has nothing."""
     from ..analysis.contention import analyse
+    from ..analysis.threads import compute_team
 
     contention = analyse(profile)
     if contention is None or not contention.ops:
         return None
-    out = {k: ThreadTime(k, parts=dict.fromkeys((p for p, _, _ in WAIT_PARTS), 0.0)) for k in team_order(profile)}
+    members = set(compute_team(profile))
+    out = {k: ThreadTime(k, parts=dict.fromkeys((p for p, _, _ in WAIT_PARTS), 0.0))
+           for k in team_order(profile) if k in members}
     # Without samples (exact mode) and without OMPT, no spin was measured at all: the analysis's 0 for
     # an op no sample landed in means nothing there, so the CPU time stays unsplit.
     spin_measured = contention.method == "ompt" or profile.sampling is not None

@@ -20,10 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..model import Collectives
-
-#: The region every all-reduce runs in, inside the block (attention, mlp) that needs it.
-ALL_REDUCE_REGION = "all_reduce"
-
+from ..model.workload import ALL_REDUCE_REGION
 
 #: How long a rank waits for the others to start and build (a loaded machine imports torch slowly).
 STARTUP_TIMEOUT_S = 300.0
