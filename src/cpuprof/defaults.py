@@ -54,3 +54,7 @@ RUN_QUEUE_WARNING_SHARE = 0.03
 CHECKPOINT_S = 5.0
 # Progress lines when the output is not a terminal (CI logs, `| tee`): at most this often.
 PROGRESS_PLAIN_INTERVAL_S = 10.0
+
+# How long the processes of a multi-process decode wait for each other to start and build (a
+# loaded machine imports torch slowly); the decode's all-reduces use the rank timeout instead.
+RANK_STARTUP_TIMEOUT_S = 300.0

@@ -70,6 +70,7 @@ def test_a_processes_sweep_runs_each_layout_as_decode_does_and_ranks_the_group(t
     assert sorted(r["config"] for r in rows) == ["tp=1 instances=1", "tp=1 instances=2", "tp=2 instances=1"]
     assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows), rows
     assert "rank 0 of 2" not in result.stderr  # the ranks' output stays in their logs during a sweep
+    assert "1 combination(s) with both --tp and --instances above 1 left out" in result.stderr
     comparison = load(out)
     assert comparison.configs[comparison.baseline].label == "tp=1 instances=1"
     for run in comparison.runs:
@@ -92,6 +93,10 @@ def test_a_processes_sweep_runs_each_layout_as_decode_does_and_ranks_the_group(t
             assert run.metrics.all_reduce_share is not None and 0 < run.metrics.all_reduce_share < 1
     text = cpuprof("report", str(out)).stdout
     assert "allreduce" in text and "inside all-reduces" in text  # the column and its legend
+    # One rank's profile proposes nothing a single process could test: refused in one line.
+    group_run = next(r for r in comparison.runs if process_layout(comparison.configs[r.config].values))
+    refused = cpuprof("compare", "--from", str(Path(group_run.out_dir) / "rank-0"), "--out", str(tmp_path / "f"))
+    assert refused.returncode == 2 and "a profile of one rank of a --" in one_line_error(refused)
 
 
 def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(tmp_path: Path):

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,3 +58,25 @@ def test_a_signal_after_every_child_ended_is_not_lost():
             (ended,) = group.wait(timeout_s=30)
             assert ended.returncode == 0 and not ended.interrupted
             os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_signal_no_child_outcome_carries_is_raised_when_the_block_ends():
+    """The child took the signal as it was finishing and exited 0 anyway: nothing says the run was
+    interrupted, so the launcher's own caller must hear of it (SIGTERM too, as KeyboardInterrupt)."""
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(0.5)"
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012 (raised as the block ends)
+        with Supervision() as group:
+            group.add(subprocess.Popen([sys.executable, "-c", code]))
+            time.sleep(0.3)  # its handler is in place
+            os.kill(os.getpid(), signal.SIGTERM)
+            (ended,) = group.wait(timeout_s=30)
+            assert ended.returncode == 0 and ended.interrupted
+
+
+def test_an_error_in_the_block_leaves_no_child_running():
+    with pytest.raises(RuntimeError, match="rank 1 could not start"):  # noqa: PT012
+        with Supervision() as group:
+            group.add(subprocess.Popen(SLEEPER))
+            raise RuntimeError("rank 1 could not start")
+    (child,) = group.children
+    assert child.returncode in (-signal.SIGINT, 1)  # interrupted, not left behind

@@ -276,3 +276,24 @@ def test_sweeping_processes_leaves_out_tp_and_instances_together_and_prefers_one
         sweep.plan(DecodeOptions(), {"tp": ["2"], "instances": ["2"]}, 1, ["compare"])
     with pytest.raises(UsageError, match="--tp 0: expected a positive whole number"):
         sweep.parse_values("tp", "0,2")
+
+
+def test_a_version_1_comparison_still_loads_and_reports(tmp_path):
+    """Saved before processes could be swept: no all-reduce figure, no tp axis."""
+    import json
+
+    from cpuprof.model.codec import to_json
+
+    c = _comparison([10.0, 11.0], [20.0, 21.0])
+    data = to_json(c)
+    data["version"] = 1
+    for run in data["runs"]:
+        del run["metrics"]["all_reduce_share"]
+    (tmp_path / "compare.json").write_text(json.dumps(data))
+    loaded = sweep.load(tmp_path)
+    assert all(r.metrics is not None and r.metrics.all_reduce_share is None for r in loaded.runs)
+    assert comparison_report(loaded).section("ranking") is not None
+    data["version"] = 9
+    (tmp_path / "compare.json").write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="comparison version 9; this cpuprof reads 1, 2"):
+        sweep.load(tmp_path)

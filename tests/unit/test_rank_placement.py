@@ -74,3 +74,30 @@ def test_one_node_machine_binds_no_memory():
         pytest.skip("this machine has several NUMA nodes")
     assert [r.node for r in ranks] == [None, None]
     assert set(ranks[0].cpus).isdisjoint(ranks[1].cpus)
+
+
+def test_instances_start_together_and_a_missing_one_is_named(tmp_path: Path):
+    """The start barrier of --instances: nobody passes before everyone is ready."""
+    import threading
+    import time
+
+    from cpuprof.launch.ranks import start_barrier
+
+    passed: list[float] = []
+
+    def instance(rank: int, delay: float) -> None:
+        time.sleep(delay)
+        start_barrier(tmp_path, rank, 3, timeout_s=30)
+        passed.append(time.monotonic())
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=instance, args=(r, 0.3 * r)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(passed) == 3 and min(passed) - started >= 0.6  # the last came at 0.6 s; none went before
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    with pytest.raises(TimeoutError, match=r"instance\(s\) 1, 2 not ready after 0.2 s"):
+        start_barrier(alone, 0, 3, timeout_s=0.2)

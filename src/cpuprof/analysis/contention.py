@@ -157,6 +157,10 @@ def _counter(op: OpStat, event: str, k: int) -> int | None:
     return values[k] if values is not None and k < len(values) else None
 
 
+# Scopes a communication backend records on its own threads ("gloo:all_reduce", ...).
+BACKEND_SCOPE_PREFIXES = ("gloo:",)
+
+
 def _is_communication(op: OpStat) -> bool:
     """An all-reduce, or an op inside one: the team waits there for the other ranks, which is
     neither imbalance nor spinning (the merged report of the ranks splits that time)."""
@@ -168,6 +172,8 @@ def _ran_on_a_backend_thread(op: OpStat, members: list[int]) -> bool:
     """A scope a communication backend's own thread opened (gloo's run loop records
     "gloo:all_reduce" there): its time is that thread's, and the team, which ran none of it, was
     not idle in it. Told apart by where its CPU went: none on the team, some elsewhere."""
+    if op.name.startswith(BACKEND_SCOPE_PREFIXES):
+        return True  # by name: the main thread may run a little while gloo's scope is open
     values = op.counters_self.get(CPU_EVENT)
     if not values:
         return False

@@ -6,6 +6,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -30,11 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Runs decode once per configuration and repetition, each in a fresh process, in interleaved "
                     "rounds whose order rotates, and ranks the configurations by tokens/s with the spread, "
                     "latency percentiles, time to first token and the figures that explain the difference "
-                    "(spin, sleep, run-queue delay, switches, migrations, share of the bandwidth roof). Lists "
+                    "(spin, sleep, run-queue delay, switches, migrations, share of the bandwidth roof, share "
+                    "of each step in all-reduces). Lists "
                     "(1,2,4) and ranges (1-4, 1-8+2, 1-16*2) sweep a setting; every combination is run.")
     decode.add_workload_arguments(p, sweep=True)
     launch = p.add_argument_group("launch (comma lists sweep a setting)")
-    launch.add_argument("--threads", help="OpenMP/torch threads: 1,2 or 1-4 (default: every CPU of the set)")
+    launch.add_argument("--threads", help="OpenMP/torch threads: 1,2 or 1-4 (default: every CPU of the set; with "
+                                          "--tp/--instances, of each process's share)")
     launch.add_argument("--omp", default=None, help="gnu, intel or gnu,intel (default gnu)")
     launch.add_argument("--bind", default=None, help="close, spread, none, or a list (default close)")
     launch.add_argument("--blocktime", metavar="MS", help="ms idle OpenMP threads spin before sleeping: 0,200")
@@ -42,9 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--numa", metavar="NODES", help="NUMA node(s) to bind CPUs and memory to: 0 or 0,1")
     launch.add_argument("--cpus", metavar="LIST", help="one explicit CPU list for every configuration, e.g. 0-3")
     launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
-    launch.add_argument("--tp", metavar="N", help="tensor-parallel ranks, each on its share of the CPUs (gloo): "
+    launch.add_argument("--tp", metavar="N[,N]", help="tensor-parallel ranks, each on its share of the CPUs (gloo): "
                                                   "1,2 compares one process with two ranks")
-    launch.add_argument("--instances", metavar="N", help="independent decoders at once, each on its share of the "
+    launch.add_argument("--instances", metavar="N[,N]", help="independent decoders at once, each on its share of the "
                                                          "CPUs, ranked by their tokens/s together: 1,2")
     c = p.add_argument_group("runs and profiling")
     c.add_argument("-r", "--repetitions", type=positive_int, default=3,
@@ -99,7 +102,13 @@ def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
     swept = {axis: values for axis, values in axes.items()
              if len(values) > 1 or (axis in sweep.LAYOUT_AXES and values != ["1"])}
     fixed = {axis: values[0] for axis, values in axes.items() if axis not in swept}
-    return sweep.plan(sweep.apply(base, fixed), swept, args.repetitions, argv)
+    comparison = sweep.plan(sweep.apply(base, fixed), swept, args.repetitions, argv)
+    combinations = math.prod(len(values) for values in swept.values())
+    if len(comparison.configs) < combinations:
+        print(f"cpuprof: {combinations - len(comparison.configs)} combination(s) with both --tp and --instances "
+              "above 1 left out: decode runs tensor-parallel ranks or independent instances, not both",
+              file=sys.stderr)
+    return comparison
 
 
 def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
@@ -118,6 +127,9 @@ def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
                          "(compare --from needs a profile written by decode)") from None
     except (ValueError, DecodeError) as exc:
         raise UsageError(f"--from {source}: {parent.LAUNCH_FILENAME} is not readable: {exc}") from None
+    if config.rank is not None:
+        raise UsageError(f"--from {source}: a profile of one rank of a --{config.rank.mode} run; --from measures "
+                         "a single-process profile's proposals (sweep processes with --tp 1,N or --instances 1,N)")
     base = dataclasses.replace(config.options, out=None, launch=dataclasses.replace(
         config.options.launch, threads=config.threads))
     found = proposals(profile)

@@ -113,7 +113,7 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--backend", default="gloo",
                    help="torch.distributed backend for --tp: gloo (default) or ccl (needs Intel's oneCCL bindings)")
     r.add_argument("--rank-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="how long ranks wait for each other in a decode all-reduce, and how long the others get "
+                   help="how long ranks wait for each other in an all-reduce of the model, and how long the others get "
                         "to end once one rank has failed before they are stopped (default 120; starting up, ranks "
                         "wait for each other up to 300 s, or this if longer)")
 

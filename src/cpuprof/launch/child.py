@@ -186,7 +186,17 @@ class DecodeRun:
         return Shard(rank.rank, rank.world_size), self.all_reduce
 
     def wait_for_ranks(self) -> None:
-        """Ranks build at their own pace; the prefill's first all-reduce is not the place to wait."""
+        """Ranks build at their own pace; the prefill's first all-reduce is not the place to wait.
+        Instances wait for each other too: their tokens/s are added up, which is the machine's
+        throughput only if they decode at the same time, not one after the other."""
+        rank = self.config.rank
+        if rank is not None and rank.mode == "instances" and rank.world_size > 1:
+            from ..defaults import RANK_STARTUP_TIMEOUT_S
+            from .ranks import start_barrier
+
+            self.stage = "waiting for the other instances"
+            start_barrier(Path(self.config.out).parent, rank.rank, rank.world_size,
+                          max(rank.timeout_s, RANK_STARTUP_TIMEOUT_S))
         if self.all_reduce is None:
             return
         import torch.distributed as dist

@@ -235,25 +235,45 @@ class Supervision:
     passed on, or they would run on, unprofiled, after it is gone. Forwarding is in force from
     ``__enter__``, before the first child starts: a signal that arrives while a child is being
     started is passed to it as soon as it is added, instead of killing the launcher with a
-    KeyboardInterrupt and leaving the child orphaned."""
+    KeyboardInterrupt and leaving the child orphaned.
+
+    A signal no child's outcome carries (every child exited 0 anyway: it came as they finished,
+    or after) is raised here as KeyboardInterrupt when the block ends, so a sweep stops instead of
+    starting its next run. An exception out of the block interrupts the children still running,
+    then kills them: none is left behind."""
 
     def __init__(self) -> None:
         self.children: list[subprocess.Popen[bytes]] = []
         self.forwarded: list[int] = []
         self._previous: dict[int, Any] = {}
-        self._seen_by_wait: int | None = None  # signals the children's outcomes account for
+        self._carried = False  # a child ended non-zero after a forwarded signal: its outcome says so
+        self._seen_by_wait = 0  # signals forwarded when wait() returned
 
     def __enter__(self) -> Supervision:
         self._previous = {sig: signal.signal(sig, self._forward) for sig in (signal.SIGINT, signal.SIGTERM)}
         return self
 
-    def __exit__(self, *_exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        if self._seen_by_wait is not None and len(self.forwarded) > self._seen_by_wait:
-            # It came after every child had ended, so no outcome says so: deliver it to this
-            # process as if it had not been caught (a sweep must stop, not start the next run).
-            signal.raise_signal(self.forwarded[self._seen_by_wait])
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
+        try:
+            if exc_type is not None:
+                self._stop_running()
+        finally:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+        if exc_type is None and self.forwarded and (not self._carried or len(self.forwarded) > self._seen_by_wait):
+            raise KeyboardInterrupt
+
+    def _stop_running(self) -> None:
+        running = [c for c in self.children if c.poll() is None]
+        for child in running:
+            _send(child, signal.SIGINT)  # it saves what it measured
+        deadline = time.monotonic() + KILL_GRACE_S
+        for child in running:
+            try:
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
 
     def _forward(self, signum: int, _frame: object) -> None:
         self.forwarded.append(signum)
@@ -284,6 +304,7 @@ class Supervision:
                                      interrupted=bool(self.forwarded))
             if len(ended) == len(children):
                 self._seen_by_wait = len(self.forwarded)
+                self._carried = any(e.interrupted and e.returncode != 0 for e in ended.values())
                 return [ended[i] for i in range(len(children))]
             if failed_at is None and any(e.returncode != 0 for e in ended.values()):
                 failed_at = now

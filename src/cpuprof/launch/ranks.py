@@ -18,6 +18,7 @@ import math
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,6 +189,23 @@ def _check_group_memory(options: DecodeOptions, mode: str, n: int) -> None:
                  shards=n if mode == "tp" else 1)
 
 
+START_BARRIER_PREFIX = ".ready-rank-"
+
+
+def start_barrier(group_dir: Path, rank: int, world_size: int, timeout_s: float, poll_s: float = 0.005) -> None:
+    """Instances have no process group to meet in: each marks itself ready with a file in the
+    group's directory and waits until every instance has. Raises TimeoutError naming who is missing."""
+    (group_dir / f"{START_BARRIER_PREFIX}{rank}").touch()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [r for r in range(world_size) if not (group_dir / f"{START_BARRIER_PREFIX}{r}").exists()]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"instance(s) {', '.join(map(str, missing))} not ready after {timeout_s:g} s")
+        time.sleep(poll_s)
+
+
 def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend: str | None, timeout_s: float,
                  profiled: bool, module: str = parent.CHILD_MODULE, relay: bool = True) -> MultiRun:
     """Starts every prepared rank with torchrun's environment, supervises them, writes ranks.json.
@@ -200,6 +218,8 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
                                       node=p.place.node, threads=p.resolved.settings.threads or len(p.place.cpus))
                           for p in prepared])
     run.save(out_dir)
+    for stale in out_dir.glob(f"{START_BARRIER_PREFIX}*"):
+        stale.unlink()  # an earlier group's marks in this directory would open the barrier early
     log_relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
     with parent.Supervision() as group:
         for p in prepared:

@@ -28,6 +28,7 @@ from ..model.compare import (
     COMPARE_FILENAME,
     COMPARE_FORMAT,
     COMPARE_VERSION,
+    COMPARE_VERSIONS_READ,
     Comparison,
     SweepConfig,
     SweepRun,
@@ -212,8 +213,9 @@ def load(path: str | os.PathLike[str]) -> Comparison:
         raise UsageError(f"{p}: not a readable comparison ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != COMPARE_FORMAT:
         raise UsageError(f"{p}: not a cpuprof comparison")
-    if data.get("version") != COMPARE_VERSION:
-        raise UsageError(f"{p}: comparison version {data.get('version')}; this cpuprof reads {COMPARE_VERSION}")
+    if data.get("version") not in COMPARE_VERSIONS_READ:
+        raise UsageError(f"{p}: comparison version {data.get('version')}; this cpuprof reads "
+                         f"{', '.join(map(str, COMPARE_VERSIONS_READ))}")
     try:
         return from_json(Comparison, data, "comparison")
     except DecodeError as exc:

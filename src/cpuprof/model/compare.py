@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 COMPARE_FORMAT = "cpuprof-compare"
-COMPARE_VERSION = 1
+# 2: the tp and instances axes, and RunMetrics.all_reduce_share. Version 1 files read as they are
+# (one process per run; the new figure absent), so both are read; an older cpuprof names the version.
+COMPARE_VERSION = 2
+COMPARE_VERSIONS_READ = (1, 2)
 COMPARE_FILENAME = "compare.json"
 
 

@@ -3,7 +3,7 @@
 The rendezvous is torch.distributed's own (``init_process_group`` with the env:// method the
 launcher fills, as torchrun does: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Ranks start, import
 torch and build their shards at their own pace, so the rendezvous and the barrier before prefill
-wait up to ``STARTUP_TIMEOUT_S`` (or the rank timeout, if longer). The model's all-reduces run in
+wait up to ``RANK_STARTUP_TIMEOUT_S`` (or the rank timeout, if longer). The model's all-reduces run in
 a group of the same ranks whose timeout is the launcher's rank timeout, so a rank whose peer died
 or hung fails with gloo's error instead of waiting for the default half hour, and saves what it
 measured.
@@ -19,11 +19,9 @@ from contextlib import AbstractContextManager
 import torch.distributed as dist
 from torch import Tensor
 
+from ..defaults import RANK_STARTUP_TIMEOUT_S
 from ..model import Collectives
 from ..model.workload import ALL_REDUCE_REGION
-
-#: How long a rank waits for the others to start and build (a loaded machine imports torch slowly).
-STARTUP_TIMEOUT_S = 300.0
 
 
 def join_group(backend: str, timeout_s: float) -> dist.ProcessGroup:
@@ -31,7 +29,7 @@ def join_group(backend: str, timeout_s: float) -> dist.ProcessGroup:
     ranks whose collectives fail after ``timeout_s``, for the model's all-reduces."""
     if backend == "ccl":
         import oneccl_bindings_for_pytorch  # type: ignore[import-not-found]  # noqa: F401  (registers ccl)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=max(timeout_s, STARTUP_TIMEOUT_S)))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=max(timeout_s, RANK_STARTUP_TIMEOUT_S)))
     group = dist.new_group(timeout=datetime.timedelta(seconds=timeout_s))
     assert group is not None  # every rank is a member
     return group
