@@ -71,6 +71,11 @@ def imbalance_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return library
 
 
+# Run-queue delay (of the wall time) above which another process's work, not the imbalance under
+# test, decides how long the threads wait.
+TOO_BUSY_RUN_DELAY = 0.10
+
+
 def run_driver(library: Path, heavy_thread: int) -> dict:
     """The run whose threads waited least for a CPU, of up to 3: on a shared 2-CPU machine another
     process's work stretches the regions and shows as time off CPU, which is not the imbalance
@@ -87,6 +92,9 @@ def run_driver(library: Path, heavy_thread: int) -> dict:
         if data["run_delay"] < 0.05 * data["wall"]:
             break
     assert best is not None
+    if best["run_delay"] > TOO_BUSY_RUN_DELAY * best["wall"]:
+        pytest.skip(f"the threads waited {best['run_delay'] / best['wall']:.0%} of the best of 3 runs for a CPU: "
+                    "the machine is too busy for the 3:1 known answer")
     return best
 
 
