@@ -50,3 +50,20 @@ def wait_for_child(launch_file: Path, deadline_s: float = 60) -> None:
                     pass  # it ended between the listing and the read
         time.sleep(0.005)
     raise AssertionError(f"no child started on {launch_file}")
+
+
+def interrupt_once_started(args: list[str], launch_file: Path) -> subprocess.CompletedProcess:
+    """``python -m cpuprof ARGS``, sent SIGINT the moment a child runs on ``launch_file`` (which may
+    still be starting Python); its output once it has ended."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_child(launch_file)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runs import cpuprof, wait_for_child
+from cli_runs import cpuprof, interrupt_once_started
 from cli_runs import one_line_error as _one_line_error
 
 from cpuprof.machine.topology import read_topology
@@ -319,15 +319,7 @@ def test_ctrl_c_while_the_child_is_still_starting_is_an_interrupt(tmp_path: Path
     KeyboardInterrupt with status 1, or of the signal. The launcher passed the signal on, so the
     run was interrupted, whatever the status says."""
     out = tmp_path / "early"
-    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "decode", *TINY, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_child(out / "launch.json")
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("cpuprof: error: ")]
-    assert len(errors) == 1 and errors[0].startswith("cpuprof: error: decoding was interrupted"), stderr
+    ended = interrupt_once_started(["decode", *TINY, "--out", str(out)], out / "launch.json")
+    assert ended.returncode == 130, ended.stderr
+    errors = [line for line in ended.stderr.splitlines() if line.startswith("cpuprof: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("cpuprof: error: decoding was interrupted"), ended.stderr

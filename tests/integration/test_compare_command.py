@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runs import cpuprof, one_line_error, wait_for_child
+from cli_runs import cpuprof, interrupt_once_started, one_line_error
 
 from cpuprof.launch.sweep import load, process_layout
 from cpuprof.machine.openmp import find_intel_openmp
@@ -183,16 +183,9 @@ def test_ctrl_c_while_a_run_is_still_starting_stops_the_sweep(tmp_path: Path):
     """A run's child killed by the Ctrl-C before its own handler is set (status 1, or the signal) is
     an interrupted run, not a failed configuration: the sweep stops instead of going on."""
     out = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "compare", *SHORT, "--threads", "1,2", "-r", "1",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_child(out / "config-01" / "run-1" / "launch.json")
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    assert f"resume with: python -m cpuprof compare --resume {out}" in stderr
+    ended = interrupt_once_started(["compare", *SHORT, "--threads", "1,2", "-r", "1", "--out", str(out)],
+                                   out / "config-01" / "run-1" / "launch.json")
+    assert ended.returncode == 130, ended.stderr
+    assert f"resume with: python -m cpuprof compare --resume {out}" in ended.stderr
     assert [r.status for r in load(out).runs] == ["interrupted"]
 

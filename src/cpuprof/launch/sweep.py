@@ -30,6 +30,7 @@ from ..model.compare import (
     COMPARE_VERSION,
     COMPARE_VERSIONS_READ,
     Comparison,
+    RunMetrics,
     SweepConfig,
     SweepRun,
 )
@@ -267,13 +268,7 @@ def run_one(comparison: Comparison, config: int, repetition: int, out_dir: Path)
         record.error = own or message
         return record
     assert outcome.profile is not None
-    metrics = run_metrics(outcome.profile)
-    if metrics is None:
-        record.error = "the run measured no decode step (raise --new-tokens above --warmup)"
-        return record
-    record.status = "done"
-    record.metrics = metrics
-    return record
+    return _measured(record, run_metrics(outcome.profile), "the run")
 
 
 def _run_group(options: DecodeOptions, layout: tuple[str, int], run_dir: Path, record: SweepRun) -> SweepRun:
@@ -298,9 +293,13 @@ def _run_group(options: DecodeOptions, layout: tuple[str, int], run_dir: Path, r
     if run.failures:
         record.error = run.failures[0]
         return record
-    metrics = group_metrics(run, load_profiles(run, run_dir))
+    return _measured(record, group_metrics(run, load_profiles(run, run_dir)), "a rank")
+
+
+def _measured(record: SweepRun, metrics: RunMetrics | None, who: str) -> SweepRun:
+    """A run that ended well is done, with its figures, if it measured a decode step."""
     if metrics is None:
-        record.error = "a rank measured no decode step (raise --new-tokens above --warmup)"
+        record.error = f"{who} measured no decode step (raise --new-tokens above --warmup)"
         return record
     record.status = "done"
     record.metrics = metrics
