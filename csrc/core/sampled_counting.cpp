@@ -1,16 +1,22 @@
 // Sampled counting: the kernel samples every thread on its own CPU clock; samples are joined by
 // time to the op timeline of the thread they work for.
 //
-// On the op path a dispatching thread only appends its op begins and ends to a ring (16 bytes
+// On the op path a dispatching thread only appends its op begins and ends to a ring (24 bytes
 // each, no counter read, no syscall). Every thread's sampling event (task-clock, the leader of
 // its counter group) writes a record each 1/Hz of that thread's CPU time into a ring the kernel
 // fills without stopping anyone: the time, the group's counter values, the kernel call chain,
-// the user registers and a copy of the user stack. The collector thread drains both kinds of
-// ring every period, orders the samples by time, replays each dispatching thread's op stack to
-// each sample's time, and charges the sample's counter deltas to the op innermost then: on the
-// dispatching thread itself, or on the thread an OpenMP worker works for. Unlike reading the team
-// at op boundaries, this never blends the rates of neighbouring ops: a sample says what its own
-// thread was doing, at the time it was taken.
+// the user registers and a copy of the user stack; and a switch record each time the thread goes
+// on or off a CPU. The collector thread drains the rings every period, orders the records by
+// time and replays each dispatching thread's op stack along them.
+//
+// CPU time is charged by interval, not by sample: between two records of a thread, the time it
+// was on a CPU is split over the ops its dispatching thread went through meanwhile, so no op gets
+// more of a thread's CPU than the op lasted. Charging a whole period to the op a sample lands in
+// is biased wherever sample times correlate with op boundaries: a sleeping OpenMP worker's timer
+// that expired as it went to sleep fires just after it wakes, inside the next parallel op, with
+// the CPU of its previous run. Samples still place the other events (page faults, ...) and the
+// native stacks, and a thread's CPU that its switch records do not cover (its first sample, a
+// kernel without switch records, lost records) is charged where the sample lands.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,6 +48,7 @@ class SampledCounting final : public CountingStrategy {
         samples_of_(static_cast<size_t>(options.max_slots)),
         lost_of_(static_cast<size_t>(options.max_slots)),
         votes_(static_cast<size_t>(options.max_slots)),
+        runs_(static_cast<size_t>(options.max_slots)),
         scratch_(65536) {
     stacks_.init(kMaxStacks, kMaxStackFrames, kMaxStackCounts, options.timeline_samples);
     for (int e = 0; e < context.n_events() && cpu_event_ < 0; ++e) {
@@ -49,6 +56,7 @@ class SampledCounting final : public CountingStrategy {
     }
     unwind_stops_.assign(kUnwindStopKinds, 0);
     pending_.reserve(4096);
+    on_cpu_.reserve(256);
   }
 
   CountingMode mode() const override { return CountingMode::Sampled; }
@@ -64,7 +72,7 @@ class SampledCounting final : public CountingStrategy {
     state.events.push(exit_ns, op_ns, entry, depth, false);
   }
 
-  void stop(int64_t) override {}
+  void stop(int64_t now) override { stopped_ns_ = now; }
 
   uint64_t samples() const override { return joined_.load(std::memory_order_relaxed); }
 
@@ -77,16 +85,19 @@ class SampledCounting final : public CountingStrategy {
     // Rings are emptied every period (they hold about two); samples wait in memory until the op
     // timeline has caught up with them.
     drain_rings();
-    std::sort(pending_.begin(), pending_.end(),
-              [](const Pending& a, const Pending& b) { return a.time < b.time; });
+    // Stable: a thread's records keep their ring order where their times are equal.
+    std::stable_sort(pending_.begin(), pending_.end(),
+                     [](const Pending& a, const Pending& b) { return a.time < b.time; });
     size_t joined = 0;
-    while (joined < pending_.size() && pending_[joined].time <= until) join(pending_[joined++]);
+    while (joined < pending_.size() && pending_[joined].time <= until) process(pending_[joined++]);
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(joined));
     if (final) {
-      advance_replays(INT64_MAX);
+      advance_all(INT64_MAX);
+      const int64_t end = stopped_ns_ > 0 ? stopped_ns_ : now;
+      for (int slot : on_cpu_) settle(slot, end);
       charge_remainders();
     } else {
-      advance_replays(until);
+      advance_all(until);
     }
   }
 
@@ -156,13 +167,26 @@ class SampledCounting final : public CountingStrategy {
   }
 
  private:
-  // A sample read from a ring, waiting to be joined in time order with the others.
+  // A record read from a ring, waiting to be joined in time order with the others.
+  enum class RecordKind : uint8_t { Sample, SwitchIn, SwitchOut };
   struct Pending {
     int64_t time;
     int32_t slot;
+    RecordKind kind;
     uint32_t stack;
     uint32_t n_deltas;
-    uint64_t deltas[kMaxEvents];  // per event index: the counts since the thread's previous sample
+    uint64_t deltas[kMaxEvents];  // samples: per event index, the counts since the thread's previous sample
+  };
+
+  // Whether a thread is on a CPU, from its switch records, and up to when its time there has
+  // been charged. Unknown until its first record: the CPU before that is charged by sample.
+  enum class RunState : uint8_t { Unknown, On, Off };
+  struct Run {
+    RunState state = RunState::Unknown;
+    int64_t mark = 0;         // on a CPU: charged up to here
+    uint64_t tracked = 0;     // ns charged by interval since the thread's last sample
+    int owner = -1;           // the dispatching thread whose ops its time goes to (-1: none)
+    bool dispatching = false; // owner is the thread itself
   };
 
   // A dispatching thread's op stack, replayed from its op events.
@@ -187,6 +211,10 @@ class SampledCounting final : public CountingStrategy {
           lost_of_[slot] += lost;
           return true;
         }
+        if (header.type == PERF_RECORD_SWITCH) {
+          read_switch(slot, header, record);
+          return true;
+        }
         if (header.type != PERF_RECORD_SAMPLE) return true;  // throttle and the like
         ParsedSample sample;
         if (!parse_sample(record, header.size, &sample)) {
@@ -199,10 +227,31 @@ class SampledCounting final : public CountingStrategy {
     }
   }
 
+  // A switch record has no body; with sample_id_all its trailer is the samples' {pid, tid} and
+  // time (kSampleType's only sample_id fields).
+  void read_switch(int slot, const perf_event_header& header, const uint8_t* record) {
+    constexpr size_t kTimeOffset = sizeof(perf_event_header) + 8;
+    if (header.size < kTimeOffset + 8) {
+      ++unparsed_;
+      return;
+    }
+    uint64_t time = 0;
+    std::memcpy(&time, record + kTimeOffset, sizeof(time));
+    Pending p;
+    p.time = static_cast<int64_t>(time);
+    p.slot = slot;
+    p.kind = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) ? RecordKind::SwitchOut : RecordKind::SwitchIn;
+    p.stack = 0;
+    p.n_deltas = 0;
+    pending_.push_back(p);
+    ++switch_records_;
+  }
+
   void read_sample(int slot, const ThreadSlot& thread, const ParsedSample& sample) {
     Pending p;
     p.time = static_cast<int64_t>(sample.time);
     p.slot = slot;
+    p.kind = RecordKind::Sample;
     p.n_deltas = static_cast<uint32_t>(ctx_.n_events());
     std::fill_n(p.deltas, kMaxEvents, 0);
     RawCount* last = &last_[static_cast<size_t>(slot) * kMaxEvents];
@@ -241,87 +290,187 @@ class SampledCounting final : public CountingStrategy {
     return stacks_.intern_stack(pcs, n);
   }
 
-  // Applies dispatching thread `index`'s op events up to `time`.
-  void advance(int index, int64_t time) {
+  int n_states() const { return std::min(options_.states_used->load(std::memory_order_acquire), kMaxDispatchThreads); }
+  bool ready(int index) const { return options_.states[index]->ready.load(std::memory_order_acquire); }
+
+  // Applies every dispatching thread's op events up to `time`, all of them in time order, so that
+  // the threads on a CPU are charged up to each op boundary with the ops open before it.
+  void advance_all(int64_t time) {
+    const int n = n_states();
+    for (;;) {
+      int next = -1;
+      int64_t next_start = 0;
+      for (int i = 0; i < n; ++i) {
+        if (!ready(i)) continue;
+        const OpEvent* e = options_.states[i]->events.peek();
+        if (e == nullptr) continue;
+        const int64_t start = OpEventRing::start_of(*e);
+        if (start <= time && (next < 0 || start < next_start)) {
+          next = i;
+          next_start = start;
+        }
+      }
+      if (next < 0) break;
+      apply_next(next, next_start);
+    }
+    for (int i = 0; i < n; ++i) replays_[i].time = std::max(replays_[i].time, time);
+  }
+
+  void apply_next(int index, int64_t start) {
     Replay& r = replays_[index];
     OpEventRing& ring = options_.states[index]->events;
-    while (const OpEvent* e = ring.peek()) {
-      const int64_t start = OpEventRing::start_of(*e);
-      if (start > time) break;
-      if (start < r.time) ++late_events_;  // published after samples past it were joined
-      if (e->begin) {
-        if (e->depth < kMaxDepth) {
-          r.path[e->depth] = e->entry;
-          r.depth = e->depth + 1;
-        }
-        r.hook_from = e->hook_ns;
-        r.hook_until = e->op_ns;
-      } else {
-        r.depth = std::min<int>(r.depth, e->depth);
-        r.hook_from = e->op_ns;
-        r.hook_until = e->hook_ns;
+    const OpEvent& e = *ring.peek();
+    if (start < r.time) ++late_events_;  // published after records past it were joined
+    // The dispatching thread's own time goes to its ops, from the first boundary seen.
+    const int own_slot = options_.states[index]->slot;
+    if (own_slot >= 0 && own_slot < static_cast<int>(runs_.size()) && runs_[own_slot].owner != index &&
+        runs_[own_slot].state == RunState::On) {
+      settle(own_slot, start);
+      assign_owner(own_slot, false);
+    }
+    for (int slot : on_cpu_) {
+      if (runs_[slot].owner == index) settle(slot, start);
+    }
+    const bool was_inside = r.depth > 0;
+    if (e.begin) {
+      if (e.depth < kMaxDepth) {
+        r.path[e.depth] = e.entry;
+        r.depth = e.depth + 1;
       }
-      ring.pop();
+      r.hook_from = e.hook_ns;
+      r.hook_until = e.op_ns;
+    } else {
+      r.depth = std::min<int>(r.depth, e.depth);
+      r.hook_from = e.op_ns;
+      r.hook_until = e.hook_ns;
     }
-    r.time = std::max(r.time, time);
+    ring.pop();
+    if (was_inside != (r.depth > 0)) {
+      // An OpenMP worker works for whichever dispatching thread is inside an op: that changed.
+      for (int slot : on_cpu_) {
+        if (runs_[slot].dispatching) continue;
+        settle(slot, start);
+        assign_owner(slot, false);
+      }
+    }
   }
 
-  void advance_replays(int64_t time) {
-    const int n_states = std::min(options_.states_used->load(std::memory_order_acquire), kMaxDispatchThreads);
-    for (int i = 0; i < n_states; ++i) {
-      if (options_.states[i]->ready.load(std::memory_order_acquire)) advance(i, time);
+  int dispatch_index_of(int slot) const {
+    const int n = n_states();
+    for (int i = 0; i < n; ++i) {
+      if (ready(i) && options_.states[i]->slot == slot) return i;
     }
+    return -1;
   }
 
-  // The dispatching thread a sample of `slot` at `time` works for, or -1 (no op was running).
-  int owner_of(int slot, int64_t time) {
-    const int n_states = std::min(options_.states_used->load(std::memory_order_acquire), kMaxDispatchThreads);
-    int own = -1, candidates = 0, first = -1;
-    for (int i = 0; i < n_states; ++i) {
-      DispatchState& state = *options_.states[i];
-      if (!state.ready.load(std::memory_order_acquire)) continue;
-      if (state.slot == slot) own = i;
-    }
+  // The dispatching thread a thread's time goes to now: itself when it runs ops; for an OpenMP
+  // worker (or any thread that runs none), the dispatching thread inside an op, the one it was
+  // seen working for by majority when several are; -1 when none is.
+  void assign_owner(int slot, bool vote) {
+    Run& run = runs_[slot];
+    const int own = dispatch_index_of(slot);
+    run.dispatching = own >= 0;
     if (own >= 0) {
-      advance(own, time);
-      return own;
+      run.owner = own;
+      return;
     }
-    // An OpenMP worker (or any thread that runs no ops): it works for a dispatching thread that
-    // is inside an op now.
-    for (int i = 0; i < n_states; ++i) {
-      DispatchState& state = *options_.states[i];
-      if (!state.ready.load(std::memory_order_acquire)) continue;
-      advance(i, time);
-      if (replays_[i].depth > 0) {
+    const int n = n_states();
+    int candidates = 0, first = -1;
+    for (int i = 0; i < n; ++i) {
+      if (ready(i) && replays_[i].depth > 0) {
         ++candidates;
         if (first < 0) first = i;
       }
     }
-    if (candidates == 0) return -1;
-    WorkerVotes& votes = votes_[slot];
-    if (candidates == 1) {
-      ++votes.votes[first];
-      return first;
+    if (candidates <= 1) {
+      if (vote && first >= 0) ++votes_[slot].votes[first];
+      run.owner = first;
+      return;
     }
-    ++ambiguous_;
+    if (vote) ++ambiguous_;
     int best = -1;
-    for (int i = 0; i < n_states; ++i) {
-      if (replays_[i].depth > 0 && (best < 0 || votes.votes[i] > votes.votes[best])) best = i;
+    for (int i = 0; i < n; ++i) {
+      if (ready(i) && replays_[i].depth > 0 && (best < 0 || votes_[slot].votes[i] > votes_[slot].votes[best])) best = i;
     }
-    return best;
+    run.owner = best;
+  }
+
+  void charge_cpu(const uint32_t* path, int depth, int slot, uint64_t ns) {
+    for (int e = 0; e < ctx_.n_events(); ++e) {
+      if (ctx_.cpu_clock_event[e]) ctx_.charge(path, depth, slot, e, ns);
+    }
+  }
+
+  // Charges a thread on a CPU for its time since it was last charged, up to `until`, to what its
+  // dispatching thread ran meanwhile (nothing changed there since: every boundary settles first).
+  void settle(int slot, int64_t until) {
+    Run& run = runs_[slot];
+    if (run.state != RunState::On || until <= run.mark) return;
+    const int64_t from = run.mark;
+    run.mark = until;
+    if (!ctx_.table->slot_ready(slot)) ctx_.table->reserve_slots(slot + 1);
+    if (!ctx_.table->slot_ready(slot)) return;
+    const uint64_t ns = static_cast<uint64_t>(until - from);
+    run.tracked += ns;
+    if (run.owner < 0) {
+      charge_cpu(nullptr, 0, slot, ns);
+      return;
+    }
+    const Replay& r = replays_[run.owner];
+    // The dispatching thread in cpuprof's own callback: its time, and its workers' meanwhile, is
+    // the profiler's (op wall times leave the callbacks out too).
+    const int64_t hook = std::max<int64_t>(0, std::min(until, r.hook_until) - std::max(from, r.hook_from));
+    if (hook > 0) {
+      const uint32_t profiler_path[1] = {kProfilerEntry};
+      charge_cpu(profiler_path, 1, slot, static_cast<uint64_t>(hook));
+    }
+    if (ns > static_cast<uint64_t>(hook)) charge_cpu(r.path, r.depth, slot, ns - static_cast<uint64_t>(hook));
+  }
+
+  void go_on_cpu(int slot, int64_t time) {
+    Run& run = runs_[slot];
+    if (run.state != RunState::On) on_cpu_.push_back(slot);
+    run.state = RunState::On;
+    run.mark = time;
+  }
+
+  void process(const Pending& p) {
+    advance_all(p.time);
+    Run& run = runs_[p.slot];
+    switch (p.kind) {
+      case RecordKind::SwitchIn:
+        settle(p.slot, p.time);  // on already: a switch out was lost
+        go_on_cpu(p.slot, p.time);
+        assign_owner(p.slot, false);
+        return;
+      case RecordKind::SwitchOut:
+        if (run.state == RunState::On) {
+          settle(p.slot, p.time);
+          on_cpu_.erase(std::find(on_cpu_.begin(), on_cpu_.end(), p.slot));
+        }
+        run.state = RunState::Off;
+        return;
+      case RecordKind::Sample:
+        join(p);
+        return;
+    }
   }
 
   void join(const Pending& p) {
-    const int owner = owner_of(p.slot, p.time);
+    Run& run = runs_[p.slot];
+    if (run.state == RunState::On) {
+      settle(p.slot, p.time);
+    } else {
+      go_on_cpu(p.slot, p.time);  // a sample is taken on a CPU: its first record, or a lost switch in
+    }
+    assign_owner(p.slot, true);
+    const int owner = run.owner;
     const uint32_t* path = owner >= 0 ? replays_[owner].path : nullptr;
     int depth = owner >= 0 ? replays_[owner].depth : 0;
     uint32_t profiler_path[1] = {kProfilerEntry};
     if (owner >= 0) {
       const Replay& r = replays_[owner];
       if (p.time >= r.hook_from && p.time < r.hook_until) {
-        // The dispatching thread was in cpuprof's own callback: its time, and the time of the
-        // workers spinning for it meanwhile, is the profiler's, charged to no op (whose wall
-        // times leave the callbacks out too).
         path = profiler_path;
         depth = 1;
       }
@@ -331,8 +480,16 @@ class SampledCounting final : public CountingStrategy {
     if (!ctx_.table->slot_ready(p.slot)) return;
     ctx_.team->join(p.slot);  // a thread that was sampled worked
     for (uint32_t e = 0; e < p.n_deltas; ++e) {
-      if (p.deltas[e]) ctx_.charge(path, depth, p.slot, static_cast<int>(e), p.deltas[e]);
+      uint64_t delta = p.deltas[e];
+      if (ctx_.cpu_clock_event[e]) {
+        // CPU time the intervals did not cover (before the thread's first record, lost records,
+        // no switch records at all) is charged where the sample landed.
+        delta = delta > run.tracked ? delta - run.tracked : 0;
+        by_sample_ns_ += delta;
+      }
+      if (delta) ctx_.charge(path, depth, p.slot, static_cast<int>(e), delta);
     }
+    run.tracked = 0;
     ctx_.table->entry(innermost).samples.fetch_add(1, std::memory_order_relaxed);
     const uint64_t cpu = cpu_event_ >= 0 ? p.deltas[cpu_event_] : 0;
     const uint32_t path_id = depth > 0 ? stacks_.intern_path(path, depth) : kEmptySequence;
@@ -343,20 +500,24 @@ class SampledCounting final : public CountingStrategy {
   }
 
   // After the last sample of each thread, its counters went on until the session stopped: that
-  // remainder (the final totals minus the last sample's values) went to no op that a sample
-  // caught, and is charged to "[outside ATen ops]" so that ops plus outside equal the totals.
+  // remainder (the final totals minus the last sample's values) is charged to "[outside ATen
+  // ops]", less the CPU time already charged to ops by interval since, so that ops plus outside
+  // equal the totals.
   void charge_remainders() {
     ThreadRegistry& registry = *ctx_.registry;
     const int n_slots = std::min(registry.size(), options_.max_slots);
     const int n_events = ctx_.n_events();
     for (int slot = 0; slot < n_slots; ++slot) {
       const ThreadSlot& thread = registry.slot(slot);
-      if (!thread.counters.sampling() || samples_of_[slot] == 0 || !ctx_.table->slot_ready(slot)) continue;
+      const uint64_t tracked = runs_[slot].tracked;
+      if (!thread.counters.sampling() || (samples_of_[slot] == 0 && tracked == 0) || !ctx_.table->slot_ready(slot)) continue;
       const RawCount* last = &last_[static_cast<size_t>(slot) * kMaxEvents];
       for (int e = 0; e < n_events; ++e) {
         const ScaledCount at_last = scale_count(last[e].raw, last[e].enabled, last[e].running);
         const uint64_t sampled = static_cast<uint64_t>(std::llround(at_last.value));
-        if (thread.last_values[e] > sampled) ctx_.charge(nullptr, 0, slot, e, thread.last_values[e] - sampled);
+        uint64_t remainder = thread.last_values[e] > sampled ? thread.last_values[e] - sampled : 0;
+        if (ctx_.cpu_clock_event[e]) remainder = remainder > tracked ? remainder - tracked : 0;
+        if (remainder) ctx_.charge(nullptr, 0, slot, e, remainder);
       }
     }
   }
@@ -367,6 +528,10 @@ class SampledCounting final : public CountingStrategy {
   std::vector<RawCount> last_;          // [slot][event]: the values at each thread's last sample
   std::vector<uint64_t> samples_of_, lost_of_;  // [slot]
   std::vector<WorkerVotes> votes_;      // [slot]
+  std::vector<Run> runs_;               // [slot]
+  std::vector<int> on_cpu_;             // slots whose switch records say they are on a CPU now
+  int64_t stopped_ns_ = 0;
+  uint64_t switch_records_ = 0, by_sample_ns_ = 0;
   Replay replays_[kMaxDispatchThreads];
   std::vector<Pending> pending_;
   std::vector<uint8_t> scratch_;

@@ -409,10 +409,23 @@ int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_form
     // The user part of the kernel's call chain follows frame pointers, which MKL, libgomp and
     // libtorch do not keep; user stacks are unwound from the copied stack instead.
     attr.exclude_callchain_user = 1;
+    if (sample->context_switches) {
+      attr.context_switch = 1;
+      attr.sample_id_all = 1;  // the switch records carry the thread and the time too
+    }
   }
   int fd = within_budget(static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC)));
   if (fd >= 0) return fd;
   int err = fd == -EMFILE ? EMFILE : errno;
+  if (err == EINVAL && attr.context_switch) {
+    // A kernel older than 4.3 has no switch records: sample without them (the collector then
+    // charges each sample's CPU to the op it lands in, as it does for a thread's first sample).
+    attr.context_switch = 0;
+    attr.sample_id_all = 0;
+    fd = within_budget(static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC)));
+    if (fd >= 0) return fd;
+    err = fd == -EMFILE ? EMFILE : errno;
+  }
   // perf_event_paranoid 2 forbids kernel-mode counting for non-root users; perf then counts
   // user mode only, and so do we rather than lose the event.
   if ((err == EACCES || err == EPERM) && !spec.exclude_kernel && spec.type != PERF_TYPE_TRACEPOINT) {

@@ -52,6 +52,9 @@ struct SampleSpec {
   uint64_t sample_type = 0;   // PERF_SAMPLE_* bits
   uint32_t stack_bytes = 0;   // user stack copied with each sample (PERF_SAMPLE_STACK_USER)
   uint64_t regs_mask = 0;     // user registers recorded with each sample (PERF_SAMPLE_REGS_USER)
+  // Also write a PERF_RECORD_SWITCH, stamped like the samples, each time the thread goes on or
+  // off a CPU: the collector then knows when a thread ran, not only where it was every period.
+  bool context_switches = false;
 };
 
 // perf_event_open, returning the fd or -errno. Fault injection (for tests of the error paths)

@@ -39,6 +39,7 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
     spec_sample.sample_type = kSampleType;
     spec_sample.regs_mask = kSampleRegsMask;
     spec_sample.stack_bytes = sampling->stack_bytes;
+    spec_sample.context_switches = true;
   }
   int software_group = -1;
   int hardware_group = -1;

@@ -252,6 +252,13 @@ def test_no_op_of_a_decode_shows_more_busy_threads_than_the_team(tmp_path: Path)
         inside = sum(op.counters_self["task-clock"][k] for op in profile.ops if op.kind == "op")
         samples = inside / period_ns
         assert inside <= wall + NOISE_SIGMAS * samples ** 0.5 * period_ns, (k, inside, wall, samples)
+    # CPU is charged by the intervals the switch records give, so per op too, raw: no thread has
+    # more CPU inside an op than the op lasted, but for at most one period per thread charged where
+    # its first sample landed
+    for op in profile.ops:
+        if op.kind == "op":
+            for k, cpu in enumerate(op.counters_self["task-clock"]):
+                assert cpu <= op.self_ns * 1.02 + period_ns, (op.name, k, cpu, op.self_ns, op.calls)
 
 
 # Exact mode with one thread: the reads are the profiler's, never an op's, so no op can show more
@@ -333,3 +340,66 @@ def test_sampling_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fa
         assert p.sampling.samples == 0
     else:
         assert p.sampling.lost > 0 and p.sampling.samples > 0
+
+
+# libgomp's default team keeps its workers spinning between parallel regions (OMP_WAIT_POLICY
+# active makes that certain): through a 1 ms serial op the worker spins, and a microsecond op
+# between two GEMMs is too short for most samples to land in. CPU is charged by the intervals the
+# threads' switch records give, so each figure has a known answer: a thread's CPU inside an op is
+# at most the op's wall time (raw, before any clamping the report does), the spinning worker's is
+# about the serial op's wall time when the process had its two CPUs, and the dispatching thread's
+# in the microsecond op is about that op's wall time, not a multiple of the sampling period.
+SPINNING_TEAM = textwrap.dedent("""
+    import json, time, torch
+    import cpuprof
+    from cpuprof import _test_utils
+
+    lib = torch.library.Library("cpuprof_test", "DEF")
+    lib.define("spin(Tensor x, int ns) -> Tensor")
+    lib.impl("spin", lambda x, ns: (_test_utils.spin_for_ns(ns), x)[1], "CPU")
+
+    torch.set_num_threads(2)
+    a = torch.randn(64, 512); b = torch.randn(512, 512)
+    x = torch.zeros(1); small = torch.zeros(16)
+    for _ in range(5):
+        a @ b
+    with cpuprof.profile("software", warn=False) as prof:
+        cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+        # enough of each op whatever the machine's speed: 400 rounds, and at least a second
+        rounds, started = 0, time.monotonic()
+        while rounds < 400 or time.monotonic() < started + 1.0:
+            a @ b
+            torch.ops.cpuprof_test.spin(x, 1_000_000)
+            a @ b
+            small.add_(1)
+            rounds += 1
+        cpus = (time.process_time_ns() - cpu) / (time.perf_counter_ns() - wall)
+    p = prof.profile
+    roles = [t.role for t in p.threads]
+    ops = {op.name: {"self_ns": op.self_ns, "calls": op.calls, "samples": op.samples,
+                     "cpu": op.counters_self["task-clock"]}
+           for op in p.ops if op.kind == "op" and op.name in ("cpuprof_test::spin", "aten::add_", "aten::mm")}
+    print(json.dumps({"roles": roles, "ops": ops, "cpus": cpus, "period_ns": 1e9 / p.sampling.hz}))
+""")
+
+
+def test_a_spinning_worker_is_charged_no_more_cpu_than_an_op_lasted():
+    result = run_python(SPINNING_TEAM, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "active"})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sorted(data["roles"]) == ["dispatch", "worker"], data["roles"]
+    dispatch, worker = data["roles"].index("dispatch"), data["roles"].index("worker")
+    # At most one sample period per thread is charged where its sample landed (a thread's first
+    # sample, before its switch records say when it runs): the only slack the bound needs.
+    slack = data["period_ns"]
+    for name, op in data["ops"].items():
+        for k, cpu in enumerate(op["cpu"]):
+            assert cpu <= op["self_ns"] * 1.02 + slack, (name, k, cpu, op)
+    spin, add = data["ops"]["cpuprof_test::spin"], data["ops"]["aten::add_"]
+    assert spin["self_ns"] >= 0.3e9 and add["calls"] >= 300, data["ops"]
+    if data["cpus"] < 1.8:
+        pytest.skip(f"the process had {data['cpus']:.2f} CPUs of 2: the machine is too busy for the lower bounds")
+    # the worker spun through the serial op, the dispatching thread ran it and the microsecond op
+    assert spin["cpu"][worker] >= 0.85 * spin["self_ns"], spin
+    assert spin["cpu"][dispatch] >= 0.85 * spin["self_ns"], spin
+    assert 0.7 * add["self_ns"] <= add["cpu"][dispatch] <= 1.02 * add["self_ns"] + slack, add
