@@ -123,10 +123,10 @@ class Option:
         names = [n for n in (self.short, self.flag) if n]
         kwargs: dict[str, Any] = {"dest": self.name, "help": self.help}
         if sweep and self.sweep is not None:
-            choices = self.choice_values
-            listed = f" (of {', '.join(choices)})" if choices and "%(choices)s" not in self.help else ""
-            kwargs["help"] = (self.help.replace("%(choices)s", ", ".join(choices or ())) + listed + "; "
-                              + self.sweep.help).replace("%(default)s", self._default_text())
+            # A list is text until compare checks each value, so argparse holds no default or choices
+            # to expand in the help: they are written in here.
+            kwargs["help"] = (self.help.replace("%(choices)s", ", ".join(self.choice_values or ()))
+                              .replace("%(default)s", str(self.baseline)) + "; " + self.sweep.help)
             kwargs.update(default=None, metavar=self.sweep.metavar or self.metavar)
             group.add_argument(*names, **kwargs)
             return
@@ -136,9 +136,6 @@ class Option:
             kwargs.update(default=self.default_value, type=self.type, choices=self.choice_values,
                           metavar=self.metavar)
         group.add_argument(*names, **kwargs)
-
-    def _default_text(self) -> str:
-        return self.sweep.baseline if self.sweep and self.sweep.baseline else str(self.default_value)
 
     def value(self, args: argparse.Namespace) -> Any:
         """The parsed flag as its field's value."""
