@@ -17,6 +17,8 @@ except ImportError as exc:  # not built: the loader gives the user the rebuild c
         "pip install --no-build-isolation --force-reinstall --no-deps ."
     ) from exc
 
+from .model.profile import COLLECTION_MODES, SAMPLED, CollectionMode
+
 MAX_EVENTS: int = CORE_LIMITS["kMaxEvents"]
 MAX_DEPTH: int = CORE_LIMITS["kMaxDepth"]
 MAX_DISPATCH_THREADS: int = CORE_LIMITS["kMaxDispatchThreads"]
@@ -39,8 +41,9 @@ TIMELINE_SAMPLES: int = CORE_LIMITS["kDefaultTimelineSamples"]
 PYTHON_HZ = 100
 MAX_PYTHON_HZ = 1000
 
-MODES = ("sampled", "exact")
-DEFAULT_MODE = "sampled"
+# The collection modes are the profile model's (a typed enumeration, written in the schema).
+MODES: tuple[CollectionMode, ...] = COLLECTION_MODES
+DEFAULT_MODE: CollectionMode = SAMPLED
 DEFAULT_EVENTS = "default"
 
 # Reports: rows of the op table, in every command and format.

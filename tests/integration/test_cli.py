@@ -85,11 +85,15 @@ def test_decode_with_intel_openmp(tmp_path: Path):
     (["--threads", "abc"], "--threads abc: expected a positive whole number"),
     (["--threads", str(len(CPUS) + 1)], "pass --oversubscribe to allow it"),
     (["--cpus", str(max(CPUS) + 5)], "not on this machine (online CPUs:"),
-    (["--preset", "nope"], "unknown preset 'nope'; choose one of: llama-3.2-1b, llama-3.1-8b, tiny"),
+    # Enumerations are argparse choices (from the options spec): refused before anything starts.
+    (["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
     (["--hf", "/nonexistent/model"], "--hf /nonexistent/model: not a readable directory"),
     (["--preset", "llama-3.1-8b", "--layers", "400"], "but only"),
-    (["--bind", "sideways"], "--bind sideways"),
-    (["--dtype", "fp8"], "--dtype fp8: choose one of bf16, fp32"),
+    (["--bind", "sideways"], "argument --bind: invalid choice: 'sideways'"),
+    (["--omp", "llvm"], "argument --omp: invalid choice: 'llvm'"),
+    (["--allocator", "mimalloc"], "argument --allocator: invalid choice: 'mimalloc'"),
+    (["--sampling", "nucleus"], "argument --sampling: invalid choice: 'nucleus'"),
+    (["--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
     (["--events", "cylces"], "unknown event 'cylces'"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(tmp_path: Path, args, words):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import CPU_EVENT, Profile
+from ..model import CPU_EVENT, SAMPLED, Profile
 from ..model.compare import Comparison, RunMetrics, SweepConfig
 from ..model.ranks import MultiRun
 from ..units import fmt_percent
@@ -59,7 +59,7 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
     from .contention import analyse
 
     contention = analyse(profile)
-    sampled_enough = (profile.collection.mode != "sampled"
+    sampled_enough = (profile.collection.mode != SAMPLED
                       or sum(op.samples for op in profile.ops) >= MIN_SAMPLES_FOR_SHARES)
     if contention is not None and contention.ops and contention.team and sampled_enough:
         team_time = sum(o.wall_ns for o in contention.ops) * contention.team

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import defaults
-from ..model import CPU_EVENT, OpStat, Profile
+from ..model import CPU_EVENT, SAMPLED, OpStat, Profile
 
 # Relative slack before an exact CPU figure counts as inconsistent: clocks of different threads
 # are read at slightly different instants.
@@ -49,7 +49,7 @@ def bounded_cpu(profile: Profile, cpu: int, wall: int) -> tuple[int | None, bool
     """One thread's CPU in an op, held to the op's wall time; (None, False) when inconsistent."""
     if cpu <= wall:
         return cpu, False
-    if profile.collection is not None and profile.collection.mode == "sampled" and profile.sampling:
+    if profile.collection is not None and profile.collection.mode == SAMPLED and profile.sampling:
         period = 1e9 / profile.sampling.hz
         sigma = math.sqrt(max(cpu / period, 1.0)) * period
         return (wall, True) if cpu - wall <= 3 * sigma else (None, False)
@@ -66,7 +66,7 @@ def op_table(profile: Profile, top: int = defaults.TOP_OPS) -> OpTable:
     collection = profile.collection
     ops = [op for op in profile.ops if op.kind == "op" and op.calls]
     total_self = sum(op.self_ns for op in ops)
-    sampled = collection is not None and collection.mode == "sampled"
+    sampled = collection is not None and collection.mode == SAMPLED
     has_cpu = profile.has_event(CPU_EVENT)
     table = OpTable(rows=[], n_keys=len(ops), total_self_ns=total_self, outside_cpu_ns=_special(profile, "[outside"),
                     profiler_cpu_ns=_special(profile, "[cpuprof") if sampled else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .. import defaults
-from ..model import CATEGORIES, CPU_EVENT, Profile
+from ..model import CATEGORIES, CPU_EVENT, EXACT, SAMPLED, Profile
 from ..units import fmt_ns, fmt_percent
 from .ceiling import ceiling_section
 from .contention import contention_section
@@ -85,7 +85,7 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
 def _how_counted(profile: Profile) -> str:
     c = profile.collection
     assert c is not None
-    if c.mode == "exact":
+    if c.mode == EXACT:
         return "every team thread's counters read at both ends of every op (exact per op)"
     s = profile.sampling
     hz = f"{s.hz} Hz of each thread's CPU time" if s else "the sampling rate"
@@ -110,7 +110,7 @@ def _profile_section(profile: Profile) -> Section:
         lines.append(f"not counted: {', '.join(names)}: {reason}{consequence}")
     if c.wall_ns:
         collector = ("collector thread (thread discovery; draining, unwinding and joining "
-                     f"{o.samples:,} samples)" if c.mode == "sampled" else "thread discovery")
+                     f"{o.samples:,} samples)" if c.mode == SAMPLED else "thread discovery")
         lines.append(f"profiler overhead: {fmt_ns(o.hook_ns)} in cpuprof's op callbacks "
                      f"({fmt_percent(o.hook_ns / c.wall_ns)} of the wall time, {o.per_op_ns:.0f} ns per op); "
                      f"{collector} {fmt_ns(o.discovery_cpu_ns)} of CPU "
@@ -166,7 +166,7 @@ def _cpus_text(cpus: list[int] | None) -> str:
 def _ops_section(profile: Profile, top: int) -> Section:
     c = profile.collection
     assert c is not None
-    sampled = c.mode == "sampled"
+    sampled = c.mode == SAMPLED
     has_cpu = profile.has_event(CPU_EVENT)
     table = op_table(profile, top)
     order = team_order(profile)

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .. import defaults
-from ..model import MachineRoofs, NativeFrame, OpStat, Profile
+from ..model import SAMPLED, MachineRoofs, NativeFrame, OpStat, Profile
 from ..units import fmt_bytes, fmt_ns, fmt_percent
 from .gemm import COMPOSITE_OPS, GemmWork, gemm_work, is_gemm_like
 from .native import short_function
@@ -534,7 +534,7 @@ def roofline_section(profile: Profile, top: int = defaults.TOP_OPS) -> Section |
     if event is not None:
         lines.append(f"measured traffic: {event} x {CACHE_LINE_BYTES} B beside the analytic bytes"
                      + (" (sampled mode: per-op counts are estimated from the samples)"
-                        if profile.collection.mode == "sampled" else ""))
+                        if profile.collection.mode == SAMPLED else ""))
     else:
         lines.append("bytes are analytic only: no cache-miss counter was counted"
                      + ("" if profile.capabilities is None or profile.capabilities.hardware_pmu

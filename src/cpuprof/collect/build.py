@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..model import (
+    EXACT,
     Collection,
     DroppedEvent,
     EventInfo,
@@ -213,7 +214,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         # One ring per dispatching thread; merged here in the order the spans ended.
         order = np.argsort(start + dur, kind="stable")
         thread = [index_of_slot.get(int(s), -1) for s in sp.thread_slot[order]]
-        exact = snap.mode == "exact"
+        exact = snap.mode == EXACT
         spans = Spans(
             op=sp.entry[order].tolist(), thread=thread, depth=sp.depth[order].tolist(),
             start_ns=start[order].tolist(), dur_ns=dur[order].tolist(),

@@ -12,10 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import options_spec as spec
 from ..errors import CpuprofError
 from ..launch import parent
 from ..launch.options import DecodeOptions, ProfileOptions
-from ..reports import FORMATS, render
+from ..reports import render
 from .decode import add_launch_arguments, launch_from_args
 
 
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "machine, torch, OpenMP runtime, thread count and CPUs, and `decode` uses it.")
     add_launch_arguments(p)
     p.add_argument("--out", metavar="DIR", help="where the result is saved (default cpuprof-out/calibrate-<time>)")
-    p.add_argument("--format", default="terminal", choices=FORMATS, help="terminal (default), markdown or json")
+    spec.format_option().add_to(p)
     p.set_defaults(run=run)
 
 

@@ -11,27 +11,15 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import defaults
+from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.options import ProfileOptions
-from ..model import Profile
+from ..model import SAMPLED, Profile
 
-
-def _bounded(kind: Callable[[str], float], minimum: float, inclusive: bool, expected: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, not {text!r}") from None
-        if value < minimum or (not inclusive and value == minimum):
-            raise argparse.ArgumentTypeError(f"expected {expected}, not {text}")
-        return value
-
-    return parse
-
-
-positive_int = _bounded(int, 1, True, "a positive whole number")
-non_negative_int = _bounded(int, 0, True, "0 or more")
-positive_float = _bounded(float, 0.0, False, "a positive number")
+# Argument types that reject bad input with argparse's one-line error (declared with the options).
+positive_int = spec.positive_int
+non_negative_int = spec.non_negative_int
+positive_float = spec.positive_float
 
 
 def write_output(output: str, write: Callable[[TextIO], int]) -> int:
@@ -57,44 +45,12 @@ def write_output(output: str, write: Callable[[TextIO], int]) -> int:
 def add_profiling_arguments(group: argparse._ArgumentGroup, program: str) -> None:
     """How the profiler runs: the flags decode and run share. ``program`` names what py-spy runs
     beside ("the decode")."""
-    group.add_argument("--events", default=defaults.DEFAULT_EVENTS,
-                       help="events and presets, comma separated (default: default)")
-    group.add_argument("--mode", default=defaults.DEFAULT_MODE, choices=defaults.MODES,
-                       help="sampled (default): the kernel samples every thread on its CPU clock and each sample is "
-                            "charged to the op its thread worked for, with its native stack (low overhead, "
-                            "statistical per op); exact: every working thread read at every op boundary (exact "
-                            "per op, a few µs per op)")
-    group.add_argument("--sample-hz", type=positive_int, default=defaults.SAMPLE_HZ,
-                       help=f"sampled mode: samples per second of each thread's CPU time (default "
-                            f"{defaults.SAMPLE_HZ}, {defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ})")
-    group.add_argument("--stack-bytes", type=non_negative_int, default=defaults.STACK_BYTES,
-                       help=f"sampled mode: user stack copied per sample to unwind native stacks (default "
-                            f"{defaults.STACK_BYTES}, up to {defaults.MAX_STACK_BYTES}, a multiple of 8; 0: leaf only)")
-    group.add_argument("--python-hz", type=non_negative_int, metavar="HZ",
-                       help=f"sampled mode: run py-spy beside {program} at HZ samples per second, for the Python "
-                            f"frames above the ops in stacks (up to {defaults.MAX_PYTHON_HZ}; default 0, none, or "
-                            f"{defaults.PYTHON_HZ} with --flamegraph; py-spy's own CPU time competes with {program} "
-                            "where no CPU is spare)")
-    group.add_argument("--no-shapes", dest="record_shapes", action="store_false",
-                       help="do not key ops by their inputs")
-    group.add_argument("--timeline", type=non_negative_int, default=0, metavar="N",
-                       help="keep the last N op spans of each op-running thread (default 0)")
+    spec.add_arguments(group, spec.for_program(spec.PROFILING, program))
 
 
 def add_output_arguments(group: argparse._ArgumentGroup, command: str) -> None:
     """Where the profile goes and how its report is shown: the flags decode and run share."""
-    from ..reports import FORMATS
-
-    group.add_argument("--out", metavar="DIR",
-                       help=f"where the profile is saved (default cpuprof-out/{command}-<time>)")
-    group.add_argument("--format", default="terminal", choices=FORMATS,
-                       help="the report on stdout: terminal (default), markdown or json")
-    group.add_argument("--json", action="store_true", help="same as --format json")
-    group.add_argument("--flamegraph", action="store_true",
-                       help="also write flame.svg (merged Python, op and native stacks of every thread, by samples) "
-                            "and trace.json (Chrome/Perfetto) next to the profile")
-    group.add_argument("--top", type=positive_int, default=defaults.TOP_OPS,
-                       help=f"ops listed in the report (default {defaults.TOP_OPS})")
+    spec.add_arguments(group, spec.output_options(command))
 
 
 def python_hz(args: argparse.Namespace) -> int:
@@ -105,9 +61,8 @@ def python_hz(args: argparse.Namespace) -> int:
 
 def profile_options(args: argparse.Namespace, enabled: bool = True) -> ProfileOptions:
     """The profiling flags (add_profiling_arguments) as typed options."""
-    return ProfileOptions(enabled=enabled, events=args.events, mode=args.mode, sample_hz=args.sample_hz,
-                          stack_bytes=args.stack_bytes, record_shapes=args.record_shapes, timeline=args.timeline,
-                          python_hz=python_hz(args))
+    return spec.build(ProfileOptions, [o for o in spec.PROFILING if o.flag != "--python-hz"], args,
+                      enabled=enabled, python_hz=python_hz(args))
 
 
 def check_profile_options(p: ProfileOptions, flamegraph: bool) -> None:
@@ -115,7 +70,7 @@ def check_profile_options(p: ProfileOptions, flamegraph: bool) -> None:
     from ..collect.session import check_options
 
     check_options(p.mode, p.sample_hz, p.stack_bytes, defaults.OP_CAPACITY, p.timeline, defaults.MAX_THREADS)
-    if flamegraph and (p.mode != "sampled" or not p.enabled):
+    if flamegraph and (p.mode != SAMPLED or not p.enabled):
         raise UsageError("--flamegraph draws the samples' stacks: it needs the sampled mode (the default)")
     if p.python_hz > defaults.MAX_PYTHON_HZ:
         raise UsageError(f"--python-hz {p.python_hz}: expected 0 (no Python stacks) to {defaults.MAX_PYTHON_HZ}")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from .. import defaults
+from .. import options_spec as spec
 from ..errors import CpuprofError, UsageError
 from ..launch import parent, sweep
 from ..launch.options import DecodeOptions
@@ -20,7 +20,6 @@ from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
 from . import decode
 from .common import positive_int, write_output
 
-COMPARE_FORMATS = ("terminal", "markdown", "json", "csv")
 HTML_FILENAME = "report.html"
 
 
@@ -36,30 +35,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "(1,2,4) and ranges (1-4, 1-8+2, 1-16*2) sweep a setting; every combination is run.")
     decode.add_workload_arguments(p, sweep=True)
     launch = p.add_argument_group("launch (comma lists sweep a setting)")
-    launch.add_argument("--threads", help="OpenMP/torch threads: 1,2 or 1-4 (default: every CPU of the set; with "
-                                          "--tp/--instances, of each process's share)")
-    launch.add_argument("--omp", default=None, help="gnu, intel or gnu,intel (default gnu)")
-    launch.add_argument("--bind", default=None, help="close, spread, none, or a list (default close)")
-    launch.add_argument("--blocktime", metavar="MS", help="ms idle OpenMP threads spin before sleeping: 0,200")
-    launch.add_argument("--allocator", default=None, help="default, jemalloc, tcmalloc, or a list")
-    launch.add_argument("--numa", metavar="NODES", help="NUMA node(s) to bind CPUs and memory to: 0 or 0,1")
-    launch.add_argument("--cpus", metavar="LIST", help="one explicit CPU list for every configuration, e.g. 0-3")
-    launch.add_argument("--oversubscribe", action="store_true", help="allow more threads than CPUs")
-    launch.add_argument("--tp", metavar="N[,N]", help="tensor-parallel ranks, each on its share of the CPUs (gloo): "
-                                                  "1,2 compares one process with two ranks")
-    launch.add_argument("--instances", metavar="N[,N]", help="independent decoders at once, each on its share of the "
-                                                         "CPUs, ranked by their tokens/s together: 1,2")
+    spec.add_arguments(launch, (*spec.LAUNCH, *spec.options("--tp", "--instances")), sweep=True)
     c = p.add_argument_group("runs and profiling")
     c.add_argument("-r", "--repetitions", type=positive_int, default=3,
                    help="runs per configuration, each a fresh process (default 3; 2 or more to test for noise)")
-    c.add_argument("--no-profile", dest="profile", action="store_false",
-                   help="runs without the profiler: throughput only, no spin/sleep/switch/roofline figures")
-    c.add_argument("--events", default=defaults.DEFAULT_EVENTS, help="events of each run's profile (default: default)")
-    c.add_argument("--mode", default=defaults.DEFAULT_MODE, choices=defaults.MODES,
-                   help="each run's profiling mode (default sampled, the cheaper)")
-    c.add_argument("--roofs", default="auto", choices=("auto", "remeasure", "off"),
-                   help="the machine roofs for the bandwidth-roof share: auto (cached, else measured once per "
-                        "launch), remeasure, off")
+    profiling = (
+        spec.with_help(spec.NO_PROFILE, "runs without the profiler: throughput only, no spin/sleep/switch/roofline "
+                                        "figures"),
+        spec.with_help(spec.options("--events")[0], "events of each run's profile (default: %(default)s)"),
+        spec.with_help(spec.options("--mode")[0], "each run's profiling mode (default %(default)s, the cheaper)"),
+        spec.with_help(spec.ROOFS, "the machine roofs for the bandwidth-roof share: auto (cached, else measured once "
+                                   "per launch), remeasure, off"),
+    )
+    spec.add_arguments(c, profiling)
     c.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="sweep what a saved decode profile's verdicts propose, each against that profile's own "
                         "settings, and say which proposals held")
@@ -67,17 +55,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="where compare.json and each run's profile go "
                                                 "(default cpuprof-out/compare-<time>)")
-    o.add_argument("--format", default="terminal", choices=COMPARE_FORMATS,
-                   help="the report on stdout: terminal (default), markdown, json or csv")
+    spec.format_option().add_to(o)
     o.add_argument("--html", action="store_true", help=f"also write {HTML_FILENAME} (charts and tables) in DIR")
-    p.set_defaults(run=run, python_hz=0, flamegraph=False, timeline=0, record_shapes=True,
-                   stack_bytes=defaults.STACK_BYTES, sample_hz=defaults.SAMPLE_HZ, checkpoint_s=defaults.CHECKPOINT_S)
+    # What decode's options read that compare does not ask: each run takes decode's defaults.
+    taken = {option.name for option in profiling}
+    p.set_defaults(run=run, flamegraph=False, **{option.name: option.default_value
+                                                 for option in (*spec.PROFILING, spec.CHECKPOINT)
+                                                 if option.name not in taken})
 
 
 def _axes(args: argparse.Namespace) -> dict[str, list[str]]:
     axes = {}
     for axis in sweep.AXES:
-        text = getattr(args, axis, None)
+        text = getattr(args, axis)
         if text is None:
             continue
         axes[axis] = sweep.parse_values(axis, str(text))
@@ -87,10 +77,8 @@ def _axes(args: argparse.Namespace) -> dict[str, list[str]]:
 def _base_options(args: argparse.Namespace) -> DecodeOptions:
     """decode's options from the flags, with each axis at its single value or left to the configurations."""
     base = copy.copy(args)
-    for axis in ("threads", "numa", "blocktime"):
-        setattr(base, axis, None)
-    base.omp, base.bind, base.allocator = "gnu", "close", "default"
-    base.dtype, base.batch, base.compile = "bf16", 1, False
+    for option in spec.SWEEPS.values():
+        setattr(base, option.name, option.default_value)
     return decode.options_from_args(base)
 
 

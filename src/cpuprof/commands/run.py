@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from .. import options_spec as spec
 from ..errors import ChildFailed, CpuprofError, UsageError
 from ..launch import environment, parent
 from ..launch.options import ProfileOptions
@@ -18,8 +19,6 @@ from .common import (
     add_output_arguments,
     add_profiling_arguments,
     check_profile_options,
-    positive_float,
-    positive_int,
     profile_options,
     show_results,
 )
@@ -46,15 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "program's (1 if it raised, 130 if interrupted).")
     add_launch_arguments(p)
     r = p.add_argument_group("several processes, torchrun-style: each pinned to its share of the machine and profiled")
-    r.add_argument("--nproc", type=positive_int, metavar="N",
-                   help="run N copies of the program, with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
-                        "set as torchrun sets them (rendezvous on localhost), for torch.distributed programs; one "
-                        "merged report")
-    r.add_argument("--ranks-per-node", type=positive_int, metavar="K",
-                   help="processes on each NUMA node (default: as few as fit, one per node when there are enough)")
-    r.add_argument("--rank-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="once one process has failed, how long the others get to end before they are stopped "
-                        "(default 120)")
+    spec.add_arguments(r, spec.PROCESSES)
     add_profiling_arguments(p.add_argument_group("profiling"), "the program")
     add_output_arguments(p.add_argument_group("output"), "run")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python script.py [args]",

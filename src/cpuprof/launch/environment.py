@@ -19,11 +19,12 @@ import dataclasses
 import os
 import re
 import sys
+import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from ..errors import CpuprofError, UsageError
 from ..machine import numa
@@ -31,9 +32,14 @@ from ..machine.libraries import find_library
 from ..machine.openmp import INTEL_OPENMP_HINT, find_intel_openmp
 from ..model import MemPolicy, Requested, Topology, format_cpulist, parse_cpulist
 
-BIND_CHOICES = ("close", "spread", "none")
-OMP_CHOICES = ("gnu", "intel")
-ALLOCATOR_CHOICES = ("default", "jemalloc", "tcmalloc")
+# How OpenMP threads are placed on the chosen CPUs, which runtime runs them, which allocator is
+# preloaded: the launch's enumerations, typed; the CLI takes its choices from these.
+Bind = Literal["close", "spread", "none"]
+Omp = Literal["gnu", "intel"]
+Allocator = Literal["default", "jemalloc", "tcmalloc"]
+BIND_CHOICES: Final[tuple[Bind, ...]] = typing.get_args(Bind)
+OMP_CHOICES: Final[tuple[Omp, ...]] = typing.get_args(Omp)
+ALLOCATOR_CHOICES: Final[tuple[Allocator, ...]] = typing.get_args(Allocator)
 
 Blocktime = int | Literal["infinite"]
 
@@ -67,7 +73,6 @@ _ALLOCATORS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-
 @dataclass
 class LaunchSettings:
     """What the user asked for on the command line, parsed but not yet checked against the machine."""
@@ -75,10 +80,10 @@ class LaunchSettings:
     threads: int | None = None  # None: one per CPU of the chosen set
     numa: int | None = None
     cpus: list[int] | None = None
-    bind: str = "close"
-    omp: str = "gnu"
+    bind: Bind = "close"
+    omp: Omp = "gnu"
     blocktime_ms: Blocktime | None = None
-    allocator: str = "default"
+    allocator: Allocator = "default"
     oversubscribe: bool = False
 
 

@@ -8,16 +8,23 @@ back as the same types.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from .. import defaults
-from ..model import Requested, Topology
+from ..model import CollectionMode, Requested, Topology
 from ..workload.presets import ModelConfig
+from ..workload.sampling import Sampling
 from .environment import LaunchSettings
 
 # Beside the profile: the Python stacks of every thread, written by faulthandler if the child
 # crashes (a crash in a native thread shows as one with no Python frame).
 CRASH_FILENAME = "crash.txt"
+
+# The machine's roofs: "auto" (cached, else measured before decoding), "remeasure", "off".
+Roofs = Literal["auto", "remeasure", "off"]
+ROOFS_CHOICES: Final[tuple[Roofs, ...]] = typing.get_args(Roofs)
 
 
 @dataclass
@@ -29,7 +36,7 @@ class WorkloadOptions:
     new_tokens: int = 32
     batch: int = 1
     warmup: int = 2
-    sampling: str = "greedy"
+    sampling: Sampling = "greedy"
     top_k: int = 50
     seed: int = 0
     hf: str | None = None  # a local Hugging Face checkpoint instead of the built-in model
@@ -40,7 +47,7 @@ class WorkloadOptions:
 class ProfileOptions:
     enabled: bool = True
     events: str = defaults.DEFAULT_EVENTS
-    mode: str = defaults.DEFAULT_MODE
+    mode: CollectionMode = defaults.DEFAULT_MODE
     sample_hz: int = defaults.SAMPLE_HZ
     stack_bytes: int = defaults.STACK_BYTES
     record_shapes: bool = True
@@ -55,8 +62,7 @@ class DecodeOptions:
     profile: ProfileOptions = field(default_factory=ProfileOptions)
     out: str | None = None
     checkpoint_s: float = defaults.CHECKPOINT_S
-    # The machine's roofs: "auto" (cached, else measured before decoding), "remeasure", "off".
-    roofs: str = "auto"
+    roofs: Roofs = "auto"
     calibrate_only: bool = False  # `cpuprof calibrate`: measure the roofs under this launch, decode nothing
 
 

@@ -18,6 +18,7 @@ import re
 import signal
 import sys
 import time
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,19 +35,19 @@ from ..model.compare import (
     SweepConfig,
     SweepRun,
 )
-from ..workload.dtypes import DTYPE_NAMES
-from . import environment, parent
+from ..options_spec import SWEEPS, Option
+from . import parent
 from .options import DecodeOptions
 
 # Axes a sweep varies, in the order a configuration's label names them, and the value
-# ``decode`` uses when the flag is not given (the baseline prefers these).
-AXES = ("tp", "instances", "threads", "omp", "bind", "blocktime", "allocator", "numa", "dtype", "batch", "compile")
-DECODE_DEFAULTS = {"tp": "1", "instances": "1", "omp": "gnu", "bind": "close", "allocator": "default",
-                   "dtype": "bf16", "batch": "1", "compile": "off"}
-NUMERIC_AXES = ("tp", "instances", "threads", "blocktime", "numa", "batch")
+# ``decode`` uses when the flag is not given (the baseline prefers these): the options that
+# declare an Axis (cpuprof.options_spec).
+AXES = tuple(SWEEPS)
+DECODE_DEFAULTS = {axis: option.baseline for axis, option in SWEEPS.items() if option.baseline is not None}
+NUMERIC_AXES = tuple(axis for axis, option in SWEEPS.items() if option.sweep and option.sweep.numeric)
 # How many processes a configuration runs, and as what: not a DecodeOptions field but decode's
 # --tp N / --instances N, so apply() leaves them to process_layout().
-LAYOUT_AXES = ("tp", "instances")
+LAYOUT_AXES = tuple(axis for axis, option in SWEEPS.items() if option.sweep and option.sweep.layout)
 CHILD_LOG = "child.log"
 
 
@@ -82,54 +83,30 @@ def parse_values(axis: str, text: str) -> list[str]:
 
 def check_value(axis: str, value: str) -> None:
     """Bad input is caught before anything runs; whether a value works here is found by running it."""
-    if axis == "threads":
-        environment.parse_threads(value)
-    elif axis == "numa":
-        environment.parse_numa(value)
-    elif axis == "blocktime":
-        environment.parse_blocktime(value)
-    elif axis == "omp" and value not in environment.OMP_CHOICES:
-        raise UsageError(f"--omp {value}: choose from {', '.join(environment.OMP_CHOICES)}")
-    elif axis == "bind" and value not in environment.BIND_CHOICES:
-        raise UsageError(f"--bind {value}: choose from {', '.join(environment.BIND_CHOICES)}")
-    elif axis == "allocator" and value not in environment.ALLOCATOR_CHOICES:
-        raise UsageError(f"--allocator {value}: choose from {', '.join(environment.ALLOCATOR_CHOICES)}")
-    elif axis == "dtype" and value not in DTYPE_NAMES:
-        raise UsageError(f"--dtype {value}: choose from {', '.join(DTYPE_NAMES)}")
-    elif axis in ("batch", *LAYOUT_AXES) and (not value.isdigit() or int(value) < 1):
-        raise UsageError(f"--{axis} {value}: expected a positive whole number")
-    elif axis == "compile" and value not in ("on", "off"):
-        raise UsageError(f"--compile {value}: expected on, off or on,off")
+    _option(axis).check_sweep_value(value)
+
+
+def _option(axis: str) -> Option:
+    if axis not in SWEEPS:
+        raise UsageError(f"cannot sweep {axis}")
+    return SWEEPS[axis]
+
+
+# Where each part of decode's options sits in DecodeOptions: WorkloadOptions -> "workload", ...
+_PARTS = {hint: name for name, hint in typing.get_type_hints(DecodeOptions).items() if dataclasses.is_dataclass(hint)}
 
 
 def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
     """The base options with one configuration's values in place."""
-    launch = options.launch
-    workload = options.workload
     for axis, value in values.items():
-        if axis in LAYOUT_AXES:
-            continue  # see process_layout
-        if axis == "threads":
-            launch = dataclasses.replace(launch, threads=environment.parse_threads(value))
-        elif axis == "numa":
-            launch = dataclasses.replace(launch, numa=environment.parse_numa(value))
-        elif axis == "blocktime":
-            launch = dataclasses.replace(launch, blocktime_ms=environment.parse_blocktime(value))
-        elif axis == "omp":
-            launch = dataclasses.replace(launch, omp=value)
-        elif axis == "bind":
-            launch = dataclasses.replace(launch, bind=value)
-        elif axis == "allocator":
-            launch = dataclasses.replace(launch, allocator=value)
-        elif axis == "dtype":
-            workload = dataclasses.replace(workload, dtype=value)
-        elif axis == "batch":
-            workload = dataclasses.replace(workload, batch=int(value))
-        elif axis == "compile":
-            workload = dataclasses.replace(workload, compile=value == "on")
-        else:
-            raise UsageError(f"cannot sweep {axis}")
-    return dataclasses.replace(options, launch=launch, workload=workload)
+        option = _option(axis)
+        if option.target is None:
+            continue  # processes: see process_layout
+        owner, field = option.target
+        part = _PARTS[owner]
+        changed = dataclasses.replace(getattr(options, part), **{field: option.check_sweep_value(value)})
+        options = dataclasses.replace(options, **{part: changed})
+    return options
 
 
 def process_layout(values: dict[str, str]) -> tuple[str, int] | None:

@@ -4,9 +4,13 @@ from .contention import WAIT_KINDS, OmptInfo, OmpWait, OmpWork, OpenMPWaits
 from .io import FORMAT, PROFILE_FILENAME, VERSION, load, save
 from .machine import Cpu, Node, OpenMPInfo, OpenMPRuntime, Topology, format_cpulist, parse_cpulist
 from .profile import (
+    COLLECTION_MODES,
     CPU_EVENT,
+    EXACT,
+    SAMPLED,
     Capabilities,
     Collection,
+    CollectionMode,
     DroppedEvent,
     EventInfo,
     IdleThread,
@@ -40,7 +44,8 @@ __all__ = [
     "BandwidthRoof", "KvCachePoint", "MemoryPoint", "ComputeRoof", "KernelRoof", "MachineRoofs", "Repeated",
     "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
     "StackCount", "Stacks",
-    "CPU_EVENT", "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",
+    "COLLECTION_MODES", "CPU_EVENT", "EXACT", "SAMPLED", "CollectionMode",
+    "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",
     "Collectives", "DecodeWorkload", "DroppedEvent", "EventInfo", "IdleThread", "InForce", "Limits", "MemPolicy",
     "Meta", "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile",
     "RankInfo", "Requested",

@@ -10,8 +10,10 @@ reports never look at anything else. Every number carries how it was obtained
 from __future__ import annotations
 
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final, Literal
 
 from ..errors import ProfileFormatError
 from .contention import OpenMPWaits
@@ -66,11 +68,19 @@ class DroppedEvent:
     errno: int = 0
 
 
+#: How the counters were collected: "sampled", the kernel samples every thread on its CPU clock and
+#: each sample is joined to the op its thread worked for; "exact", the team read at every op boundary.
+CollectionMode = Literal["sampled", "exact"]
+COLLECTION_MODES: Final[tuple[CollectionMode, ...]] = typing.get_args(CollectionMode)
+SAMPLED: Final = "sampled"
+EXACT: Final = "exact"
+
+
 @dataclass
 class Collection:
     """How the counters were collected, so every number can say where it came from."""
 
-    mode: str  # "exact": the team read at every op boundary; "sampled": kernel samples joined to the ops
+    mode: CollectionMode
     events: list[EventInfo]
     record_shapes: bool
     started_ns: int

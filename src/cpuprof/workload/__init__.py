@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "SAMPLING_MODES": "decode_loop", "DecodeModel": "decode_loop", "DecodeResult": "decode_loop",
+    "SAMPLING_MODES": "sampling", "DecodeModel": "decode_loop", "DecodeResult": "decode_loop",
     "run_decode": "decode_loop",
     "HFModel": "hf", "load_hf": "hf", "run_hf_decode": "hf",
     "DTYPES": "llama", "REGIONS": "llama", "LlamaModel": "llama", "RegionFactory": "llama",

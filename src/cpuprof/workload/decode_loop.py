@@ -21,11 +21,10 @@ from ..model import StepFigures
 from .figures import step_figures
 from .llama import RegionFactory, no_region
 from .presets import ModelConfig
+from .sampling import SAMPLING_MODES
 
 #: The region the prefill runs in when profiled: ops outside it are the decode steps'.
 PREFILL_REGION = "prefill"
-
-SAMPLING_MODES: tuple[str, ...] = ("greedy", "topk")
 
 
 class DecodeModel(Protocol):

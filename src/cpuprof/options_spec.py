@@ -1,0 +1,368 @@
+"""Every option of the commands that launch a workload (decode, run, compare, calibrate), declared once.
+
+An :class:`Option` says the flag, its help, how its text is checked and parsed, and where its value
+goes: a field of an options dataclass (:class:`~cpuprof.launch.options.WorkloadOptions`,
+:class:`~cpuprof.launch.options.ProfileOptions`, :class:`~cpuprof.launch.environment.LaunchSettings`,
+:class:`~cpuprof.launch.options.DecodeOptions`). That field is the option's one typed home: its
+default is the option's default and, when the field is a ``Literal``, its values are the option's
+choices. From these tables come the argparse arguments of every command, the options built from
+the parsed flags, and compare's sweep axes (an option with an :class:`Axis` takes a comma list there).
+
+Adding an option: a field in its options dataclass, an entry in its group below, and the code that
+uses the value. Nothing here imports torch or the native module: the CLI builds its parsers from it
+on a machine that has neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from . import defaults
+from .errors import UsageError
+from .launch import environment
+from .launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
+from .launch.ranks import BACKENDS, DEFAULT_TIMEOUT_S
+from .workload.dtypes import DTYPE_NAMES
+from .workload.presets import OVERRIDABLE_FIELDS, PRESETS
+
+T = TypeVar("T")
+
+
+def _bounded(kind: Callable[[str], float], minimum: float, inclusive: bool, expected: str) -> Callable[[str], Any]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, not {text!r}") from None
+        if value < minimum or (not inclusive and value == minimum):
+            raise argparse.ArgumentTypeError(f"expected {expected}, not {text}")
+        return value
+
+    return parse
+
+
+positive_int = _bounded(int, 1, True, "a positive whole number")
+non_negative_int = _bounded(int, 0, True, "0 or more")
+positive_float = _bounded(float, 0.0, False, "a positive number")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How ``compare`` sweeps an option: its flag takes a comma list, each value run as a configuration."""
+
+    help: str  # compare's help for the list
+    numeric: bool = False  # ranges too: 1-4, 1-8+2 (step), 1-16*2 (factor)
+    metavar: str | None = None
+    # The value decode runs with when the flag is not given, as a sweep writes it (the baseline
+    # prefers it); by default the option's default.
+    baseline: str | None = None
+    # Processes (decode --tp/--instances): not a field of decode's options but how many children run.
+    layout: bool = False
+
+
+_FROM_FIELD: Any = object()  # Option.default: the target field's default
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag: its help, how its text is checked, and the options field its value goes to."""
+
+    flag: str
+    help: str  # argparse expands %(default)s and %(choices)s
+    target: tuple[type, str] | None = None  # the options dataclass and field that hold the value
+    default: Any = _FROM_FIELD
+    type: Callable[[str], Any] | None = None  # argparse's check of the text (one-line error, exit 2)
+    # The text to the field's value after parsing, where the check needs its own words or the
+    # machine (UsageError, one line, before anything starts).
+    parse: Callable[[str], Any] | None = None
+    choices: Sequence[str] | None = None  # by default the target field's Literal values
+    metavar: str | None = None
+    action: str | None = None  # "store_true" / "store_false"
+    dest: str | None = None
+    short: str | None = None
+    sweep: Axis | None = None
+
+    @property
+    def name(self) -> str:
+        """The argparse destination."""
+        if self.dest is not None:
+            return self.dest
+        if self.target is not None:
+            return self.target[1]
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def default_value(self) -> Any:
+        if self.default is not _FROM_FIELD:
+            return self.default
+        if self.target is None:
+            return None
+        cls, name = self.target
+        found = {f.name: f for f in dataclasses.fields(cls)}[name]
+        if found.default is not dataclasses.MISSING:
+            return found.default
+        return None if found.default_factory is dataclasses.MISSING else found.default_factory()
+
+    @property
+    def choice_values(self) -> tuple[str, ...] | None:
+        if self.choices is not None:
+            return tuple(self.choices)
+        if self.target is None:
+            return None
+        cls, name = self.target
+        hint = typing.get_type_hints(cls)[name]
+        return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None
+
+    def add_to(self, group: argparse._ActionsContainer, sweep: bool = False) -> None:
+        """The flag on a parser; with ``sweep``, as compare's comma list when the option has an axis."""
+        names = [n for n in (self.short, self.flag) if n]
+        kwargs: dict[str, Any] = {"dest": self.name, "help": self.help}
+        if sweep and self.sweep is not None:
+            # A list is text until compare checks each value, so argparse holds no default or choices
+            # to expand in the help: they are written in here.
+            kwargs["help"] = (self.help.replace("%(choices)s", ", ".join(self.choice_values or ()))
+                              .replace("%(default)s", str(self.baseline)) + "; " + self.sweep.help)
+            kwargs.update(default=None, metavar=self.sweep.metavar or self.metavar)
+            group.add_argument(*names, **kwargs)
+            return
+        if self.action is not None:
+            kwargs["action"] = self.action
+        else:
+            kwargs.update(default=self.default_value, type=self.type, choices=self.choice_values,
+                          metavar=self.metavar)
+        group.add_argument(*names, **kwargs)
+
+    def value(self, args: argparse.Namespace) -> Any:
+        """The parsed flag as its field's value."""
+        raw = getattr(args, self.name)
+        return self.parse(raw) if self.parse is not None and raw is not None else raw
+
+    # -- compare's sweeps --------------------------------------------------------------------
+    @property
+    def baseline(self) -> str | None:
+        """The sweep value decode uses when the flag is not given."""
+        if self.sweep is None:
+            return None
+        if self.sweep.baseline is not None:
+            return self.sweep.baseline
+        default = self.default_value
+        if isinstance(default, bool):
+            return "on" if default else "off"
+        return None if default is None else str(default)
+
+    def check_sweep_value(self, text: str) -> Any:
+        """One value of a sweep list as its field's value; UsageError names the flag and the value."""
+        if self.action is not None:  # a switch: on or off
+            if text not in ("on", "off"):
+                raise UsageError(f"{self.flag} {text}: expected on, off or on,off")
+            return (text == "on") == (self.action == "store_true")
+        choices = self.choice_values
+        if choices is not None:
+            if text not in choices:
+                raise UsageError(f"{self.flag} {text}: choose from {', '.join(choices)}")
+            return text
+        if self.parse is not None:
+            return self.parse(text)
+        if self.type is not None:
+            try:
+                return self.type(text)
+            except (argparse.ArgumentTypeError, ValueError) as exc:
+                raise UsageError(f"{self.flag} {text}: {exc}") from None
+        return text
+
+
+def options(*names: str, among: Iterable[Option] | None = None) -> tuple[Option, ...]:
+    """The named options (by flag), in the order given."""
+    by_flag = {o.flag: o for o in (ALL if among is None else among)}
+    return tuple(by_flag[n] for n in names)
+
+
+def with_help(option: Option, help: str) -> Option:
+    """The same option (default, choices, target) described for another command."""
+    return dataclasses.replace(option, help=help)
+
+
+def for_program(table: Iterable[Option], program: str) -> tuple[Option, ...]:
+    """Helps that name what runs (decode: "the decode", run: "the program")."""
+    return tuple(dataclasses.replace(o, help=o.help.replace("{program}", program)) for o in table)
+
+
+def add_arguments(group: argparse._ActionsContainer, table: Iterable[Option], sweep: bool = False) -> None:
+    for option in table:
+        option.add_to(group, sweep=sweep)
+
+
+def build(cls: type[T], table: Iterable[Option], args: argparse.Namespace, **extra: Any) -> T:
+    """An options dataclass from the parsed flags of the options whose target is in it."""
+    values = {o.target[1]: o.value(args) for o in table if o.target is not None and o.target[0] is cls}
+    return cls(**values, **extra)
+
+
+# -- the workload: decode, and compare (where --dtype, --batch and --compile take lists) -------------
+def _override(field: str) -> Option:
+    return Option(f"--{field.replace('_', '-')}", f"override the preset's {field.replace('_', ' ')}", dest=field,
+                  type=int, metavar="N", default=None)
+
+
+WORKLOAD: tuple[Option, ...] = (
+    Option("--preset", "the built-in model's shape: %(choices)s (default %(default)s)",
+           (WorkloadOptions, "preset"), choices=tuple(PRESETS), metavar="NAME"),
+    *(_override(field) for field in OVERRIDABLE_FIELDS),
+    Option("--dtype", "%(choices)s (default %(default)s)", (WorkloadOptions, "dtype"), choices=DTYPE_NAMES,
+           sweep=Axis("a comma list sweeps them")),
+    Option("--prompt-len", "prompt tokens for prefill (default %(default)s)", (WorkloadOptions, "prompt_len"),
+           type=int),
+    Option("--new-tokens", "decode steps (default %(default)s)", (WorkloadOptions, "new_tokens"), type=int),
+    Option("--batch", "sequences decoded together (default %(default)s)", (WorkloadOptions, "batch"),
+           type=positive_int, sweep=Axis("a list or range sweeps them", numeric=True)),
+    Option("--warmup", "decode steps left out of tokens/s (default %(default)s)", (WorkloadOptions, "warmup"),
+           type=int),
+    Option("--sampling", "how the next token is chosen: %(choices)s (default %(default)s)",
+           (WorkloadOptions, "sampling")),
+    Option("--top-k", "with --sampling topk: sample among the k most likely tokens (default %(default)s)",
+           (WorkloadOptions, "top_k"), type=positive_int),
+    Option("--seed", "seed of the random weights, the prompt and top-k sampling (default %(default)s)",
+           (WorkloadOptions, "seed"), type=int),
+    Option("--hf", "decode a local Hugging Face checkpoint (needs transformers)", (WorkloadOptions, "hf"),
+           metavar="PATH"),
+    Option("--compile", "torch.compile the built-in model (inductor, weights frozen as constants, so oneDNN packs "
+                        "them once instead of on every call); compiled before the profile starts, outside the "
+                        "figures", (WorkloadOptions, "compile"), action="store_true",
+           sweep=Axis("on,off sweeps both", metavar="on,off")),
+)
+
+
+def _parse_cpus(text: str) -> list[int]:
+    from .machine.topology import read_topology
+
+    return environment.parse_cpus(text, read_topology())
+
+
+# -- the launch: decode, run, calibrate, and compare (where most take lists) ------------------------
+LAUNCH: tuple[Option, ...] = (
+    Option("--threads", "OpenMP/torch threads (default: every CPU of the chosen set)",
+           (environment.LaunchSettings, "threads"), parse=environment.parse_threads,
+           sweep=Axis("1,2 or 1-4 sweeps them (with --tp/--instances, each process's threads)", numeric=True)),
+    Option("--numa", "bind CPUs and memory to this NUMA node", (environment.LaunchSettings, "numa"),
+           parse=environment.parse_numa, metavar="NODE",
+           sweep=Axis("0,1 sweeps the nodes", numeric=True, metavar="NODES")),
+    Option("--cpus", "explicit CPU list, e.g. 0-3,8",
+           (environment.LaunchSettings, "cpus"), parse=_parse_cpus, metavar="LIST"),
+    Option("--bind", "OpenMP thread placement: %(choices)s (default %(default)s)",
+           (environment.LaunchSettings, "bind"), sweep=Axis("a comma list sweeps them")),
+    Option("--omp", "OpenMP runtime: gnu (torch's libgomp, default) or intel (libiomp5, preloaded)",
+           (environment.LaunchSettings, "omp"), sweep=Axis("gnu,intel sweeps both")),
+    Option("--blocktime", "ms an idle OpenMP thread spins before sleeping (KMP_BLOCKTIME / GOMP_SPINCOUNT), or "
+                          "infinite", (environment.LaunchSettings, "blocktime_ms"), dest="blocktime",
+           parse=environment.parse_blocktime, metavar="MS", sweep=Axis("0,200 sweeps them", numeric=True)),
+    Option("--allocator", "memory allocator: default (the system's, the default), jemalloc or tcmalloc (preloaded)",
+           (environment.LaunchSettings, "allocator"), sweep=Axis("a comma list sweeps them")),
+    Option("--oversubscribe", "allow more threads than CPUs", (environment.LaunchSettings, "oversubscribe"),
+           action="store_true"),
+)
+
+# -- several processes ------------------------------------------------------------------------------
+_RANK_TIMEOUT_HELP = ("how long ranks wait for each other in an all-reduce of the model, and how long the others "
+                      "get to end once one rank has failed before they are stopped (default %(default)g; starting "
+                      "up, ranks wait for each other up to "
+                      f"{defaults.RANK_STARTUP_TIMEOUT_S:g} s, or this if longer)")
+RANKS: tuple[Option, ...] = (
+    Option("--tp", "split the built-in model tensor-parallel over N processes (attention heads and MLP width "
+                   "sharded, an all-reduce after attention and after the MLP), through torch.distributed",
+           type=positive_int, metavar="N",
+           sweep=Axis("1,2 compares one process with two ranks, each on its share of the CPUs (gloo)",
+                      numeric=True, metavar="N[,N]", baseline="1", layout=True)),
+    Option("--instances", "N independent decoders side by side, for aggregate throughput", type=positive_int,
+           metavar="N", sweep=Axis("1,2: each on its share of the CPUs, ranked by their tokens/s together",
+                                   numeric=True, metavar="N[,N]", baseline="1", layout=True)),
+    Option("--ranks-per-node", "ranks on each NUMA node (default: as few as fit, one per node when there are "
+                               "enough)", type=positive_int, metavar="K"),
+    Option("--backend", "torch.distributed backend for --tp: gloo (default) or ccl (needs Intel's oneCCL "
+                        "bindings)", choices=BACKENDS, default=BACKENDS[0]),
+    Option("--rank-timeout", _RANK_TIMEOUT_HELP, type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S"),
+)
+# run --nproc N: the program's own collectives have their own timeouts.
+PROCESSES: tuple[Option, ...] = (
+    Option("--nproc", "run N copies of the program, with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+                      "set as torchrun sets them (rendezvous on localhost), for torch.distributed programs; one "
+                      "merged report", type=positive_int, metavar="N"),
+    with_help(options("--ranks-per-node", among=RANKS)[0],
+              "processes on each NUMA node (default: as few as fit, one per node when there are enough)"),
+    with_help(options("--rank-timeout", among=RANKS)[0],
+              "once one process has failed, how long the others get to end before they are stopped (default "
+              "%(default)g)"),
+)
+
+# -- the profiler: decode and run (compare takes --events and --mode) -------------------------------
+_SAMPLED_ONLY = "sampled mode: "
+PROFILING: tuple[Option, ...] = (
+    Option("--events", "events and presets, comma separated (default: %(default)s)", (ProfileOptions, "events")),
+    Option("--mode", "sampled (default): the kernel samples every thread on its CPU clock and each sample is "
+                     "charged to the op its thread worked for, with its native stack (low overhead, statistical "
+                     "per op); exact: every working thread read at every op boundary (exact per op, a few µs per "
+                     "op)", (ProfileOptions, "mode")),
+    Option("--sample-hz", _SAMPLED_ONLY + "samples per second of each thread's CPU time (default %(default)s, "
+                          f"{defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ})", (ProfileOptions, "sample_hz"),
+           type=positive_int),
+    Option("--stack-bytes", _SAMPLED_ONLY + "user stack copied per sample to unwind native stacks (default "
+                            f"%(default)s, up to {defaults.MAX_STACK_BYTES}, a multiple of 8; 0: leaf only)",
+           (ProfileOptions, "stack_bytes"), type=non_negative_int),
+    # Not given: none, or defaults.PYTHON_HZ with --flamegraph (see python_hz in commands/common.py).
+    Option("--python-hz", _SAMPLED_ONLY + "run py-spy beside {program} at HZ samples per second, for the Python "
+                          f"frames above the ops in stacks (up to {defaults.MAX_PYTHON_HZ}; default 0, none, or "
+                          f"{defaults.PYTHON_HZ} with --flamegraph; py-spy's own CPU time competes with {{program}} "
+                          "where no CPU is spare)", (ProfileOptions, "python_hz"), type=non_negative_int,
+           metavar="HZ", default=None),
+    Option("--no-shapes", "do not key ops by their inputs", (ProfileOptions, "record_shapes"), action="store_false"),
+    Option("--timeline", "keep the last N op spans of each op-running thread (default %(default)s)",
+           (ProfileOptions, "timeline"), type=non_negative_int, metavar="N"),
+)
+NO_PROFILE = Option("--no-profile", "decode without the profiler (a baseline)", (ProfileOptions, "enabled"),
+                    dest="profile", action="store_false")
+ROOFS = Option("--roofs", "the machine's measured roofs (memory bandwidth, compute, GEMV kernel) every GEMM and the "
+                          "decode ceiling are judged against: auto (default) takes them from the cache for this "
+                          "machine, torch and launch, or measures them first (a few seconds, once); remeasure; off",
+               (DecodeOptions, "roofs"))
+
+
+# -- the output -------------------------------------------------------------------------------------
+def _formats() -> tuple[str, ...]:
+    from .reports import FORMATS  # the output registry's names: a new format appears here by itself
+
+    return tuple(FORMATS)
+
+
+def format_option() -> Option:
+    formats = _formats()
+    return Option("--format", f"the report on stdout: {', '.join(formats)} (default %(default)s)",
+                  choices=formats, default="terminal")
+
+
+def output_options(command: str) -> tuple[Option, ...]:
+    """Where the profile goes and how its report is shown: the flags decode and run share."""
+    return (
+        Option("--out", f"where the profile is saved (default cpuprof-out/{command}-<time>)", metavar="DIR"),
+        format_option(),
+        Option("--json", "same as --format json", action="store_true"),
+        Option("--flamegraph", "also write flame.svg (merged Python, op and native stacks of every thread, by "
+                               "samples) and trace.json (Chrome/Perfetto) next to the profile", action="store_true"),
+        Option("--top", "ops listed in the report (default %(default)s)", type=positive_int, default=defaults.TOP_OPS),
+    )
+
+
+HTML = Option("--html", "also write report.html beside the profile: the report with its charts, one "
+                        "self-contained page that opens offline", action="store_true")
+CHECKPOINT = Option("--checkpoint-s", "save the profile so far every S seconds while decoding (default %(default)g)",
+                    (DecodeOptions, "checkpoint_s"), type=positive_float, metavar="S")
+
+ALL: tuple[Option, ...] = (*WORKLOAD, *LAUNCH, *RANKS, *PROFILING, NO_PROFILE, ROOFS, CHECKPOINT)
+
+# -- compare's sweep axes, in the order a configuration's label names them ---------------------------
+_AXIS_ORDER = ("--tp", "--instances", "--threads", "--omp", "--bind", "--blocktime", "--allocator", "--numa",
+               "--dtype", "--batch", "--compile")
+SWEEPS: dict[str, Option] = {o.name: o for o in options(*_AXIS_ORDER)}

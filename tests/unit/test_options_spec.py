@@ -1,0 +1,91 @@
+"""The option spec (cpuprof.options_spec): every options field has its flag, the flags' defaults are
+the fields' defaults, enumerations are choices, and compare's axes set the fields their options name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cpuprof import options_spec as spec
+from cpuprof.cli import build_parser
+from cpuprof.commands import common, decode
+from cpuprof.launch import sweep
+from cpuprof.launch.environment import LaunchSettings
+from cpuprof.launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
+from cpuprof.model.codec import DecodeError, from_json
+from cpuprof.reports import FORMATS
+
+# Fields no flag fills one to one: parts of DecodeOptions, the shape overrides (--layers, ...),
+# what the command decides (the output directory, calibrate's own run). (py-spy's rate has its
+# flag, --python-hz, whose default depends on --flamegraph.)
+NOT_FLAGS = {
+    (DecodeOptions, "workload"), (DecodeOptions, "launch"), (DecodeOptions, "profile"), (DecodeOptions, "out"),
+    (DecodeOptions, "calibrate_only"), (WorkloadOptions, "overrides"),
+}
+OPTIONS_TYPES = (DecodeOptions, WorkloadOptions, LaunchSettings, ProfileOptions)
+
+
+def test_every_options_field_has_one_flag_and_every_flag_one_field():
+    targets = [o.target for o in spec.ALL if o.target is not None]
+    fields = {(cls, f.name) for cls in OPTIONS_TYPES for f in dataclasses.fields(cls)}
+    assert set(targets) <= fields, "an option fills a field that does not exist"
+    assert fields - set(targets) == NOT_FLAGS, \
+        "a field of the options has no flag: declare it in cpuprof.options_spec"
+    assert len({o.flag for o in spec.ALL}) == len(spec.ALL) and len(set(targets)) == len(targets)
+
+
+def test_the_flags_defaults_are_the_options_defaults():
+    args = build_parser().parse_args(["decode"])
+    assert decode.options_from_args(args) == DecodeOptions()
+    run_args = build_parser().parse_args(["run", "--", "python", "x.py"])
+    assert common.profile_options(run_args) == ProfileOptions()
+    assert decode.launch_from_args(run_args) == LaunchSettings()
+
+
+@pytest.mark.parametrize("command", ["decode", "run", "calibrate", "compare"])
+def test_enumerations_are_choices_refused_before_anything_starts(command: str, capsys: pytest.CaptureFixture[str]):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]  # type: ignore[union-attr]
+    enumerated = [a for a in sub._actions if a.choices]
+    assert {a.option_strings[-1] for a in enumerated} >= {"--format"}
+    assert next(a for a in enumerated if "--format" in a.option_strings).choices == FORMATS
+    for action in enumerated:
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args([command, action.option_strings[-1], "no-such-choice"])
+        assert exit.value.code == 2
+        assert "invalid choice: 'no-such-choice'" in capsys.readouterr().err
+
+
+def test_launch_and_workload_enumerations_are_their_literal_types():
+    by_flag = {o.flag: o for o in spec.ALL}
+    assert by_flag["--mode"].choice_values == ("sampled", "exact")
+    assert by_flag["--sampling"].choice_values == ("greedy", "topk")
+    assert by_flag["--bind"].choice_values == ("close", "spread", "none")
+    with pytest.raises(DecodeError, match="'guess' is not one of"):
+        from_json(ProfileOptions, {"mode": "guess"}, "profile")
+
+
+def _other_value(option: spec.Option) -> str:
+    if option.action is not None:
+        return "on" if option.baseline == "off" else "off"
+    choices = option.choice_values
+    if choices:
+        return next(c for c in choices if c != option.baseline)
+    return "3"
+
+
+@pytest.mark.parametrize("axis", [a for a in sweep.AXES if a not in sweep.LAYOUT_AXES])
+def test_each_sweep_axis_sets_the_field_its_option_names(axis: str):
+    option = spec.SWEEPS[axis]
+    assert option.target is not None
+    owner, field = option.target
+    text = _other_value(option)
+    applied = sweep.apply(DecodeOptions(), {axis: text})
+    part = next(value for value in vars(applied).values() if type(value) is owner)
+    assert getattr(part, field) == option.check_sweep_value(text) != getattr(owner(), field)
+
+
+def test_the_baseline_of_a_sweep_is_what_decode_runs_without_the_flag():
+    assert sweep.DECODE_DEFAULTS == {"tp": "1", "instances": "1", "omp": "gnu", "bind": "close",
+                                     "allocator": "default", "dtype": "bf16", "batch": "1", "compile": "off"}
