@@ -15,6 +15,7 @@ import pytest
 from profiles import MS, V1_DECODE, V1_UNPROFILED, make_profile
 
 from cpuprof.analysis import flame
+from cpuprof.analysis.timeline import busy_timeline
 from cpuprof.cli import main
 from cpuprof.exports import svg
 from cpuprof.model import (
@@ -31,14 +32,14 @@ from cpuprof.model import (
     Stacks,
 )
 from cpuprof.model.compare import COMPARE_FORMAT, COMPARE_VERSION, Comparison, RunMetrics, SweepConfig, SweepRun
-from cpuprof.reports.html import busy_timeline, write_comparison_html, write_profile_html
+from cpuprof.reports import OutputOptions, ProfileSource, SweepSource, get_output
 
 SVG = "{http://www.w3.org/2000/svg}"
 
 
 def page_of(profile: Profile) -> str:
     out = io.StringIO()
-    write_profile_html(profile, out)
+    get_output("html", "profile").write(ProfileSource(profile), out, OutputOptions())
     return out.getvalue()
 
 
@@ -162,7 +163,7 @@ def test_busy_timeline_from_the_samples():
     assert timeline is not None
     # 1 s at 100 Hz in buckets of at least 5 sampling periods: 20 buckets of 50 ms
     assert timeline.buckets == 20 and timeline.bucket_ns == pytest.approx(50 * MS)
-    rows = dict(timeline.rows)
+    rows = {row.thread: row.cpu_ns for row in timeline.threads}
     assert rows[0] == pytest.approx([50 * MS] * 20) and rows[1] == pytest.approx([0.0] * 10 + [50 * MS] * 10)
     chart = charts(page_of(profile))["thread-busy"]
     cells = marks(chart)
@@ -268,7 +269,7 @@ def comparison() -> Comparison:
 
 def comparison_page() -> str:
     out = io.StringIO()
-    write_comparison_html(comparison(), out)
+    get_output("html", "sweep").write(SweepSource(comparison()), out, OutputOptions())
     return out.getvalue()
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..model import CPU_EVENT, OpStat, Profile
 from ..model.workload import ALL_REDUCE_REGION
 from ..units import fmt_ns, fmt_percent, fmt_rate
-from .labels import inputs_text, region_text, thread_label
+from .labels import inputs_text, region_text, team_order, thread_label
 from .ops import bounded_cpu
 from .ranks import COLLECTIVE_OP_PREFIXES
 from .report_model import Column, Section, Table
@@ -310,8 +310,8 @@ def findings(profile: Profile, contention: Contention) -> list[tuple[float, str]
     return sorted(out, key=lambda f: f[0], reverse=True)[:MAX_FINDINGS]
 
 
-def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
-    contention = analyse(profile)
+def contention_section(profile: Profile, top: int = TOP_ROWS, contention: Contention | None = None) -> Section | None:
+    contention = contention or analyse(profile)
     if contention is None or not contention.ops:
         return None
     gain = contention.potential_gain_ns
@@ -396,3 +396,58 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
         notes.append(f"the OMPT tool's tables were full: {omp.info.records_dropped:,} (thread, op) records and "
                      f"{omp.info.threads_beyond_limit} threads were not kept")
     return Section("contention", "Contention: where the threads waited", lines, [table], notes)
+
+
+# The parts of a thread's time while ops ran, in the order a chart stacks them.
+TIME_PARTS = ("working", "spin", "unsplit", "sleep", "off_other", "unknown")
+
+
+@dataclass
+class ThreadOpTime:
+    """One team thread's time while ops ran (the ops' self wall time, summed), split into parts (ns):
+    working and spin (on CPU), unsplit (on CPU, spin not measured), sleep (off CPU in the op's waits),
+    off_other (off CPU outside them), unknown (its CPU time was not counted)."""
+
+    thread: int
+    label: str
+    wall_ns: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class OpTimeSplit:
+    threads: list[ThreadOpTime]
+    spin_method: str  # how spin was measured: "ompt", "samples", or "none"
+
+
+def op_time_split(profile: Profile, contention: Contention | None) -> OpTimeSplit | None:
+    """Per team thread, the ops' self wall time split into working, spinning and off-CPU time; None
+    where the contention analysis has nothing."""
+    if contention is None or not contention.ops:
+        return None
+    members = set(contention.members)
+    out = {k: ThreadOpTime(k, thread_label(k), parts=dict.fromkeys(TIME_PARTS, 0.0))
+           for k in team_order(profile) if k in members}
+    # Without samples (exact mode) and without OMPT, no spin was measured at all: the analysis's 0 for
+    # an op no sample landed in means nothing there, so the CPU time stays unsplit.
+    spin_measured = contention.method == "ompt" or profile.sampling is not None
+    for o in contention.ops:
+        for t in o.threads:
+            tt = out[t.thread]
+            wall = float(o.wall_ns)
+            tt.wall_ns += wall
+            spin, sleep = t.spin_ns or 0.0, t.sleep_ns or 0.0
+            if t.cpu_ns is None:
+                tt.parts["spin"] += spin
+                tt.parts["sleep"] += sleep
+                tt.parts["unknown"] += max(0.0, wall - spin - sleep)
+                continue
+            if t.spin_ns is None or not spin_measured:
+                tt.parts["unsplit"] += t.cpu_ns
+            else:
+                tt.parts["working"] += max(0.0, t.cpu_ns - spin)
+                tt.parts["spin"] += spin
+            tt.parts["sleep"] += sleep
+            # samples: sleep is wall - CPU, nothing is left; OMPT: sleep is the waits' off-CPU part only
+            tt.parts["off_other"] += max(0.0, wall - t.cpu_ns - sleep)
+    return OpTimeSplit(list(out.values()), contention.method if spin_measured else "none")

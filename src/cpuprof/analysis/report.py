@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from .. import defaults
 from ..model import CATEGORIES, CPU_EVENT, Profile
 from ..units import fmt_ns, fmt_percent
 from .ceiling import ceiling_section
-from .contention import contention_section
+from .contention import OpTimeSplit, analyse, contention_section, op_time_split
 from .decode import decode_lines, settings_lines
 from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
 from .memory import memory_section
@@ -18,6 +19,7 @@ from .report_model import Column, Report, Section, Table
 from .roofline import roofline_section
 from .roofs import roofs_section
 from .threads import run_queue_warning, thread_rows
+from .timeline import BusyTimeline, busy_timeline
 
 # Derived metrics shown where both events were counted: (header, numerator, denominator, scale, help).
 RATIOS = (
@@ -37,8 +39,16 @@ COUNTS = (
 )
 
 
+@dataclass
+class ProfileFigures:
+    """What a profile's charts draw beside its report's tables, carried by the JSON report too."""
+
+    busy_timeline: BusyTimeline | None = None  # each thread's CPU over the run, from the samples
+    op_time: OpTimeSplit | None = None  # each team thread's time while ops ran: working, spinning, off CPU
+
+
 def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
-    report = Report(title="cpuprof report")
+    report = Report(title="cpuprof report", figures=ProfileFigures())
     if profile.settings:
         report.warnings.extend(profile.settings.warnings)
     if profile.profiled:
@@ -67,13 +77,16 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     for section in (ceiling_section(profile), roofs):
         if section is not None:
             report.sections.append(section)
+    contention = analyse(profile)
+    report.figures = ProfileFigures(busy_timeline(profile), op_time_split(profile, contention))
     report.sections.append(_profile_section(profile))
     report.sections.append(_threads_section(profile))
     report.sections.append(_ops_section(profile, top))
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code
     # the samples were in, and where the memory went.
-    for section in (_regions_section(profile), roofline_section(profile, top), contention_section(profile),
-                    _native_section(profile, top), memory_section(profile)):
+    for section in (_regions_section(profile), roofline_section(profile, top),
+                    contention_section(profile, contention=contention), _native_section(profile, top),
+                    memory_section(profile)):
         if section is not None:
             report.sections.append(section)
     notes = limit_notes(profile)

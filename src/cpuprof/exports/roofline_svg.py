@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from ..analysis.roofline import GemmGroup
 from ..model import MachineRoofs
 from ..units import fmt_ns, fmt_percent
 from .markup import escape
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 WIDTH, HEIGHT = 960, 600
 LEFT, RIGHT, TOP, BOTTOM = 80, 250, 56, 64  # margins around the plot, px; the legend is on the right
@@ -288,3 +294,26 @@ def _legend(bw: float | None, peaks: dict[str, float], kernels: dict[str, float]
 
 
 __all__ = ["element", "render"]
+
+
+class RooflineSvgOutput:
+    """roofline.svg beside a profile that has machine roofs: each GEMM shape against them."""
+
+    name = "roofline-svg"
+    suffix = ".svg"
+    other_suffixes: tuple[str, ...] = ()
+    reads: tuple[SourceKind, ...] = ("profile",)
+    role: Role = "export"
+    help = "the profile's GEMMs against the machine's roofs, one SVG"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..analysis.roofline import gemm_groups
+        from ..reports.sources import ProfileSource
+
+        assert isinstance(source, ProfileSource)
+        profile = source.profile
+        groups = gemm_groups(profile)
+        title = (f"{profile.workload.model.name}: GEMMs against the roofs" if profile.workload
+                 else "GEMMs against the roofs")
+        out.write(render(groups, profile.roofs, title=title))
+        return len(groups)

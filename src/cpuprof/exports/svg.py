@@ -16,11 +16,16 @@ import colorsys
 import math
 import zlib
 from collections.abc import Iterable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..analysis.flame import FlameStack
 from ..units import fmt_ns
 from .markup import escape
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 PAD = 10  # left and right margin, px
 FRAME_H = 16  # one stack level, px; the box is a pixel shorter so levels stay apart
@@ -411,3 +416,22 @@ function resetSearch() {
   searchBtn.getElementsByTagName("text")[0].textContent = "Search";
 }
 """
+
+
+class FlameSvgOutput:
+    """``flamegraph --format svg``: the flame graph as one self-contained SVG (zoom and search inside)."""
+
+    name = "svg"
+    suffix = ".svg"
+    other_suffixes: tuple[str, ...] = ()
+    reads: tuple[SourceKind, ...] = ("stacks",)
+    role: Role = "export"
+    help = "a flame graph, one self-contained SVG: click to zoom, search (opens in a browser)"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..reports.sources import StacksSource
+
+        assert isinstance(source, StacksSource)
+        graph = source.graph
+        write(graph.stacks, out, title=graph.title, unit=graph.unit, subtitle=graph.subtitle)
+        return len(graph.stacks)
