@@ -310,16 +310,70 @@ def findings(profile: Profile, contention: Contention) -> list[tuple[float, str]
     return sorted(out, key=lambda f: f[0], reverse=True)[:MAX_FINDINGS]
 
 
-def contention_section(profile: Profile, top: int = TOP_ROWS, contention: Contention | None = None) -> Section | None:
-    contention = contention or analyse(profile)
+@dataclass
+class ContentionSummary:
+    """The contention analysis's figures for the report: computed here, phrased by
+    :func:`contention_section`."""
+
+    contention: Contention
+    team_cpu_ns: float  # CPU time of the team's threads over the profile
+    balanced_tokens_per_s: float | None  # decode throughput were the waits gone (perfect balance)
+    effective_utilisation: float | None  # CPU not spinning / (wall x team); None without a wall time
+    idle_wall_ns: float | None  # OMPT: workers waiting to be forked again, charged to no op
+    idle_spin_share: float | None  # the share of that spent on a CPU
+    findings: list[tuple[float, str]]  # (cost in wall ns, verdict), most costly first
+    ranked: list[OpContention]  # the ops with the most imbalance, most first
+    tracepoints: list[str]  # the tracepoint events counted per (op, thread)
+    ompt_dropped: tuple[int, int] | None  # OMPT tables full: (records, threads) not kept
+
+
+def summarize_contention(profile: Profile, contention: Contention | None = None,
+                         top: int = TOP_ROWS) -> ContentionSummary | None:
+    """None where no op ran with its threads' CPU counted."""
+    contention = contention if contention is not None else analyse(profile)
     if contention is None or not contention.ops:
         return None
+    wall = contention.wall_ns
+    team_cpu = float(sum(profile.threads[k].cpu_ns or 0 for k in contention.members))
+    balanced = None
+    wl = profile.workload
+    if contention.steps and wl is not None and wl.figures is not None and wl.figures.tokens_per_s:
+        step_ns = wl.batch * 1e9 / wl.figures.tokens_per_s  # the measured steps' mean
+        per_step = contention.potential_gain_ns / contention.steps
+        if 0 < per_step < step_ns:
+            balanced = wl.batch * 1e9 / (step_ns - per_step)
+    useful = team_cpu - contention.spin_ns
+    efficiency = max(0.0, useful) / (wall * contention.team) if wall else None
+    idle_wall = idle_share = None
+    omp = profile.openmp
+    if contention.method == "ompt" and omp is not None:
+        idle = [w for w in omp.waits if w.kind == "idle"]
+        if idle:
+            idle_wall = float(sum(w.wall_ns for w in idle))
+            idle_spin = float(sum(w.cpu_ns for w in idle))
+            idle_share = idle_spin / idle_wall if idle_wall else 0.0
+    dropped = None
+    if omp is not None and omp.info.active and (omp.info.records_dropped or omp.info.threads_beyond_limit):
+        dropped = (omp.info.records_dropped, omp.info.threads_beyond_limit)
+    return ContentionSummary(
+        contention=contention, team_cpu_ns=team_cpu, balanced_tokens_per_s=balanced,
+        effective_utilisation=efficiency, idle_wall_ns=idle_wall, idle_spin_share=idle_share,
+        findings=findings(profile, contention),
+        ranked=sorted(contention.ops, key=lambda o: o.imbalance_ns, reverse=True)[:top],
+        tracepoints=[event for event, _, _ in TRACEPOINT_COUNTS if profile.has_event(event)],
+        ompt_dropped=dropped)
+
+
+def contention_section(summary: ContentionSummary | None) -> Section | None:
+    """The summary in sentences and one table: where the threads waited."""
+    if summary is None:
+        return None
+    contention = summary.contention
     gain = contention.potential_gain_ns
     lines = [f"method: {contention.method_text}",
              f"not visible here: {'; '.join(contention.blind_spots)}"]
     wall = contention.wall_ns
     if wall:
-        total_cpu = sum(profile.threads[k].cpu_ns or 0 for k in contention.members)
         # Without OMPT a wait cannot be told from spinning through serial code between regions:
         # VTune calls the sum "imbalance or serial spinning", and so do we.
         what = "imbalance" if contention.method == "ompt" else "imbalance or serial spinning"
@@ -328,27 +382,18 @@ def contention_section(profile: Profile, top: int = TOP_ROWS, contention: Conten
                 f"{fmt_ns(gain)} of {fmt_ns(wall)} profiled ({fmt_percent(gain / wall)})")
         if contention.steps:
             line += f", {_per_token(gain, contention)}"
-            wl = profile.workload
-            if wl is not None and wl.figures is not None and wl.figures.tokens_per_s:
-                step_ns = wl.batch * 1e9 / wl.figures.tokens_per_s  # the measured steps' mean
-                per_step = gain / contention.steps
-                if 0 < per_step < step_ns:
-                    line += (f": with perfect balance decode would run at up to "
-                             f"{fmt_rate(wl.batch * 1e9 / (step_ns - per_step))} tokens/s")
+            if summary.balanced_tokens_per_s is not None:
+                line += (f": with perfect balance decode would run at up to "
+                         f"{fmt_rate(summary.balanced_tokens_per_s)} tokens/s")
         lines.append(line)
-        useful = total_cpu - contention.spin_ns
-        lines.append(f"effective CPU utilisation {fmt_percent(max(0.0, useful) / (wall * contention.team))} "
+    if summary.effective_utilisation is not None:
+        lines.append(f"effective CPU utilisation {fmt_percent(summary.effective_utilisation)} "
                      f"(CPU time not spent spinning / (wall time x {_threads(contention.team)}))")
-    omp = profile.openmp
-    if contention.method == "ompt" and omp is not None:
-        idle = [w for w in omp.waits if w.kind == "idle"]
-        if idle:
-            wall_idle, cpu_idle = sum(w.wall_ns for w in idle), sum(w.cpu_ns for w in idle)
-            lines.append(f"workers idle between parallel regions (waiting to be forked again, charged to no op): "
-                         f"{fmt_ns(wall_idle)}, {fmt_percent(cpu_idle / wall_idle if wall_idle else 0.0)} of it "
-                         "spinning (KMP_BLOCKTIME: how long before they sleep)")
-    verdicts = findings(profile, contention)
-    lines += [f"finding: {text}" for _, text in verdicts] or ["no wait costs 1% of the profiled time or more"]
+    if summary.idle_wall_ns is not None:
+        lines.append(f"workers idle between parallel regions (waiting to be forked again, charged to no op): "
+                     f"{fmt_ns(summary.idle_wall_ns)}, {fmt_percent(summary.idle_spin_share or 0.0)} of it "
+                     "spinning (KMP_BLOCKTIME: how long before they sleep)")
+    lines += [f"finding: {text}" for _, text in summary.findings] or ["no wait costs 1% of the profiled time or more"]
     ompt = contention.method == "ompt"
     columns = [Column("op", "op"), Column("inputs", "inputs"),
                Column("region", "region", help="the enclosing regions (regions themselves: their time between ops)"),
@@ -373,11 +418,10 @@ def contention_section(profile: Profile, top: int = TOP_ROWS, contention: Conten
                 Column("switches", "ctx-sw", "count", help="context switches of the thread while the op ran"),
                 Column("migrations", "migr", "count", help="moves of the thread to another CPU while the op ran")]
     # Tracepoints, where they were asked for (--events sched) and could be opened: counts only.
-    traced = [(event, header, help_) for event, header, help_ in TRACEPOINT_COUNTS if profile.has_event(event)]
+    traced = [(event, header, help_) for event, header, help_ in TRACEPOINT_COUNTS if event in summary.tracepoints]
     columns += [Column(event, header, "count", help=help_) for event, header, help_ in traced]
-    ranked = sorted(contention.ops, key=lambda o: o.imbalance_ns, reverse=True)[:top]
     rows = []
-    for o in ranked:
+    for o in summary.ranked:
         for t in o.threads:
             row = {"op": o.op.name, "inputs": inputs_text(o.op), "region": region_text(o.op),
                    "thread": thread_label(t.thread), "wall": o.wall_ns,
@@ -390,11 +434,12 @@ def contention_section(profile: Profile, top: int = TOP_ROWS, contention: Conten
                 row.update({"barrier": sum(t.barrier_ns.values()), "lock": t.lock_ns, "acq": t.acquisitions,
                             "kinds": ", ".join(k.removeprefix("barrier-") for k, _ in kinds) or "-"})
             rows.append(row)
-    table = Table(columns, rows, caption=f"the {len(ranked)} ops with the most imbalance, one row per thread")
+    table = Table(columns, rows, caption=f"the {len(summary.ranked)} ops with the most imbalance, one row per thread")
     notes = []
-    if omp is not None and omp.info.active and (omp.info.records_dropped or omp.info.threads_beyond_limit):
-        notes.append(f"the OMPT tool's tables were full: {omp.info.records_dropped:,} (thread, op) records and "
-                     f"{omp.info.threads_beyond_limit} threads were not kept")
+    if summary.ompt_dropped is not None:
+        records, threads = summary.ompt_dropped
+        notes.append(f"the OMPT tool's tables were full: {records:,} (thread, op) records and "
+                     f"{threads} threads were not kept")
     return Section("contention", "Contention: where the threads waited", lines, [table], notes)
 
 

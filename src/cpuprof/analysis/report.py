@@ -9,7 +9,7 @@ from .. import defaults
 from ..model import CATEGORIES, CPU_EVENT, Profile
 from ..units import fmt_ns, fmt_percent
 from .ceiling import ceiling_section
-from .contention import OpTimeSplit, analyse, contention_section, op_time_split
+from .contention import OpTimeSplit, analyse, contention_section, op_time_split, summarize_contention
 from .decode import decode_lines, settings_lines
 from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
 from .memory import memory_section
@@ -85,7 +85,7 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code
     # the samples were in, and where the memory went.
     for section in (_regions_section(profile), roofline_section(profile, top),
-                    contention_section(profile, contention=contention), _native_section(profile, top),
+                    contention_section(summarize_contention(profile, contention)), _native_section(profile, top),
                     memory_section(profile)):
         if section is not None:
             report.sections.append(section)
