@@ -6,13 +6,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .. import defaults
-from ..model import CATEGORIES, CPU_EVENT, Profile
+from ..model import CPU_EVENT, Profile
 from ..units import fmt_ns, fmt_percent
 from .ceiling import ceiling_section
 from .contention import OpTimeSplit, analyse, contention_section, op_time_split, summarize_contention
 from .decode import decode_lines, settings_lines
 from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
 from .memory import memory_section
+from .native import native_section, native_summary
 from .notes import limit_notes
 from .ops import op_table, region_rows
 from .report_model import Column, Report, Section, Table
@@ -85,8 +86,8 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code
     # the samples were in, and where the memory went.
     for section in (_regions_section(profile), roofline_section(profile, top),
-                    contention_section(summarize_contention(profile, contention)), _native_section(profile, top),
-                    memory_section(profile)):
+                    contention_section(summarize_contention(profile, contention)),
+                    native_section(native_summary(profile, top)), memory_section(profile)):
         if section is not None:
             report.sections.append(section)
     notes = limit_notes(profile)
@@ -251,75 +252,6 @@ def _ops_section(profile: Profile, top: int) -> Section:
         notes.append(f"CPU not shown for {table.withheld_inconsistent} op key(s) whose CPU exceeded what their "
                      "threads could spend in their wall time by more than measurement noise allows")
     return Section("ops", "Top ops", [], [Table(columns, rows, caption=caption, legend_notes=legend)], notes)
-
-
-def _native_section(profile: Profile, top: int) -> Section | None:
-    """Per op and per thread: which native code the samples were in."""
-    if profile.stacks is None or profile.sampling is None or not profile.stacks.counts:
-        return None
-    from .native import CATEGORY_NAMES, by_op, by_thread, short_function
-
-    splits = by_op(profile)
-    ops = {op.id: op for op in profile.ops}
-    shown = [c for c in CATEGORIES if any(s.by_category.get(c) for s in splits.values())]
-    columns = [Column("op", "op"), Column("inputs", "inputs"), Column("samples", "samples", "int"),
-               Column("cpu", "CPU", "ns", help="CPU time of the samples (all threads)")]
-    columns += [Column(c, c, "share", help=CATEGORY_NAMES[c]) for c in shown]
-    columns.append(Column("functions", "where (share of the op's CPU)",
-                          help="the functions the CPU was in (the stacks' leaves), most first"))
-    rows = []
-    frames = profile.stacks.frames
-    ranked = sorted(splits.items(), key=lambda kv: kv[1].cpu_ns, reverse=True)
-    for op_id, split in ranked[:top]:
-        op = ops.get(op_id)
-        if op is None or not split.cpu_ns:
-            continue
-        row = {"op": op.name, "inputs": inputs_text(op, 40), "samples": split.samples, "cpu": split.cpu_ns}
-        for c in shown:
-            row[c] = split.share(c)
-        row["functions"] = ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
-                                     for f, ns in split.top_functions(3))
-        rows.append(row)
-    threads = by_thread(profile)
-    tcols = [Column("thread", "thread"), Column("role", "role"), Column("cpu", "CPU", "ns")]
-    tcols += [Column(c, c, "share") for c in shown]
-    tcols.append(Column("functions", "where"))
-    trows = []
-    for i in team_order(profile):
-        thread_split = threads.get(i)
-        if thread_split is None or not thread_split.cpu_ns:
-            continue
-        split = thread_split
-        row = {"thread": thread_label(i), "role": profile.threads[i].role, "cpu": split.cpu_ns}
-        for c in shown:
-            row[c] = split.share(c)
-        row["functions"] = ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
-                                     for f, ns in split.top_functions(3))
-        trows.append(row)
-    s = profile.sampling
-    lines = [f"{s.samples:,} samples at {s.hz} Hz of each thread's CPU time, each with its kernel call chain and a "
-             f"{s.stack_bytes:,}-byte copy of its user stack, unwound with the libraries' DWARF unwind tables "
-             "(frame pointers or a stack scan where code has none, as JIT code)"]
-    py = s.python
-    if py is not None and py.error is None:
-        lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), placed on the op timeline "
-                     f"within ±{fmt_ns(py.clock_error_ns)} and joined to {py.joined:,} samples of the op-running "
-                     f"threads ({py.unmatched:,} found no Python stack)")
-    notes = []
-    unwound = sum(s.unwind.values())
-    if unwound:
-        whole = s.unwind.get("outermost frame", 0)
-        notes.append(f"user stacks unwound to their outermost frame in {fmt_percent(whole / unwound)} of samples; "
-                     + ", ".join(f"{reason}: {fmt_percent(n / unwound)}" for reason, n in s.unwind.items()
-                                 if reason != "outermost frame"))
-    if s.jit_symbols is None and any(f.module == "[jit]" and f.name.startswith("[jit code") for f in frames):
-        notes.append("code generated at run time (oneDNN's JIT kernels) is unnamed: set ONEDNN_JIT_PROFILE=2 before "
-                     "the first matmul (cpuprof's launches do) so oneDNN writes a perf map of its kernels")
-    if s.unresolved_frames:
-        notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
-    return Section("native", "Native code (from the samples' stacks)", lines,
-                   [Table(columns, rows, caption="ops by sampled CPU time: what kind of code it was in"),
-                    Table(tcols, trows, caption="threads: what kind of code their CPU time was in")], notes)
 
 
 def _regions_section(profile: Profile) -> Section | None:
