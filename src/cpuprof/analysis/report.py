@@ -17,7 +17,7 @@ from .native import native_section, native_summary
 from .notes import limit_notes
 from .ops import op_table, region_rows
 from .report_model import Column, Report, Section, Table
-from .roofline import roofline_section
+from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
 from .threads import run_queue_warning, thread_rows
 from .timeline import BusyTimeline, busy_timeline
@@ -85,7 +85,7 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     report.sections.append(_ops_section(profile, top))
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code
     # the samples were in, and where the memory went.
-    for section in (_regions_section(profile), roofline_section(profile, top),
+    for section in (_regions_section(profile), roofline_section(gemm_summary(profile), top),
                     contention_section(summarize_contention(profile, contention)),
                     native_section(native_summary(profile, top)), memory_section(profile)):
         if section is not None:
