@@ -15,21 +15,13 @@ from .labels import common_region_prefix, inputs_text, region_text, team_order, 
 from .memory import memory_section
 from .native import native_section, native_summary
 from .notes import limit_notes
-from .ops import op_table, region_rows
+from .ops import counted_ratios, op_ratios, op_table, region_rows
 from .report_model import Column, Report, Section, Table
 from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
 from .threads import run_queue_warning, thread_rows
 from .timeline import BusyTimeline, busy_timeline
 
-# Derived metrics shown where both events were counted: (header, numerator, denominator, scale, help).
-RATIOS = (
-    ("IPC", "instructions", "cycles", 1.0, "instructions per cycle"),
-    ("cache miss%", "cache-misses", "cache-references", 100.0, "cache misses per 100 cache references"),
-    ("LLC miss%", "LLC-load-misses", "LLC-loads", 100.0, "last-level cache load misses per 100 loads"),
-    ("dTLB miss%", "dTLB-load-misses", "dTLB-loads", 100.0, "data TLB load misses per 100 loads"),
-    ("branch miss%", "branch-misses", "branch-instructions", 100.0, "mispredicted branches per 100"),
-)
 # Counted events shown as totals, in this order when present: (header, event, help).
 COUNTS = (
     ("ctx-sw", "context-switches", "context switches"),
@@ -185,7 +177,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
     table = op_table(profile, top)
     order = team_order(profile)
     counted = [(h, e, help_) for h, e, help_ in COUNTS if profile.has_event(e)]
-    ratios = [r for r in RATIOS if profile.has_event(r[1]) and profile.has_event(r[2])]
+    ratios = counted_ratios(profile)
     columns = [
         Column("op", "op", help="the ATen operator"),
         Column("inputs", "inputs", help="input dtypes and sizes; ᵀ marks a transposed view, * another strided layout"),
@@ -224,9 +216,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
                 row[f"cpu_{i}"] = r.cpu_per_thread[i] if i < len(r.cpu_per_thread) else None
         for _, e, _ in counted:
             row[e] = op.self_total(e)
-        for h, num, den, scale, _ in ratios:
-            n, d = op.self_total(num) or 0, op.self_total(den) or 0
-            row[h] = scale * n / d if d else None
+        row.update(op_ratios(op, ratios))
         rows.append(row)
     legend = ["-: not measured" + (" (no sample landed in it)" if sampled else "")]
     if prefix:
