@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from cli_runs import cpuprof_ok as cpuprof
 
+from cpuprof.analysis.timeline import busy_timeline
 from cpuprof.model import Profile
-from cpuprof.reports.html import busy_timeline
 
 CHROMIUM = Path("/usr/bin/chromium")
 # No network, no background services: the page must draw from the file alone.
@@ -214,7 +214,7 @@ def _comparison_from_decodes(out: Path) -> Any:
     from cpuprof.analysis.compare import run_metrics
     from cpuprof.launch.sweep import label, rotated_order, save
     from cpuprof.model.compare import COMPARE_FORMAT, COMPARE_VERSION, Comparison, SweepConfig, SweepRun
-    from cpuprof.reports.html import write_comparison_html
+    from cpuprof.reports import OutputOptions, SweepSource, get_output
 
     threads = ["1", "2"]
     configs = [SweepConfig(label=label({"threads": t}), values={"threads": t}) for t in threads]
@@ -231,5 +231,5 @@ def _comparison_from_decodes(out: Path) -> Any:
                             order=order, baseline=0, runs=runs)
     save(comparison, out)
     with open(out / "report.html", "w") as f:
-        write_comparison_html(comparison, f)
+        get_output("html", "sweep").write(SweepSource(comparison), f, OutputOptions())
     return comparison

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from profiles import MS, make_profile
 
-from cpuprof.analysis.contention import analyse, contention_section
+from cpuprof.analysis.contention import analyse, contention_section, summarize_contention
 from cpuprof.analysis.report import build_report
 from cpuprof.model import (
     NativeFrame,
@@ -52,7 +52,7 @@ def test_ompt_waits_give_vtune_figures() -> None:
 
 
 def test_ompt_findings_rank_imbalance_lock_and_serial_time() -> None:
-    section = contention_section(ompt_profile())
+    section = contention_section(summarize_contention(ompt_profile()))
     assert section is not None
     text = "\n".join(section.lines)
     assert "method: OMPT" in text
@@ -87,7 +87,7 @@ def test_samples_give_spin_from_the_runtime_and_sleep_from_cpu_time() -> None:
     assert t0.spin_ns == 0 and t0.sleep_ns == 10 * MS  # 600 - 590
     assert t1.spin_ns == pytest.approx(290 * MS) and t1.sleep_ns == 20 * MS
     assert mm.imbalance_ns == pytest.approx((10 + 290 + 20) * MS / 2)
-    section = contention_section(sampled_profile())
+    section = contention_section(summarize_contention(sampled_profile()))
     assert section is not None
     assert "`decode --omp intel` gives exact" in section.lines[0]
     assert "barrier kinds and lock waits (no OMPT)" in section.lines[1]

@@ -10,7 +10,7 @@ import json
 import pytest
 from profiles import MS, make_profile, settings, tensor
 
-from cpuprof.analysis.diff import comparison, diff_report, gemm_changes, generated_tokens, op_changes, thread_figures
+from cpuprof.analysis.diff import diff_report, gemm_changes, generated_tokens, op_changes, profile_diff, thread_figures
 from cpuprof.analysis.report_model import Report
 from cpuprof.model import OpStat, Profile, Status
 from cpuprof.reports import FORMATS, get_renderer
@@ -41,7 +41,7 @@ def before_and_after(decodes: bool = False) -> tuple[Profile, Profile]:
 
 def test_ops_are_ranked_by_the_size_of_their_change_with_added_and_removed():
     a, b = before_and_after()
-    changes = op_changes(comparison(a, b))
+    changes = op_changes(profile_diff(a, b))
     assert [(c.name, c.status, c.kind) for c in changes] == [
         ("aten::mm", "", "GEMM"), ("aten::add", "removed", ""), ("aten::bmm", "added", "GEMM")]
     mm, add, new = changes
@@ -56,7 +56,7 @@ def test_ops_match_on_inputs_and_region_not_only_the_name():
     a, b = before_and_after()
     mm = op(b, "aten::mm")
     mm.region = ["attention"]  # the same op in another region is another key
-    changes = {(c.name, c.status) for c in op_changes(comparison(a, b))}
+    changes = {(c.name, c.status) for c in op_changes(profile_diff(a, b))}
     assert ("aten::mm", "added") in changes and ("aten::mm", "removed") in changes
 
 
@@ -65,7 +65,7 @@ def test_decodes_compare_per_generated_token():
     mm = op(b, "aten::mm")
     mm.self_ns = mm.incl_ns = 600 * MS  # the same total time...
     b.workload.steps_done = 9  # ...over twice the tokens: 10 (the prefill's and 9 steps') against 5
-    cmp = comparison(a, b)
+    cmp = profile_diff(a, b)
     assert (cmp.tokens_a, cmp.tokens_b) == (5, 10)
     first = op_changes(cmp)[0]
     assert first.name == "aten::mm"
@@ -76,7 +76,7 @@ def test_decodes_compare_per_generated_token():
 
 def test_gemm_shapes_compare_their_time_and_bandwidth():
     a, b = before_and_after()
-    changes = gemm_changes(comparison(a, b))
+    changes = gemm_changes(profile_diff(a, b))
     assert [c.shape for c in changes] == ["[1,2048]x[2048,8192]ᵀ", "4×[8,16]x[16,32]"]
     gemv = changes[0]
     assert gemv.time.delta == -400 * MS and gemv.calls_a == gemv.calls_b == 100
@@ -89,7 +89,7 @@ def test_a_gemm_whose_weight_was_laid_out_anew_is_the_same_gemm():
     """torch.compile prepacks what eager mode transposes: one GEMM, faster, not one removed and one added."""
     a, b = before_and_after()
     op(b, "aten::mm").inputs = [tensor("bf16", 1, 2048), tensor("bf16", 2048, 8192)]  # contiguous, unmarked
-    gemv = gemm_changes(comparison(a, b))[0]
+    gemv = gemm_changes(profile_diff(a, b))[0]
     assert gemv.shape == "[1,2048]x[2048,8192]ᵀ → [1,2048]x[2048,8192]"
     assert gemv.calls_a == gemv.calls_b == 100 and gemv.time.delta == -400 * MS
 

@@ -15,7 +15,7 @@ from cpuprof.analysis.report import build_report
 from cpuprof.analysis.threads import run_queue_warning
 from cpuprof.errors import UsageError
 from cpuprof.model import Profile
-from cpuprof.reports import FORMATS, get_renderer, render
+from cpuprof.reports import FORMATS, REPORT_FORMATS, get_output, get_renderer, render
 from cpuprof.workload.figures import step_figures
 
 
@@ -152,9 +152,15 @@ def test_top_limits_rows_and_section_is_found():
     assert len(report.section("ops").tables[0].rows) == 1
 
 
-def test_unknown_format_is_a_usage_error():
-    with pytest.raises(UsageError, match="--format html: choose one of terminal, markdown, json"):
+def test_html_is_an_output_of_the_registry_like_the_others_and_unknown_formats_are_usage_errors():
+    # html is one more registered output of a profile, not a case the commands handle apart; it is
+    # a page, so it is not one of the report formats a run prints on standard output.
+    assert get_output("html", "profile").suffix == ".html"
+    assert REPORT_FORMATS == (*FORMATS, "html") and "html" not in FORMATS
+    with pytest.raises(UsageError, match="--format html: choose one of terminal, markdown, json, csv$"):
         get_renderer("html")
+    with pytest.raises(UsageError, match="--format nope: choose one of terminal, markdown, json, csv, html$"):
+        get_output("nope", "profile", roles=("report", "page"))
 
 
 @pytest.mark.parametrize("sizes, strides, mark", [

@@ -18,6 +18,7 @@ from cpuprof.analysis.roofline import (
     GemmGroup,
     enclosing_gemm_ops,
     gemm_groups,
+    gemm_summary,
     repacking_name,
     roof_ns,
     roofline_section,
@@ -298,11 +299,11 @@ def test_measured_traffic_beside_the_analytic_bytes() -> None:
     assert g.traffic is not None and g.traffic.event == "LLC-load-misses"
     assert g.traffic.bytes == sum(misses) * 64
     assert g.traffic.gb_per_s(g.time_ns) == pytest.approx(20.0, rel=1e-6)
-    section = roofline_section(p, 10)
+    section = roofline_section(gemm_summary(p), 10)
     assert section is not None
     assert any(line.startswith("measured traffic: LLC-load-misses x 64 B") for line in section.lines)
     assert section.tables[0].rows[0]["measured_gbs"] == pytest.approx(20.0, rel=1e-6)
-    plain = roofline_section(profile([op(1, "aten::mm", gemv_inputs(), time, calls=calls)]), 10)
+    plain = roofline_section(gemm_summary(profile([op(1, "aten::mm", gemv_inputs(), time, calls=calls)])), 10)
     assert plain is not None
     assert any("bytes are analytic only" in line and "no hardware PMU" in line for line in plain.lines)
     assert all(c.key != "measured_gbs" for c in plain.tables[0].columns)
@@ -330,7 +331,7 @@ def test_section_table_sorted_by_time_lost() -> None:
     small = op(3, "aten::bmm", [t("bf16", 8, 4, 64), t("bf16", 8, 64, 16)], 1 * MS)
     unreadable = op(4, "aten::addmm", None, 2 * MS, calls=3)
     composite = op(5, "aten::linear", None, 99 * MS)  # its work is in its inner ops: not a GEMM row
-    section = roofline_section(profile([gemv, square, small, unreadable, composite]), top=2)
+    section = roofline_section(gemm_summary(profile([gemv, square, small, unreadable, composite])), top=2)
     assert section is not None and section.id == "gemms"
     table = section.tables[0]
     assert [c.key for c in table.columns] == ["shape", "ops", "dtype", "calls", "time", "share", "intensity",
@@ -351,7 +352,7 @@ def test_section_table_sorted_by_time_lost() -> None:
 
 
 def test_no_section_without_gemms() -> None:
-    assert roofline_section(profile([op(1, "aten::add", [t("f32", 4)], MS)]), 10) is None
+    assert roofline_section(gemm_summary(profile([op(1, "aten::add", [t("f32", 4)], MS)])), 10) is None
 
 
 def test_real_profile_counts_each_gemm_once() -> None:

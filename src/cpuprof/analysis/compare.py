@@ -312,12 +312,47 @@ def ranking_rows(comparison: Comparison, summaries: list[ConfigSummary]) -> list
     return rows
 
 
+@dataclass
+class StepDistribution:
+    """Every measured decode step of one configuration, pooled over its finished runs (warm-up left
+    out): percentiles by linear interpolation, in milliseconds."""
+
+    config: int  # index into Comparison.configs
+    label: str
+    steps: int
+    fastest_ms: float
+    p25_ms: float
+    p50_ms: float
+    p75_ms: float
+    p99_ms: float
+    slowest_ms: float
+
+
+def step_distributions(comparison: Comparison) -> list[StepDistribution]:
+    """One per configuration with a measured step, in the sweep's order."""
+    out = []
+    for i, config in enumerate(comparison.configs):
+        steps = [v for r in comparison.done_runs(i) if r.metrics is not None for v in r.metrics.step_ms]
+        if steps:
+            lo, q1, p50, q3, p99, hi = (float(v) for v in np.percentile(np.asarray(steps), [0, 25, 50, 75, 99, 100]))
+            out.append(StepDistribution(i, config.label, len(steps), lo, q1, p50, q3, p99, hi))
+    return out
+
+
+@dataclass
+class SweepFigures:
+    """What a sweep's charts draw, beside its report's tables (and in the JSON report)."""
+
+    step_distributions: list[StepDistribution]
+
+
 def comparison_report(comparison: Comparison) -> Report:
     summaries = summarize_configs(comparison)
     planned = len(comparison.order)
     finished = sum(1 for c, r in comparison.order if comparison.finished(c, r))
     axes = ", ".join(f"{axis} {','.join(values)}" for axis, values in comparison.axes.items())
-    report = Report(title=f"cpuprof compare: {axes or 'one configuration'}, {comparison.repetitions} run(s) each")
+    report = Report(title=f"cpuprof compare: {axes or 'one configuration'}, {comparison.repetitions} run(s) each",
+                    figures=SweepFigures(step_distributions(comparison)))
     if finished < planned:
         report.warnings.append(f"PARTIAL: {finished} of {planned} runs finished; resume with "
                                "python -m cpuprof compare --resume DIR")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..model import CPU_EVENT, OpStat, Profile
 from ..model.workload import ALL_REDUCE_REGION
 from ..units import fmt_ns, fmt_percent, fmt_rate
-from .labels import inputs_text, region_text, thread_label
+from .labels import inputs_text, region_text, team_order, thread_label
 from .ops import bounded_cpu
 from .ranks import COLLECTIVE_OP_PREFIXES
 from .report_model import Column, Section, Table
@@ -310,16 +310,70 @@ def findings(profile: Profile, contention: Contention) -> list[tuple[float, str]
     return sorted(out, key=lambda f: f[0], reverse=True)[:MAX_FINDINGS]
 
 
-def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
-    contention = analyse(profile)
+@dataclass
+class ContentionSummary:
+    """The contention analysis's figures for the report: computed here, phrased by
+    :func:`contention_section`."""
+
+    contention: Contention
+    team_cpu_ns: float  # CPU time of the team's threads over the profile
+    balanced_tokens_per_s: float | None  # decode throughput were the waits gone (perfect balance)
+    effective_utilisation: float | None  # CPU not spinning / (wall x team); None without a wall time
+    idle_wall_ns: float | None  # OMPT: workers waiting to be forked again, charged to no op
+    idle_spin_share: float | None  # the share of that spent on a CPU
+    findings: list[tuple[float, str]]  # (cost in wall ns, verdict), most costly first
+    ranked: list[OpContention]  # the ops with the most imbalance, most first
+    tracepoints: list[str]  # the tracepoint events counted per (op, thread)
+    ompt_dropped: tuple[int, int] | None  # OMPT tables full: (records, threads) not kept
+
+
+def summarize_contention(profile: Profile, contention: Contention | None = None,
+                         top: int = TOP_ROWS) -> ContentionSummary | None:
+    """None where no op ran with its threads' CPU counted."""
+    contention = contention if contention is not None else analyse(profile)
     if contention is None or not contention.ops:
         return None
+    wall = contention.wall_ns
+    team_cpu = float(sum(profile.threads[k].cpu_ns or 0 for k in contention.members))
+    balanced = None
+    wl = profile.workload
+    if contention.steps and wl is not None and wl.figures is not None and wl.figures.tokens_per_s:
+        step_ns = wl.batch * 1e9 / wl.figures.tokens_per_s  # the measured steps' mean
+        per_step = contention.potential_gain_ns / contention.steps
+        if 0 < per_step < step_ns:
+            balanced = wl.batch * 1e9 / (step_ns - per_step)
+    useful = team_cpu - contention.spin_ns
+    efficiency = max(0.0, useful) / (wall * contention.team) if wall else None
+    idle_wall = idle_share = None
+    omp = profile.openmp
+    if contention.method == "ompt" and omp is not None:
+        idle = [w for w in omp.waits if w.kind == "idle"]
+        if idle:
+            idle_wall = float(sum(w.wall_ns for w in idle))
+            idle_spin = float(sum(w.cpu_ns for w in idle))
+            idle_share = idle_spin / idle_wall if idle_wall else 0.0
+    dropped = None
+    if omp is not None and omp.info.active and (omp.info.records_dropped or omp.info.threads_beyond_limit):
+        dropped = (omp.info.records_dropped, omp.info.threads_beyond_limit)
+    return ContentionSummary(
+        contention=contention, team_cpu_ns=team_cpu, balanced_tokens_per_s=balanced,
+        effective_utilisation=efficiency, idle_wall_ns=idle_wall, idle_spin_share=idle_share,
+        findings=findings(profile, contention),
+        ranked=sorted(contention.ops, key=lambda o: o.imbalance_ns, reverse=True)[:top],
+        tracepoints=[event for event, _, _ in TRACEPOINT_COUNTS if profile.has_event(event)],
+        ompt_dropped=dropped)
+
+
+def contention_section(summary: ContentionSummary | None) -> Section | None:
+    """The summary in sentences and one table: where the threads waited."""
+    if summary is None:
+        return None
+    contention = summary.contention
     gain = contention.potential_gain_ns
     lines = [f"method: {contention.method_text}",
              f"not visible here: {'; '.join(contention.blind_spots)}"]
     wall = contention.wall_ns
     if wall:
-        total_cpu = sum(profile.threads[k].cpu_ns or 0 for k in contention.members)
         # Without OMPT a wait cannot be told from spinning through serial code between regions:
         # VTune calls the sum "imbalance or serial spinning", and so do we.
         what = "imbalance" if contention.method == "ompt" else "imbalance or serial spinning"
@@ -328,27 +382,18 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
                 f"{fmt_ns(gain)} of {fmt_ns(wall)} profiled ({fmt_percent(gain / wall)})")
         if contention.steps:
             line += f", {_per_token(gain, contention)}"
-            wl = profile.workload
-            if wl is not None and wl.figures is not None and wl.figures.tokens_per_s:
-                step_ns = wl.batch * 1e9 / wl.figures.tokens_per_s  # the measured steps' mean
-                per_step = gain / contention.steps
-                if 0 < per_step < step_ns:
-                    line += (f": with perfect balance decode would run at up to "
-                             f"{fmt_rate(wl.batch * 1e9 / (step_ns - per_step))} tokens/s")
+            if summary.balanced_tokens_per_s is not None:
+                line += (f": with perfect balance decode would run at up to "
+                         f"{fmt_rate(summary.balanced_tokens_per_s)} tokens/s")
         lines.append(line)
-        useful = total_cpu - contention.spin_ns
-        lines.append(f"effective CPU utilisation {fmt_percent(max(0.0, useful) / (wall * contention.team))} "
+    if summary.effective_utilisation is not None:
+        lines.append(f"effective CPU utilisation {fmt_percent(summary.effective_utilisation)} "
                      f"(CPU time not spent spinning / (wall time x {_threads(contention.team)}))")
-    omp = profile.openmp
-    if contention.method == "ompt" and omp is not None:
-        idle = [w for w in omp.waits if w.kind == "idle"]
-        if idle:
-            wall_idle, cpu_idle = sum(w.wall_ns for w in idle), sum(w.cpu_ns for w in idle)
-            lines.append(f"workers idle between parallel regions (waiting to be forked again, charged to no op): "
-                         f"{fmt_ns(wall_idle)}, {fmt_percent(cpu_idle / wall_idle if wall_idle else 0.0)} of it "
-                         "spinning (KMP_BLOCKTIME: how long before they sleep)")
-    verdicts = findings(profile, contention)
-    lines += [f"finding: {text}" for _, text in verdicts] or ["no wait costs 1% of the profiled time or more"]
+    if summary.idle_wall_ns is not None:
+        lines.append(f"workers idle between parallel regions (waiting to be forked again, charged to no op): "
+                     f"{fmt_ns(summary.idle_wall_ns)}, {fmt_percent(summary.idle_spin_share or 0.0)} of it "
+                     "spinning (KMP_BLOCKTIME: how long before they sleep)")
+    lines += [f"finding: {text}" for _, text in summary.findings] or ["no wait costs 1% of the profiled time or more"]
     ompt = contention.method == "ompt"
     columns = [Column("op", "op"), Column("inputs", "inputs"),
                Column("region", "region", help="the enclosing regions (regions themselves: their time between ops)"),
@@ -373,11 +418,10 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
                 Column("switches", "ctx-sw", "count", help="context switches of the thread while the op ran"),
                 Column("migrations", "migr", "count", help="moves of the thread to another CPU while the op ran")]
     # Tracepoints, where they were asked for (--events sched) and could be opened: counts only.
-    traced = [(event, header, help_) for event, header, help_ in TRACEPOINT_COUNTS if profile.has_event(event)]
+    traced = [(event, header, help_) for event, header, help_ in TRACEPOINT_COUNTS if event in summary.tracepoints]
     columns += [Column(event, header, "count", help=help_) for event, header, help_ in traced]
-    ranked = sorted(contention.ops, key=lambda o: o.imbalance_ns, reverse=True)[:top]
     rows = []
-    for o in ranked:
+    for o in summary.ranked:
         for t in o.threads:
             row = {"op": o.op.name, "inputs": inputs_text(o.op), "region": region_text(o.op),
                    "thread": thread_label(t.thread), "wall": o.wall_ns,
@@ -390,9 +434,65 @@ def contention_section(profile: Profile, top: int = TOP_ROWS) -> Section | None:
                 row.update({"barrier": sum(t.barrier_ns.values()), "lock": t.lock_ns, "acq": t.acquisitions,
                             "kinds": ", ".join(k.removeprefix("barrier-") for k, _ in kinds) or "-"})
             rows.append(row)
-    table = Table(columns, rows, caption=f"the {len(ranked)} ops with the most imbalance, one row per thread")
+    table = Table(columns, rows, caption=f"the {len(summary.ranked)} ops with the most imbalance, one row per thread")
     notes = []
-    if omp is not None and omp.info.active and (omp.info.records_dropped or omp.info.threads_beyond_limit):
-        notes.append(f"the OMPT tool's tables were full: {omp.info.records_dropped:,} (thread, op) records and "
-                     f"{omp.info.threads_beyond_limit} threads were not kept")
+    if summary.ompt_dropped is not None:
+        records, threads = summary.ompt_dropped
+        notes.append(f"the OMPT tool's tables were full: {records:,} (thread, op) records and "
+                     f"{threads} threads were not kept")
     return Section("contention", "Contention: where the threads waited", lines, [table], notes)
+
+
+# The parts of a thread's time while ops ran, in the order a chart stacks them.
+TIME_PARTS = ("working", "spin", "unsplit", "sleep", "off_other", "unknown")
+
+
+@dataclass
+class ThreadOpTime:
+    """One team thread's time while ops ran (the ops' self wall time, summed), split into parts (ns):
+    working and spin (on CPU), unsplit (on CPU, spin not measured), sleep (off CPU in the op's waits),
+    off_other (off CPU outside them), unknown (its CPU time was not counted)."""
+
+    thread: int
+    label: str
+    wall_ns: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class OpTimeSplit:
+    threads: list[ThreadOpTime]
+    spin_method: str  # how spin was measured: "ompt", "samples", or "none"
+
+
+def op_time_split(profile: Profile, contention: Contention | None) -> OpTimeSplit | None:
+    """Per team thread, the ops' self wall time split into working, spinning and off-CPU time; None
+    where the contention analysis has nothing."""
+    if contention is None or not contention.ops:
+        return None
+    members = set(contention.members)
+    out = {k: ThreadOpTime(k, thread_label(k), parts=dict.fromkeys(TIME_PARTS, 0.0))
+           for k in team_order(profile) if k in members}
+    # Without samples (exact mode) and without OMPT, no spin was measured at all: the analysis's 0 for
+    # an op no sample landed in means nothing there, so the CPU time stays unsplit.
+    spin_measured = contention.method == "ompt" or profile.sampling is not None
+    for o in contention.ops:
+        for t in o.threads:
+            tt = out[t.thread]
+            wall = float(o.wall_ns)
+            tt.wall_ns += wall
+            spin, sleep = t.spin_ns or 0.0, t.sleep_ns or 0.0
+            if t.cpu_ns is None:
+                tt.parts["spin"] += spin
+                tt.parts["sleep"] += sleep
+                tt.parts["unknown"] += max(0.0, wall - spin - sleep)
+                continue
+            if t.spin_ns is None or not spin_measured:
+                tt.parts["unsplit"] += t.cpu_ns
+            else:
+                tt.parts["working"] += max(0.0, t.cpu_ns - spin)
+                tt.parts["spin"] += spin
+            tt.parts["sleep"] += sleep
+            # samples: sleep is wall - CPU, nothing is left; OMPT: sleep is the waits' off-CPU part only
+            tt.parts["off_other"] += max(0.0, wall - t.cpu_ns - sleep)
+    return OpTimeSplit(list(out.values()), contention.method if spin_measured else "none")

@@ -104,8 +104,9 @@ class OpChange:
 
 
 @dataclass
-class Comparison:
-    """The two profiles and what they are compared by."""
+class ProfileDiff:
+    """Two profiles, before (a) and after (b), and what they are compared by (not a configuration
+    sweep: that is :class:`cpuprof.model.compare.Comparison`)."""
 
     a: Profile
     b: Profile
@@ -123,8 +124,8 @@ class Comparison:
         return Change(a, b)
 
 
-def comparison(a: Profile, b: Profile) -> Comparison:
-    return Comparison(a=a, b=b, tokens_a=generated_tokens(a), tokens_b=generated_tokens(b))
+def profile_diff(a: Profile, b: Profile) -> ProfileDiff:
+    return ProfileDiff(a=a, b=b, tokens_a=generated_tokens(a), tokens_b=generated_tokens(b))
 
 
 def _op_figures(profile: Profile, kind: str = "op") -> dict[OpKey, tuple[OpStat, OpFigures]]:
@@ -145,7 +146,7 @@ def _by_change(changes: Iterable[Any], delta: Callable[[Any], float], name: Call
     return sorted(changes, key=lambda c: (-abs(delta(c)), name(c)))
 
 
-def op_changes(cmp: Comparison) -> list[OpChange]:
+def op_changes(cmp: ProfileDiff) -> list[OpChange]:
     """Every op key of either profile, the largest change in self time (per token for decodes) first."""
     a_ops, b_ops = _op_figures(cmp.a), _op_figures(cmp.b)
     changes = []
@@ -188,7 +189,7 @@ def _keyed_groups(groups: list[GemmGroup], other: list[GemmGroup]) -> dict[tuple
              else (g.work.kind, g.work.dtype, g.shape_text)): g for g in groups}
 
 
-def gemm_changes(cmp: Comparison) -> list[GemmChange]:
+def gemm_changes(cmp: ProfileDiff) -> list[GemmChange]:
     """Each GEMM shape (roofline.py's groups: one row per shape, each counted once at its innermost
     GEMM-like op), the largest change in time first."""
     a_groups = _keyed_groups(gemm_groups(cmp.a), gemm_groups(cmp.b))
@@ -245,7 +246,7 @@ def _describe(profile: Profile) -> str:
     return f"{what}{on}, {profile.meta.created}" + ("" if profile.status.complete else ", PARTIAL")
 
 
-def _workload_differences(cmp: Comparison) -> list[str]:
+def _workload_differences(cmp: ProfileDiff) -> list[str]:
     a, b = cmp.a, cmp.b
     wa, wb = a.workload, b.workload
     if (wa is None) != (wb is None):
@@ -259,7 +260,7 @@ def _workload_differences(cmp: Comparison) -> list[str]:
     return [] if a.meta.argv == b.meta.argv else [f"programs {' '.join(a.meta.argv)} vs {' '.join(b.meta.argv)}"]
 
 
-def _warnings(cmp: Comparison) -> list[str]:
+def _warnings(cmp: ProfileDiff) -> list[str]:
     out = []
     for label, p in ((A_LABEL, cmp.a), (B_LABEL, cmp.b)):
         if not p.status.complete:
@@ -277,7 +278,7 @@ def _warnings(cmp: Comparison) -> list[str]:
     return out
 
 
-def _ops_section(cmp: Comparison, top: int) -> Section:
+def _ops_section(cmp: ProfileDiff, top: int) -> Section:
     changes = op_changes(cmp)
     per_token = cmp.per_token
     unit = "self/token" if per_token else "self"
@@ -325,7 +326,7 @@ def _ops_section(cmp: Comparison, top: int) -> Section:
     return Section("ops", "Ops: what changed most", lines, [Table(columns, rows, caption=caption)])
 
 
-def _gemms_section(cmp: Comparison, top: int) -> Section | None:
+def _gemms_section(cmp: ProfileDiff, top: int) -> Section | None:
     changes = gemm_changes(cmp)
     if not changes:
         return None
@@ -348,7 +349,7 @@ def _gemms_section(cmp: Comparison, top: int) -> Section | None:
     return Section("gemms", "GEMMs: what changed most", [], [Table(columns, rows, caption=caption)])
 
 
-def _regions_section(cmp: Comparison, top: int) -> Section | None:
+def _regions_section(cmp: ProfileDiff, top: int) -> Section | None:
     a_regions, b_regions = _op_figures(cmp.a, "region"), _op_figures(cmp.b, "region")
     if not a_regions and not b_regions:
         return None
@@ -405,7 +406,7 @@ def _difference(a: float | None, b: float | None) -> float | None:
     return b - a if a is not None and b is not None else None
 
 
-def _threads_section(cmp: Comparison) -> Section:
+def _threads_section(cmp: ProfileDiff) -> Section:
     fa, fb = thread_figures(cmp.a), thread_figures(cmp.b)
     columns = [Column("run", "run"), Column("wall", "profiled", "ns", help="wall time profiled"),
                Column("threads", "threads", "int", help="threads that worked while profiled"),
@@ -433,7 +434,7 @@ def _threads_section(cmp: Comparison) -> Section:
     return Section("threads", "Threads", [], [Table(columns, rows)], notes)
 
 
-def _counters_section(cmp: Comparison) -> Section | None:
+def _counters_section(cmp: ProfileDiff) -> Section | None:
     ea = cmp.a.collection.event_names if cmp.a.collection else []
     eb = cmp.b.collection.event_names if cmp.b.collection else []
     both = [e for e in ea if e in eb]
@@ -499,7 +500,7 @@ def _settings(profile: Profile) -> dict[str, str | None]:
     return out
 
 
-def _settings_section(cmp: Comparison) -> Section:
+def _settings_section(cmp: ProfileDiff) -> Section:
     sa, sb = _settings(cmp.a), _settings(cmp.b)
     names = list(sa) + [k for k in sb if k not in sa]
     differ = [n for n in names if sa.get(n) != sb.get(n)]
@@ -516,7 +517,7 @@ def _settings_section(cmp: Comparison) -> Section:
     return Section("settings", "Settings", lines, [table])
 
 
-def _throughput_section(cmp: Comparison) -> Section | None:
+def _throughput_section(cmp: ProfileDiff) -> Section | None:
     wa, wb = cmp.a.workload, cmp.b.workload
     if wa is None and wb is None:
         return None
@@ -550,7 +551,7 @@ def _throughput_section(cmp: Comparison) -> Section | None:
 def diff_report(a: Profile, b: Profile, a_name: str = A_LABEL, b_name: str = B_LABEL,
                 top: int = defaults.TOP_OPS) -> Report:
     """The report of what changed from ``a`` (before) to ``b`` (after)."""
-    cmp = comparison(a, b)
+    cmp = profile_diff(a, b)
     report = Report(title=f"cpuprof diff: {a_name} → {b_name}", warnings=_warnings(cmp))
     summary = [f"A (before): {a_name}: {_describe(a)}", f"B (after): {b_name}: {_describe(b)}",
                "every change is B − A: negative is less in B"]
@@ -568,5 +569,5 @@ def diff_report(a: Profile, b: Profile, a_name: str = A_LABEL, b_name: str = B_L
     return report
 
 
-__all__ = ["Change", "Comparison", "GemmChange", "OpChange", "OpFigures", "ThreadFigures", "comparison",
-           "diff_report", "gemm_changes", "generated_tokens", "op_changes", "op_key", "op_kind", "thread_figures"]
+__all__ = ["Change", "GemmChange", "OpChange", "OpFigures", "ProfileDiff", "ThreadFigures", "diff_report",
+           "gemm_changes", "generated_tokens", "op_changes", "op_key", "op_kind", "profile_diff", "thread_figures"]

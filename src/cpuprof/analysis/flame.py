@@ -140,3 +140,32 @@ def python_variants(profile: Profile) -> dict[int, list[tuple[tuple[FlameFrame, 
 def weight_unit(profile: Profile, weight: str) -> str:
     kind, _ = resolve_weight(profile, weight)
     return {"samples": "samples", "cpu": "nanoseconds"}.get(kind, weight)
+
+
+@dataclass
+class FlameGraph:
+    """A profile's merged stacks with what a flame graph's reader needs to know about them: what the
+    weights count, a title and a subtitle that say what was sampled, and who wrote the file."""
+
+    stacks: list[FlameStack]
+    unit: str  # what the weights count: "samples", "nanoseconds" or a counted event's name
+    title: str
+    subtitle: str
+    exporter: str
+
+
+def flame_graph(profile: Profile, weight: str = "samples", thread: str | None = None,
+                python_stacks: bool = True, title: str | None = None) -> FlameGraph:
+    """The merged stacks of ``profile`` (see :func:`merged_stacks`), titled."""
+    stacks = merged_stacks(profile, weight=weight, thread=thread, python_stacks=python_stacks)
+    what = profile.workload.model.name if profile.workload else "profile"
+    threads = f"thread {thread}" if thread and thread != "all" else "all threads"
+    parts = []
+    if profile.sampling is not None:
+        parts.append(f"{profile.sampling.samples:,} samples at {profile.sampling.hz} Hz per thread")
+        py = profile.sampling.python
+        if py is not None:
+            parts.append(f"Python frames: {py.source} at {py.hz} Hz" if not py.error else "no Python frames")
+    return FlameGraph(stacks=stacks, unit=weight_unit(profile, weight),
+                      title=title or f"cpuprof: {what}, {threads}, weighted by {weight}", subtitle="; ".join(parts),
+                      exporter=f"cpuprof {profile.meta.cpuprof_version}")

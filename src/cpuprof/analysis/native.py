@@ -7,7 +7,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..model import CATEGORIES, NativeFrame, Profile, StackCount
+from ..model import CATEGORIES, NativeFrame, OpStat, Profile, Sampling, StackCount
+from ..units import fmt_ns, fmt_percent
+from .labels import inputs_text, team_order, thread_label
+from .report_model import Column, Section, Table
 
 CATEGORY_NAMES = {
     "compute": "compute kernels (BLAS, oneDNN, ATen, JIT code)",
@@ -85,4 +88,99 @@ def short_function(frame: NativeFrame, width: int = 48) -> str:
     return short if len(short) <= width else "…" + short[-(width - 1):]
 
 
-__all__ = ["CATEGORIES", "CATEGORY_NAMES", "NativeSplit", "by_op", "by_thread", "leaf", "short_function"]
+@dataclass
+class NativeSummary:
+    """What native code the samples were in, per op and per thread: computed here, phrased by
+    :func:`native_section`."""
+
+    sampling: Sampling
+    frames: list[NativeFrame]
+    categories: list[str]  # the categories any op's samples fell in, in CATEGORIES' order
+    ops: list[tuple[OpStat, NativeSplit]]  # by sampled CPU time, most first, at most ``top``
+    threads: list[tuple[int, str, NativeSplit]]  # (thread index, its role, its split), team order
+    outermost_share: float | None  # share of unwound user stacks that reached their outermost frame
+    unwind_shares: dict[str, float]  # every other way an unwind ended, as a share of the unwound
+    unnamed_jit: bool  # JIT code in the stacks with no perf map to name it
+
+
+def native_summary(profile: Profile, top: int) -> NativeSummary | None:
+    """None where the profile has no sampled stacks."""
+    if profile.stacks is None or profile.sampling is None or not profile.stacks.counts:
+        return None
+    splits = by_op(profile)
+    ops = {op.id: op for op in profile.ops}
+    ranked = sorted(splits.items(), key=lambda kv: kv[1].cpu_ns, reverse=True)[:top]
+    threads = by_thread(profile)
+    s = profile.sampling
+    unwound = sum(s.unwind.values())
+    frames = profile.stacks.frames
+    return NativeSummary(
+        sampling=s, frames=frames,
+        categories=[c for c in CATEGORIES if any(split.by_category.get(c) for split in splits.values())],
+        ops=[(ops[op_id], split) for op_id, split in ranked if op_id in ops and split.cpu_ns],
+        threads=[(i, profile.threads[i].role, threads[i]) for i in team_order(profile)
+                 if i in threads and threads[i].cpu_ns],
+        outermost_share=s.unwind.get("outermost frame", 0) / unwound if unwound else None,
+        unwind_shares={reason: n / unwound for reason, n in s.unwind.items() if reason != "outermost frame"}
+        if unwound else {},
+        unnamed_jit=s.jit_symbols is None and any(f.module == "[jit]" and f.name.startswith("[jit code")
+                                                  for f in frames))
+
+
+def native_section(summary: NativeSummary | None) -> Section | None:
+    """The summary as two tables (ops, threads) with how the stacks were taken."""
+    if summary is None:
+        return None
+    shown, frames = summary.categories, summary.frames
+
+    def where(split: NativeSplit) -> str:
+        return ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
+                         for f, ns in split.top_functions(3))
+
+    columns = [Column("op", "op"), Column("inputs", "inputs"), Column("samples", "samples", "int"),
+               Column("cpu", "CPU", "ns", help="CPU time of the samples (all threads)")]
+    columns += [Column(c, c, "share", help=CATEGORY_NAMES[c]) for c in shown]
+    columns.append(Column("functions", "where (share of the op's CPU)",
+                          help="the functions the CPU was in (the stacks' leaves), most first"))
+    rows = []
+    for op, split in summary.ops:
+        row: dict[str, object] = {"op": op.name, "inputs": inputs_text(op, 40), "samples": split.samples,
+                                  "cpu": split.cpu_ns}
+        row.update({c: split.share(c) for c in shown})
+        row["functions"] = where(split)
+        rows.append(row)
+    tcols = [Column("thread", "thread"), Column("role", "role"), Column("cpu", "CPU", "ns")]
+    tcols += [Column(c, c, "share") for c in shown]
+    tcols.append(Column("functions", "where"))
+    trows = []
+    for i, role, split in summary.threads:
+        row = {"thread": thread_label(i), "role": role, "cpu": split.cpu_ns}
+        row.update({c: split.share(c) for c in shown})
+        row["functions"] = where(split)
+        trows.append(row)
+    s = summary.sampling
+    lines = [f"{s.samples:,} samples at {s.hz} Hz of each thread's CPU time, each with its kernel call chain and a "
+             f"{s.stack_bytes:,}-byte copy of its user stack, unwound with the libraries' DWARF unwind tables "
+             "(frame pointers or a stack scan where code has none, as JIT code)"]
+    py = s.python
+    if py is not None and py.error is None:
+        lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), placed on the op timeline "
+                     f"within ±{fmt_ns(py.clock_error_ns)} and joined to {py.joined:,} samples of the op-running "
+                     f"threads ({py.unmatched:,} found no Python stack)")
+    notes = []
+    if summary.outermost_share is not None:
+        notes.append(f"user stacks unwound to their outermost frame in {fmt_percent(summary.outermost_share)} of "
+                     "samples; " + ", ".join(f"{reason}: {fmt_percent(share)}"
+                                             for reason, share in summary.unwind_shares.items()))
+    if summary.unnamed_jit:
+        notes.append("code generated at run time (oneDNN's JIT kernels) is unnamed: set ONEDNN_JIT_PROFILE=2 before "
+                     "the first matmul (cpuprof's launches do) so oneDNN writes a perf map of its kernels")
+    if s.unresolved_frames:
+        notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
+    return Section("native", "Native code (from the samples' stacks)", lines,
+                   [Table(columns, rows, caption="ops by sampled CPU time: what kind of code it was in"),
+                    Table(tcols, trows, caption="threads: what kind of code their CPU time was in")], notes)
+
+
+__all__ = ["CATEGORIES", "CATEGORY_NAMES", "NativeSplit", "NativeSummary", "by_op", "by_thread", "leaf",
+           "native_section", "native_summary", "short_function"]

@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from .. import defaults
 from ..model import CPU_EVENT, SAMPLED, OpStat, Profile
 
+# Derived metrics, where both events were counted: (name, numerator, denominator, scale, what it is).
+RATIOS = (
+    ("IPC", "instructions", "cycles", 1.0, "instructions per cycle"),
+    ("cache miss%", "cache-misses", "cache-references", 100.0, "cache misses per 100 cache references"),
+    ("LLC miss%", "LLC-load-misses", "LLC-loads", 100.0, "last-level cache load misses per 100 loads"),
+    ("dTLB miss%", "dTLB-load-misses", "dTLB-loads", 100.0, "data TLB load misses per 100 loads"),
+    ("branch miss%", "branch-misses", "branch-instructions", 100.0, "mispredicted branches per 100"),
+)
+
 # Relative slack before an exact CPU figure counts as inconsistent: clocks of different threads
 # are read at slightly different instants.
 EXACT_SLACK = 1.05
@@ -43,6 +52,20 @@ class OpTable:
     withheld_few_samples: int = 0
     capped: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+def counted_ratios(profile: Profile) -> list[tuple[str, str, str, float, str]]:
+    """The RATIOS whose two events this profile counted."""
+    return [r for r in RATIOS if profile.has_event(r[1]) and profile.has_event(r[2])]
+
+
+def op_ratios(op: OpStat, ratios: list[tuple[str, str, str, float, str]]) -> dict[str, float | None]:
+    """Each ratio of the op's own counts (its self totals); None where the denominator is zero."""
+    out: dict[str, float | None] = {}
+    for name, num, den, scale, _ in ratios:
+        n, d = op.self_total(num) or 0, op.self_total(den) or 0
+        out[name] = scale * n / d if d else None
+    return out
 
 
 def bounded_cpu(profile: Profile, cpu: int, wall: int) -> tuple[int | None, bool]:

@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from .. import defaults
-from ..model import CATEGORIES, CPU_EVENT, EXACT, SAMPLED, Profile
+from ..model import CPU_EVENT, EXACT, SAMPLED, Profile
 from ..units import fmt_ns, fmt_percent
 from .ceiling import ceiling_section
-from .contention import contention_section
+from .contention import OpTimeSplit, analyse, contention_section, op_time_split, summarize_contention
 from .decode import decode_lines, settings_lines
 from .labels import common_region_prefix, inputs_text, region_text, team_order, thread_label
 from .memory import memory_section
+from .native import native_section, native_summary
 from .notes import limit_notes
-from .ops import op_table, region_rows
+from .ops import counted_ratios, op_ratios, op_table, region_rows
 from .report_model import Column, Report, Section, Table
-from .roofline import roofline_section
+from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
 from .threads import run_queue_warning, thread_rows
+from .timeline import BusyTimeline, busy_timeline
 
-# Derived metrics shown where both events were counted: (header, numerator, denominator, scale, help).
-RATIOS = (
-    ("IPC", "instructions", "cycles", 1.0, "instructions per cycle"),
-    ("cache miss%", "cache-misses", "cache-references", 100.0, "cache misses per 100 cache references"),
-    ("LLC miss%", "LLC-load-misses", "LLC-loads", 100.0, "last-level cache load misses per 100 loads"),
-    ("dTLB miss%", "dTLB-load-misses", "dTLB-loads", 100.0, "data TLB load misses per 100 loads"),
-    ("branch miss%", "branch-misses", "branch-instructions", 100.0, "mispredicted branches per 100"),
-)
 # Counted events shown as totals, in this order when present: (header, event, help).
 COUNTS = (
     ("ctx-sw", "context-switches", "context switches"),
@@ -37,8 +32,16 @@ COUNTS = (
 )
 
 
+@dataclass
+class ProfileFigures:
+    """What a profile's charts draw beside its report's tables, carried by the JSON report too."""
+
+    busy_timeline: BusyTimeline | None = None  # each thread's CPU over the run, from the samples
+    op_time: OpTimeSplit | None = None  # each team thread's time while ops ran: working, spinning, off CPU
+
+
 def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
-    report = Report(title="cpuprof report")
+    report = Report(title="cpuprof report", figures=ProfileFigures())
     if profile.settings:
         report.warnings.extend(profile.settings.warnings)
     if profile.profiled:
@@ -67,13 +70,16 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     for section in (ceiling_section(profile), roofs):
         if section is not None:
             report.sections.append(section)
+    contention = analyse(profile)
+    report.figures = ProfileFigures(busy_timeline(profile), op_time_split(profile, contention))
     report.sections.append(_profile_section(profile))
     report.sections.append(_threads_section(profile))
     report.sections.append(_ops_section(profile, top))
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code
     # the samples were in, and where the memory went.
-    for section in (_regions_section(profile), roofline_section(profile, top), contention_section(profile),
-                    _native_section(profile, top), memory_section(profile)):
+    for section in (_regions_section(profile), roofline_section(gemm_summary(profile), top),
+                    contention_section(summarize_contention(profile, contention)),
+                    native_section(native_summary(profile, top)), memory_section(profile)):
         if section is not None:
             report.sections.append(section)
     notes = limit_notes(profile)
@@ -171,7 +177,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
     table = op_table(profile, top)
     order = team_order(profile)
     counted = [(h, e, help_) for h, e, help_ in COUNTS if profile.has_event(e)]
-    ratios = [r for r in RATIOS if profile.has_event(r[1]) and profile.has_event(r[2])]
+    ratios = counted_ratios(profile)
     columns = [
         Column("op", "op", help="the ATen operator"),
         Column("inputs", "inputs", help="input dtypes and sizes; ᵀ marks a transposed view, * another strided layout"),
@@ -210,9 +216,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
                 row[f"cpu_{i}"] = r.cpu_per_thread[i] if i < len(r.cpu_per_thread) else None
         for _, e, _ in counted:
             row[e] = op.self_total(e)
-        for h, num, den, scale, _ in ratios:
-            n, d = op.self_total(num) or 0, op.self_total(den) or 0
-            row[h] = scale * n / d if d else None
+        row.update(op_ratios(op, ratios))
         rows.append(row)
     legend = ["-: not measured" + (" (no sample landed in it)" if sampled else "")]
     if prefix:
@@ -238,75 +242,6 @@ def _ops_section(profile: Profile, top: int) -> Section:
         notes.append(f"CPU not shown for {table.withheld_inconsistent} op key(s) whose CPU exceeded what their "
                      "threads could spend in their wall time by more than measurement noise allows")
     return Section("ops", "Top ops", [], [Table(columns, rows, caption=caption, legend_notes=legend)], notes)
-
-
-def _native_section(profile: Profile, top: int) -> Section | None:
-    """Per op and per thread: which native code the samples were in."""
-    if profile.stacks is None or profile.sampling is None or not profile.stacks.counts:
-        return None
-    from .native import CATEGORY_NAMES, by_op, by_thread, short_function
-
-    splits = by_op(profile)
-    ops = {op.id: op for op in profile.ops}
-    shown = [c for c in CATEGORIES if any(s.by_category.get(c) for s in splits.values())]
-    columns = [Column("op", "op"), Column("inputs", "inputs"), Column("samples", "samples", "int"),
-               Column("cpu", "CPU", "ns", help="CPU time of the samples (all threads)")]
-    columns += [Column(c, c, "share", help=CATEGORY_NAMES[c]) for c in shown]
-    columns.append(Column("functions", "where (share of the op's CPU)",
-                          help="the functions the CPU was in (the stacks' leaves), most first"))
-    rows = []
-    frames = profile.stacks.frames
-    ranked = sorted(splits.items(), key=lambda kv: kv[1].cpu_ns, reverse=True)
-    for op_id, split in ranked[:top]:
-        op = ops.get(op_id)
-        if op is None or not split.cpu_ns:
-            continue
-        row = {"op": op.name, "inputs": inputs_text(op, 40), "samples": split.samples, "cpu": split.cpu_ns}
-        for c in shown:
-            row[c] = split.share(c)
-        row["functions"] = ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
-                                     for f, ns in split.top_functions(3))
-        rows.append(row)
-    threads = by_thread(profile)
-    tcols = [Column("thread", "thread"), Column("role", "role"), Column("cpu", "CPU", "ns")]
-    tcols += [Column(c, c, "share") for c in shown]
-    tcols.append(Column("functions", "where"))
-    trows = []
-    for i in team_order(profile):
-        thread_split = threads.get(i)
-        if thread_split is None or not thread_split.cpu_ns:
-            continue
-        split = thread_split
-        row = {"thread": thread_label(i), "role": profile.threads[i].role, "cpu": split.cpu_ns}
-        for c in shown:
-            row[c] = split.share(c)
-        row["functions"] = ", ".join(f"{short_function(frames[f])} {fmt_percent(ns / split.cpu_ns)}"
-                                     for f, ns in split.top_functions(3))
-        trows.append(row)
-    s = profile.sampling
-    lines = [f"{s.samples:,} samples at {s.hz} Hz of each thread's CPU time, each with its kernel call chain and a "
-             f"{s.stack_bytes:,}-byte copy of its user stack, unwound with the libraries' DWARF unwind tables "
-             "(frame pointers or a stack scan where code has none, as JIT code)"]
-    py = s.python
-    if py is not None and py.error is None:
-        lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), placed on the op timeline "
-                     f"within ±{fmt_ns(py.clock_error_ns)} and joined to {py.joined:,} samples of the op-running "
-                     f"threads ({py.unmatched:,} found no Python stack)")
-    notes = []
-    unwound = sum(s.unwind.values())
-    if unwound:
-        whole = s.unwind.get("outermost frame", 0)
-        notes.append(f"user stacks unwound to their outermost frame in {fmt_percent(whole / unwound)} of samples; "
-                     + ", ".join(f"{reason}: {fmt_percent(n / unwound)}" for reason, n in s.unwind.items()
-                                 if reason != "outermost frame"))
-    if s.jit_symbols is None and any(f.module == "[jit]" and f.name.startswith("[jit code") for f in frames):
-        notes.append("code generated at run time (oneDNN's JIT kernels) is unnamed: set ONEDNN_JIT_PROFILE=2 before "
-                     "the first matmul (cpuprof's launches do) so oneDNN writes a perf map of its kernels")
-    if s.unresolved_frames:
-        notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
-    return Section("native", "Native code (from the samples' stacks)", lines,
-                   [Table(columns, rows, caption="ops by sampled CPU time: what kind of code it was in"),
-                    Table(tcols, trows, caption="threads: what kind of code their CPU time was in")], notes)
 
 
 def _regions_section(profile: Profile) -> Section | None:

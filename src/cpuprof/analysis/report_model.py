@@ -50,6 +50,9 @@ class Report:
     title: str
     warnings: list[str] = field(default_factory=list)  # what qualifies every number below
     sections: list[Section] = field(default_factory=list)
+    # The analyses' typed results the charts draw (a dataclass: analysis.report.ProfileFigures,
+    # analysis.compare.SweepFigures), carried as data by the JSON report; None where there are none.
+    figures: Any = None
 
     def section(self, section_id: str) -> Section | None:
         return next((s for s in self.sections if s.id == section_id), None)

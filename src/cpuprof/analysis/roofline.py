@@ -462,18 +462,52 @@ def _roofs_used(roofs: MachineRoofs, dtypes: list[str]) -> list[str]:
     return [f"roofs ({origin}, {roofs.threads} threads): " + "; ".join(parts)]
 
 
-def roofline_section(profile: Profile, top: int = defaults.TOP_OPS) -> Section | None:
-    """Each GEMM shape against the roofs, the costliest gap first; None when the profile has none."""
+@dataclass
+class GemmSummary:
+    """Every GEMM shape of a profile against the roofs, with what the report says about how they were
+    measured: computed here, phrased by :func:`roofline_section`."""
+
+    groups: list[GemmGroup]
+    ranked: list[GemmGroup]  # the costliest gap against the roofs first (by time where not judged)
+    unreadable: list[OpStat]  # GEMM-like op keys whose shapes were not recorded or do not fit
+    total_self_ns: int  # the summed self time of all ops
+    roofs: MachineRoofs | None
+    miss_event: str | None  # the cache-miss counter measured traffic is read from
+    sampled: bool  # per-op counts are estimated from the samples
+    no_hardware_pmu: bool  # the machine is known to have no hardware counters
+    has_native: bool  # the profile has sampled stacks, so the native split is known
+
+    @property
+    def gemm_ns(self) -> int:
+        return sum(g.time_ns for g in self.groups)
+
+    @property
+    def has_traffic(self) -> bool:
+        return any(g.traffic is not None for g in self.groups)
+
+
+def gemm_summary(profile: Profile) -> GemmSummary | None:
+    """None where the profile was not profiled or ran no GEMM-like op."""
     if profile.collection is None:
         return None
     groups = gemm_groups(profile)
-    counted, unreadable = counted_gemm_ops(profile)
+    _, unreadable = counted_gemm_ops(profile)
     if not groups and not unreadable:
         return None
-    total_self = sum(op.self_ns for op in profile.ops if op.kind == "op")
     ranked = sorted(groups, key=lambda g: (g.lost_ns if g.lost_ns is not None else -1.0, g.time_ns), reverse=True)
-    has_native = profile.stacks is not None
-    has_traffic = any(g.traffic is not None for g in groups)
+    return GemmSummary(groups=groups, ranked=ranked, unreadable=unreadable,
+                       total_self_ns=sum(op.self_ns for op in profile.ops if op.kind == "op"), roofs=profile.roofs,
+                       miss_event=_miss_event(profile), sampled=profile.collection.mode == SAMPLED,
+                       no_hardware_pmu=profile.capabilities is not None and not profile.capabilities.hardware_pmu,
+                       has_native=profile.stacks is not None)
+
+
+def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -> Section | None:
+    """Each GEMM shape against the roofs, the costliest gap first; None when the profile has none."""
+    if summary is None:
+        return None
+    groups, ranked, total_self = summary.groups, summary.ranked, summary.total_self_ns
+    has_native, has_traffic = summary.has_native, summary.has_traffic
     columns = [
         Column("shape", "shape", help="[m,k]x[k,n] per product (b× for batched); ᵀ: the [k,n] operand stored "
                                       "[n,k] (nn.Linear's weights); ᵖ: a prepacked weight; attention: q and kv shapes"),
@@ -518,43 +552,43 @@ def roofline_section(profile: Profile, top: int = defaults.TOP_OPS) -> Section |
             row["openmp"] = group.native.share("openmp") if enough and group.native else None
         rows.append(row)
     lines = []
-    gemm_time = sum(g.time_ns for g in groups)
+    gemm_time = summary.gemm_ns
     lines.append(f"{len(groups)} GEMM shape{'s' if len(groups) != 1 else ''} ({sum(g.calls for g in groups):,} calls, "
                  f"{fmt_ns(gemm_time)}" + (f", {fmt_percent(gemm_time / total_self)} of op time" if total_self else "")
                  + ")")
-    if profile.roofs is not None:
-        lines += _roofs_used(profile.roofs, sorted({g.work.dtype for g in groups}))
+    if summary.roofs is not None:
+        lines += _roofs_used(summary.roofs, sorted({g.work.dtype for g in groups}))
     else:
         lines.append("no roofs in this profile: FLOPs and bytes per second only, not judged "
                      "(`cpuprof calibrate` measures the roofs; `decode` then uses them)")
     lines.append("FLOPs and bytes are analytic, from the recorded shapes: 2·m·n·k FLOPs per product, each operand "
                  "read once and the output written once (the least traffic any kernel needs); attention: QKᵀ and PV, "
                  "the KV cache read once at its KV heads")
-    event = _miss_event(profile)
+    event = summary.miss_event
     if event is not None:
         lines.append(f"measured traffic: {event} x {CACHE_LINE_BYTES} B beside the analytic bytes"
-                     + (" (sampled mode: per-op counts are estimated from the samples)"
-                        if profile.collection.mode == SAMPLED else ""))
+                     + (" (sampled mode: per-op counts are estimated from the samples)" if summary.sampled else ""))
     else:
         lines.append("bytes are analytic only: no cache-miss counter was counted"
-                     + ("" if profile.capabilities is None or profile.capabilities.hardware_pmu
-                        else " (no hardware PMU on this machine)"))
+                     + (" (no hardware PMU on this machine)" if summary.no_hardware_pmu else ""))
     lines.append("each GEMM is counted once, at its innermost GEMM-like op with that op's total time "
                  "(aten::linear and aten::matmul only call mm/addmm/bmm)")
     if not has_native:
         lines.append("native split not known: this profile has no stacks (exact mode)")
     notes = []
+    unreadable = summary.unreadable
     if unreadable:
         calls = sum(op.calls for op in unreadable)
         time = sum(op.incl_ns for op in unreadable)
         names = ", ".join(sorted({op.name for op in unreadable}))
         notes.append(f"{len(unreadable)} GEMM-like op key(s) ({names}; {calls:,} calls, {fmt_ns(time)}) are not "
                      "in the table: their shapes were not recorded or do not fit the op")
-    caption = (f"top {len(rows)} of {len(groups)} GEMM shapes by time lost against the roofs" if profile.roofs
+    caption = (f"top {len(rows)} of {len(groups)} GEMM shapes by time lost against the roofs" if summary.roofs
                else f"top {len(rows)} of {len(groups)} GEMM shapes by time")
     return Section("gemms", "GEMMs against the roofs", lines,
                    [Table(columns, rows, caption=caption)] if rows else [], notes)
 
 
-__all__ = ["ABOVE_ROOF_SHARE", "AT_ROOF_SHARE", "CAUSE_SHARE", "GemmGroup", "MeasuredTraffic", "NativeGemmSplit",
-           "counted_gemm_ops", "enclosing_gemm_ops", "gemm_groups", "roof_ns", "roofline_section", "verdict"]
+__all__ = ["ABOVE_ROOF_SHARE", "AT_ROOF_SHARE", "CAUSE_SHARE", "GemmGroup", "GemmSummary", "MeasuredTraffic",
+           "NativeGemmSplit", "counted_gemm_ops", "enclosing_gemm_ops", "gemm_groups", "gemm_summary", "roof_ns",
+           "roofline_section", "verdict"]

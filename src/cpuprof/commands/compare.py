@@ -178,19 +178,15 @@ def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -
     stream.write(("\n" if fmt == "terminal" else "") + f"comparison saved in {out_dir / COMPARE_FILENAME}; "
                  f"re-render with: python -m cpuprof report {out_dir}\n")
     if html:
-        from ..reports.html import write_comparison_html
-
-        def write(out: TextIO) -> int:
-            write_comparison_html(comparison, out)
-            return 0
+        from ..reports import OutputOptions, SweepSource, get_output
 
         target = out_dir / HTML_FILENAME
-        write_output(str(target), write)
+        write_output(str(target), lambda out: get_output("html", "sweep").write(SweepSource(comparison), out,
+                                                                                OutputOptions()))
         stream.write(f"HTML report: {target}\n")
 
 
-def render_comparison(comparison: Comparison, out: object, fmt: str) -> None:
-    from ..analysis.compare import comparison_report
-    from ..reports import get_renderer
+def render_comparison(comparison: Comparison, out: TextIO, fmt: str) -> None:
+    from ..reports import OutputOptions, SweepSource, get_output
 
-    get_renderer(fmt).render(comparison_report(comparison), out)  # type: ignore[arg-type]
+    get_output(fmt, "sweep", roles=("report",)).write(SweepSource(comparison), out, OutputOptions())

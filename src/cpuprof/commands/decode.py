@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING
 
 from .. import options_spec as spec
 from ..errors import ChildFailed, UsageError
@@ -21,6 +21,9 @@ from .common import (
     show_results,
     write_flamegraph,
 )
+
+if TYPE_CHECKING:
+    from ..reports import Source
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -109,16 +112,9 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
                  f"report with: python -m cpuprof report {out_dir}; a trace with one process per rank: "
                  f"python -m cpuprof trace {out_dir} -o trace.json\n")
     if args.html:
-        from ..reports.html_ranks import write_ranks_html
-        from .common import write_output
+        from ..reports import RanksSource
 
-        page = out_dir / "report.html"
-
-        def write_page(out: TextIO) -> int:
-            write_ranks_html(run, out_dir, out)
-            return 0
-
-        write_output(str(page), write_page)
+        page = write_page(RanksSource(run, out_dir), out_dir, args.top)
         stream.write(f"HTML report of the group: {page}; each rank's is beside its profile\n")
     for rank, profile in zip(run.ranks, load_profiles(run, out_dir), strict=True):
         if profile is None:
@@ -139,14 +135,18 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
 
 def write_html(profile: Profile, out_dir: Path, top: int) -> str:
     """report.html beside the profile; returns the line that says where."""
-    from ..reports.html import write_profile_html
+    from ..reports import ProfileSource
+
+    page = write_page(ProfileSource(profile), out_dir, top)
+    return f"HTML report: {page} (one self-contained page with charts: open it in a browser, offline)"
+
+
+def write_page(source: Source, out_dir: Path, top: int) -> Path:
+    """report.html of ``source`` in ``out_dir``; returns its path."""
+    from ..reports import OutputOptions, get_output
     from .common import write_output
 
     page = out_dir / "report.html"
-
-    def write(out: TextIO) -> int:
-        write_profile_html(profile, out, top=top)
-        return 0
-
-    write_output(str(page), write)
-    return f"HTML report: {page} (one self-contained page with charts: open it in a browser, offline)"
+    output = get_output("html", source.kind)
+    write_output(str(page), lambda out: output.write(source, out, OutputOptions(top=top)))
+    return page

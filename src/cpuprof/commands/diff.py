@@ -7,7 +7,7 @@ import sys
 
 from .. import defaults
 from ..model import Profile
-from ..reports import FORMATS, get_renderer
+from ..reports import FORMATS, DiffSource, OutputOptions, get_output
 from .common import positive_int
 
 
@@ -28,9 +28,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.diff import diff_report
-
-    before, after = Profile.load(args.before), Profile.load(args.after)
-    report = diff_report(before, after, a_name=args.before, b_name=args.after, top=args.top)
-    get_renderer(args.format).render(report, sys.stdout)
+    source = DiffSource(Profile.load(args.before), Profile.load(args.after), args.before, args.after)
+    get_output(args.format, source.kind, roles=("report",)).write(source, sys.stdout, OutputOptions(top=args.top))
     return 0

@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..analysis import flame
+from ..analysis.flame import flame_graph
 from ..errors import UsageError
 from ..model import Profile
+from ..reports import OutputOptions, StacksSource, by_suffix, get_output, output_names
 from .common import write_output
 
-FORMATS = ("svg", "folded", "speedscope")
-SUFFIXES = {".svg": "svg", ".folded": "folded", ".txt": "folded", ".json": "speedscope"}
+# The outputs that draw merged stacks: svg, folded, speedscope.
+FORMATS = output_names("stacks")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,48 +39,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def output_format(output: str, fmt: str | None) -> str:
     if fmt:
         return fmt
-    chosen = SUFFIXES.get(Path(output).suffix.lower())
+    chosen = by_suffix(Path(output).suffix, "stacks")
     if chosen is None:
+        suffixes = [x for name in FORMATS for o in [get_output(name)] for x in (o.suffix, *o.other_suffixes)]
         raise UsageError(f"-o {output}: say which format with --format ({', '.join(FORMATS)}); the suffix "
-                         f"does not tell (.svg, .folded, .txt or .json)")
-    return chosen
+                         f"does not tell ({', '.join(suffixes[:-1])} or {suffixes[-1]})")
+    return chosen.name
 
 
 def write(profile: Profile, out: TextIO, fmt: str, weight: str = "samples", thread: str | None = None,
           python: bool = True, title: str | None = None) -> int:
     """Writes the merged stacks in ``fmt``; returns how many distinct stacks."""
-    stacks = flame.merged_stacks(profile, weight=weight, thread=thread, python_stacks=python)
-    unit = flame.weight_unit(profile, weight)
-    name = title or _title(profile, weight, thread)
-    if fmt == "folded":
-        from ..exports import folded
-
-        folded.write(stacks, out)
-    elif fmt == "svg":
-        from ..exports import svg
-
-        svg.write(stacks, out, title=name, unit=unit, subtitle=_subtitle(profile))
-    else:
-        from ..exports import speedscope
-
-        speedscope.write(stacks, out, name=name, unit=unit, exporter=f"cpuprof {profile.meta.cpuprof_version}")
-    return len(stacks)
-
-
-def _title(profile: Profile, weight: str, thread: str | None) -> str:
-    what = profile.workload.model.name if profile.workload else "profile"
-    threads = f"thread {thread}" if thread and thread != "all" else "all threads"
-    return f"cpuprof: {what}, {threads}, weighted by {weight}"
-
-
-def _subtitle(profile: Profile) -> str:
-    parts = []
-    if profile.sampling is not None:
-        parts.append(f"{profile.sampling.samples:,} samples at {profile.sampling.hz} Hz per thread")
-        py = profile.sampling.python
-        if py is not None:
-            parts.append(f"Python frames: {py.source} at {py.hz} Hz" if not py.error else "no Python frames")
-    return "; ".join(parts)
+    graph = flame_graph(profile, weight=weight, thread=thread, python_stacks=python, title=title)
+    return get_output(fmt, "stacks").write(StacksSource(graph), out, OutputOptions())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,19 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
 
 from .. import defaults
 from ..model import Profile
-from ..model.compare import COMPARE_FILENAME, Comparison
+from ..model.compare import COMPARE_FILENAME
 from ..model.io import PROFILE_FILENAME
 from ..model.ranks import RANKS_FILENAME, MultiRun
-from ..reports import FORMATS, get_renderer, render
+from ..reports import REPORT_FORMATS, OutputOptions, ProfileSource, RanksSource, Source, SweepSource, get_output
 from .common import positive_int, write_output
-
-# html needs the profile itself (its charts are drawn from the data), not only the report's tables,
-# so it is not one of the table renderers.
-REPORT_FORMATS = (*FORMATS, "html")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,52 +41,22 @@ def _is_ranks(path: str) -> bool:
     return (p / RANKS_FILENAME).is_file() if p.is_dir() else p.name == RANKS_FILENAME
 
 
-def run(args: argparse.Namespace) -> int:
-    if _is_ranks(args.path):
-        directory = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
-        multi = MultiRun.load(directory)
-        from ..analysis.ranks import ranks_report
-
-        def write_ranks(out: TextIO) -> int:
-            if args.format == "html":
-                from ..reports.html_ranks import write_ranks_html
-
-                write_ranks_html(multi, directory, out)
-            else:
-                get_renderer(args.format).render(ranks_report(multi, directory), out)
-            return 0
-
-        write_output(args.output, write_ranks)
-    elif _is_comparison(args.path):
+def load_source(path: str) -> Source:
+    """What ``path`` holds: a group of ranks, a sweep, or one profile."""
+    if _is_ranks(path):
+        directory = Path(path) if Path(path).is_dir() else Path(path).parent
+        return RanksSource(MultiRun.load(directory), directory)
+    if _is_comparison(path):
         from ..launch.sweep import load
 
-        comparison = load(args.path)
-        write_output(args.output, lambda out: _write_comparison(comparison, out, args.format))
-    else:
-        profile = Profile.load(args.path)
-        write_output(args.output, lambda out: _write_profile(profile, out, args.format, args.top))
+        return SweepSource(load(path))
+    return ProfileSource(Profile.load(path))
+
+
+def run(args: argparse.Namespace) -> int:
+    source = load_source(args.path)
+    output = get_output(args.format, source.kind, roles=("report", "page"))
+    write_output(args.output, lambda out: output.write(source, out, OutputOptions(top=args.top)))
     if args.output != "-":
         print(f"wrote {args.output} ({args.format})", file=sys.stderr)
-    return 0
-
-
-def _write_profile(profile: Profile, out: TextIO, fmt: str, top: int) -> int:
-    if fmt == "html":
-        from ..reports.html import write_profile_html
-
-        write_profile_html(profile, out, top=top)
-    else:
-        render(profile, out, format=fmt, top=top)
-    return 0
-
-
-def _write_comparison(comparison: Comparison, out: TextIO, fmt: str) -> int:
-    if fmt == "html":
-        from ..reports.html import write_comparison_html
-
-        write_comparison_html(comparison, out)
-    else:
-        from ..analysis.compare import comparison_report
-
-        get_renderer(fmt).render(comparison_report(comparison), out)
     return 0

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..exports import trace
 from ..model import Profile
 from ..model.ranks import RANKS_FILENAME, MultiRun
+from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
 from .common import write_output
 
 
@@ -26,15 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.path)
+    source: Source
     if directory.is_dir() and (directory / RANKS_FILENAME).is_file():
-        from ..analysis.ranks import load_profiles
-
-        multi = MultiRun.load(directory)
-        profiles = [(r.rank, p) for r, p in zip(multi.ranks, load_profiles(multi, directory), strict=True) if p]
-        n = write_output(args.output, lambda out: trace.write_ranks(profiles, out))
+        source = RanksSource(MultiRun.load(directory), directory)
     else:
-        profile = Profile.load(args.path)
-        n = write_output(args.output, lambda out: trace.write(profile, out))
+        source = ProfileSource(Profile.load(args.path))
+    output = get_output("trace", source.kind)
+    n = write_output(args.output, lambda out: output.write(source, out, OutputOptions()))
     if args.output != "-":
         print(f"wrote {args.output} ({n:,} trace events)", file=sys.stderr)
     return 0

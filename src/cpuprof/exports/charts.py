@@ -9,10 +9,10 @@ test, or a reader's own script, finds a chart by name and counts what it drew.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from dataclasses import dataclass
+
+from .markup import escape as esc
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 AXIS_COLOUR = "#666"
@@ -20,15 +20,6 @@ GRID_COLOUR = "#e6e6e6"
 # Colour-blind-safe hues (Okabe and Ito), in the order charts take them.
 BLUE, ORANGE, GREEN, VERMILION, PURPLE, SKY, YELLOW, GREY = (
     "#0072b2", "#e69f00", "#009e73", "#d55e00", "#cc79a7", "#56b4e9", "#f0e442", "#999999")
-
-# Characters XML 1.0 forbids even as references: a name from a profile never holds one, but a corrupt
-# one must not break the page.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
-
-
-def esc(value: object) -> str:
-    """Text or an attribute value, escaped for HTML and inline SVG alike."""
-    return html.escape(_NOT_XML.sub("\ufffd", str(value)), quote=True)
 
 
 def nice_step(span: float, ticks: int) -> float:

@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..analysis.flame import FlameStack
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 
 def fold(stacks: Iterable[FlameStack]) -> list[tuple[str, int]]:
@@ -25,3 +30,21 @@ def write(stacks: Iterable[FlameStack], out: TextIO) -> int:
     for key, weight in lines:
         out.write(f"{key} {weight}\n")
     return len(lines)
+
+
+class FoldedOutput:
+    """``flamegraph --format folded``: flamegraph.pl's and inferno's input."""
+
+    name = "folded"
+    suffix = ".folded"
+    other_suffixes: tuple[str, ...] = (".txt",)
+    reads: tuple[SourceKind, ...] = ("stacks",)
+    role: Role = "export"
+    help = "folded stacks, one line per stack (flamegraph.pl, inferno)"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..reports.sources import StacksSource
+
+        assert isinstance(source, StacksSource)
+        write(source.graph.stacks, out)
+        return len(source.graph.stacks)

@@ -11,14 +11,19 @@ file works offline and needs no plotting package.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TextIO
 
 from ..analysis.roofline import GemmGroup
 from ..model import MachineRoofs
 from ..units import fmt_ns, fmt_percent
+from .markup import escape
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 WIDTH, HEIGHT = 960, 600
 LEFT, RIGHT, TOP, BOTTOM = 80, 250, 56, 64  # margins around the plot, px; the legend is on the right
@@ -35,14 +40,6 @@ VALUE_RANGE = (1e-200, 1e200)
 _DTYPE_COLOURS = {"bf16": "#d62728", "f32": "#1f77b4", "f16": "#2ca02c", "f64": "#9467bd", "i8": "#8c564b"}
 _SPARE_COLOURS = ("#ff7f0e", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22")
 _MEMORY_COLOUR = "#222222"
-
-# Characters XML 1.0 forbids even as references: a shape or op name never holds one, but a corrupt
-# one must not make the file unreadable.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
-
-
-def _esc(text: str) -> str:
-    return html.escape(_NOT_XML.sub("\ufffd", text), quote=True)
 
 
 def _finite(value: float | None) -> bool:
@@ -154,9 +151,9 @@ def element(groups: Sequence[GemmGroup], roofs: MachineRoofs | None, title: str 
     out: list[str] = [
         f'<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="{FONT}" font-size="12"{extra}>',
-        f"<title>{_esc(title)}</title>",
+        f"<title>{escape(title)}</title>",
         f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{WIDTH / 2:.1f}" y="24" text-anchor="middle" font-size="16">{_esc(title)}</text>',
+        f'<text x="{WIDTH / 2:.1f}" y="24" text-anchor="middle" font-size="16">{escape(title)}</text>',
     ]
     out += _grid(axes)
     out += _roofs(axes, bw, peaks, kernels, colour)
@@ -164,10 +161,10 @@ def element(groups: Sequence[GemmGroup], roofs: MachineRoofs | None, title: str 
     out += _legend(bw, peaks, kernels, colour, [g.work.dtype for g in points], roofs)
     if roofs is None or bw is None:
         out.append(f'<text x="{axes.left + 8}" y="{axes.top + 16}" fill="#555">'
-                   f'{_esc("no roofs measured: points only (cpuprof calibrate measures them)")}</text>')
+                   f'{escape("no roofs measured: points only (cpuprof calibrate measures them)")}</text>')
     if not points:
         out.append(f'<text x="{(axes.left + axes.right) / 2:.1f}" y="{(axes.top + axes.bottom) / 2:.1f}" '
-                   f'text-anchor="middle" fill="#555">{_esc("no GEMM with measured time")}</text>')
+                   f'text-anchor="middle" fill="#555">{escape("no GEMM with measured time")}</text>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -202,7 +199,7 @@ def _line(axes: _Axes, x1: float, y1: float, x2: float, y2: float, stroke: str, 
           tooltip: str) -> str:
     dash = ' stroke-dasharray="6 4"' if dashed else ""
     return (f'<line x1="{axes.x(x1):.1f}" y1="{axes.y(y1):.1f}" x2="{axes.x(x2):.1f}" y2="{axes.y(y2):.1f}" '
-            f'stroke="{stroke}" stroke-width="{width}"{dash}><title>{_esc(tooltip)}</title></line>')
+            f'stroke="{stroke}" stroke-width="{width}"{dash}><title>{escape(tooltip)}</title></line>')
 
 
 def _roofs(axes: _Axes, bw: float | None, peaks: dict[str, float], kernels: dict[str, float],
@@ -220,7 +217,7 @@ def _roofs(axes: _Axes, bw: float | None, peaks: dict[str, float], kernels: dict
             mx, my = axes.x(math.sqrt(lo * hi)), axes.y(bw * math.sqrt(lo * hi))
             out.append(f'<text x="{mx:.1f}" y="{my - 6:.1f}" text-anchor="middle" fill="{_MEMORY_COLOUR}" '
                        f'transform="rotate({angle:.1f} {mx:.1f} {my - 6:.1f})">'
-                       f'{_esc(f"memory {_num(bw)} GB/s")}</text>')
+                       f'{escape(f"memory {_num(bw)} GB/s")}</text>')
     for dtype, peak in sorted(peaks.items()):
         start = max(axes.x_lo, peak / bw) if bw else axes.x_lo
         if not axes.y_lo <= peak <= axes.y_hi or start >= axes.x_hi:
@@ -229,7 +226,7 @@ def _roofs(axes: _Axes, bw: float | None, peaks: dict[str, float], kernels: dict
                          f"{dtype} compute roof: {_num(peak)} GFLOP/s"
                          + (f", ridge at {_num(peak / bw)} flop/B" if bw else "")))
         out.append(f'<text x="{axes.right - 4}" y="{axes.y(peak) - 5:.1f}" text-anchor="end" fill="{colour[dtype]}">'
-                   f'{_esc(f"{dtype} peak {_num(peak)} GFLOP/s")}</text>')
+                   f'{escape(f"{dtype} peak {_num(peak)} GFLOP/s")}</text>')
     for dtype, kernel in sorted(kernels.items()):
         kernel_peak = peaks.get(dtype)
         span = axes.clip_line(kernel, axes.x_lo, kernel_peak / kernel if kernel_peak else axes.x_hi)
@@ -250,7 +247,7 @@ def _points(axes: _Axes, points: list[GemmGroup], colour: dict[str, str]) -> lis
         cy = min(max(axes.y(group.gflop_per_s or axes.y_lo), axes.top), axes.bottom)
         fill = colour.get(group.work.dtype, "#7f7f7f")
         out.append(f'<circle class="mark" cx="{cx:.1f}" cy="{cy:.1f}" r="{radius:.1f}" fill="{fill}" '
-                   f'fill-opacity="0.45" stroke="{fill}" stroke-width="1.2"><title>{_esc(_tooltip(group))}</title>'
+                   f'fill-opacity="0.45" stroke="{fill}" stroke-width="1.2"><title>{escape(_tooltip(group))}</title>'
                    "</circle>")
         label = group.shape_text
         if len(label) > LABEL_CHARS:
@@ -261,7 +258,7 @@ def _points(axes: _Axes, points: list[GemmGroup], colour: dict[str, str]) -> lis
         else:
             anchor, lx = "start", cx + radius + 3
         out.append(f'<text x="{lx:.1f}" y="{cy + 4:.1f}" font-size="10" fill="#333" text-anchor="{anchor}">'
-                   f'{_esc(label)}</text>')
+                   f'{escape(label)}</text>')
     return out
 
 
@@ -286,14 +283,37 @@ def _legend(bw: float | None, peaks: dict[str, float], kernels: dict[str, float]
         else:
             out.append(f'<rect x="{x + 6}" y="{y - 6}" width="12" height="12" fill="{stroke}" fill-opacity="0.45" '
                        f'stroke="{stroke}"/>')
-        out.append(f'<text x="{x + 30}" y="{y + 4}">{_esc(text)}</text>')
+        out.append(f'<text x="{x + 30}" y="{y + 4}">{escape(text)}</text>')
     y += 28
     out.append(f'<text x="{x}" y="{y}" fill="#555">circle area ∝ time</text>')
     if roofs is not None:
         origin = "cached" if roofs.from_cache else "measured"
         out.append(f'<text x="{x}" y="{y + 16}" fill="#555">'
-                   f'{_esc(f"roofs {origin} {roofs.measured[:10]}, {roofs.threads} threads")}</text>')
+                   f'{escape(f"roofs {origin} {roofs.measured[:10]}, {roofs.threads} threads")}</text>')
     return out
 
 
 __all__ = ["element", "render"]
+
+
+class RooflineSvgOutput:
+    """roofline.svg beside a profile that has machine roofs: each GEMM shape against them."""
+
+    name = "roofline-svg"
+    suffix = ".svg"
+    other_suffixes: tuple[str, ...] = ()
+    reads: tuple[SourceKind, ...] = ("profile",)
+    role: Role = "export"
+    help = "the profile's GEMMs against the machine's roofs, one SVG"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..analysis.roofline import gemm_groups
+        from ..reports.sources import ProfileSource
+
+        assert isinstance(source, ProfileSource)
+        profile = source.profile
+        groups = gemm_groups(profile)
+        title = (f"{profile.workload.model.name}: GEMMs against the roofs" if profile.workload
+                 else "GEMMs against the roofs")
+        out.write(render(groups, profile.roofs, title=title))
+        return len(groups)

@@ -17,9 +17,14 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..analysis.flame import FlameFrame, FlameStack
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 ALL_THREADS = "all threads"
@@ -176,3 +181,22 @@ def check_indices(doc: dict[str, Any]) -> list[str]:
             problems += [f"profile {p} event {e}: frame index {ev.get('frame')!r} not in 0..{n_frames - 1}"
                          for e, ev in enumerate(profile.get("events", [])) if bad(ev.get("frame"))]
     return problems
+
+
+class SpeedscopeOutput:
+    """``flamegraph --format speedscope``: https://www.speedscope.app reads it."""
+
+    name = "speedscope"
+    suffix = ".json"
+    other_suffixes: tuple[str, ...] = ()
+    reads: tuple[SourceKind, ...] = ("stacks",)
+    role: Role = "export"
+    help = "speedscope JSON, one sampled profile per thread (https://www.speedscope.app)"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..reports.sources import StacksSource
+
+        assert isinstance(source, StacksSource)
+        graph = source.graph
+        write(graph.stacks, out, name=graph.title, unit=graph.unit, exporter=graph.exporter)
+        return len(graph.stacks)

@@ -13,15 +13,19 @@ it writes works offline: the script is inline and nothing is fetched.
 from __future__ import annotations
 
 import colorsys
-import html
 import math
-import re
 import zlib
 from collections.abc import Iterable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..analysis.flame import FlameStack
 from ..units import fmt_ns
+from .markup import escape
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 PAD = 10  # left and right margin, px
 FRAME_H = 16  # one stack level, px; the box is a pixel shorter so levels stay apart
@@ -50,9 +54,6 @@ _KINDS: dict[str, tuple[str, float, float, float]] = {
 }
 _ROOT_COLOUR = (0.0, 0.0, 0.80)
 
-# Characters XML 1.0 forbids even as references; a symbol name should never hold one, but a
-# corrupt one must not make the whole file unreadable.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 
 class _Node:
@@ -277,8 +278,7 @@ def _clean(name: str) -> str:
 def _esc(text: str) -> str:
     # Character references for everything past ASCII keep the file right whatever encoding the
     # stream it is written to uses.
-    text = _NOT_XML.sub("\ufffd", text)
-    return html.escape(text, quote=True).encode("ascii", "xmlcharrefreplace").decode("ascii")
+    return escape(text, ascii_only=True)
 
 
 # The viewer. Frames carry their place as shares of the total (data-x, data-w) and their depth
@@ -416,3 +416,22 @@ function resetSearch() {
   searchBtn.getElementsByTagName("text")[0].textContent = "Search";
 }
 """
+
+
+class FlameSvgOutput:
+    """``flamegraph --format svg``: the flame graph as one self-contained SVG (zoom and search inside)."""
+
+    name = "svg"
+    suffix = ".svg"
+    other_suffixes: tuple[str, ...] = ()
+    reads: tuple[SourceKind, ...] = ("stacks",)
+    role: Role = "export"
+    help = "a flame graph, one self-contained SVG: click to zoom, search (opens in a browser)"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..reports.sources import StacksSource
+
+        assert isinstance(source, StacksSource)
+        graph = source.graph
+        write(graph.stacks, out, title=graph.title, unit=graph.unit, subtitle=graph.subtitle)
+        return len(graph.stacks)

@@ -18,10 +18,15 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import defaultdict
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..analysis.labels import input_text, thread_label
 from ..model import Profile
+
+if TYPE_CHECKING:
+    from ..reports.base import Role
+    from ..reports.sources import OutputOptions, Source, SourceKind
+
 
 PID = 1
 COUNTER_BIN_NS = 10_000_000
@@ -219,3 +224,22 @@ def write_ranks(profiles: list[tuple[int, Profile]], out: TextIO) -> int:
     json.dump(doc, out, separators=(",", ":"))
     out.write("\n")
     return len(doc["traceEvents"])
+
+
+class TraceOutput:
+    """``cpuprof trace``: a profile, or every rank of a group on one clock, as a Chrome/Perfetto trace."""
+
+    name = "trace"
+    suffix = ".json"
+    other_suffixes: tuple[str, ...] = ()
+    reads: tuple[SourceKind, ...] = ("profile", "ranks")
+    role: Role = "export"
+    help = "a Chrome/Perfetto trace: a track per thread, op spans, sampled work, CPU counters"
+
+    def write(self, source: Source, out: TextIO, options: OutputOptions) -> int:
+        from ..reports.sources import ProfileSource, RanksSource
+
+        if isinstance(source, RanksSource):
+            return write_ranks(source.profiles(), out)
+        assert isinstance(source, ProfileSource)
+        return write(source.profile, out)

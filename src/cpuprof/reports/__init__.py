@@ -1,9 +1,12 @@
-"""One module per output format, behind one interface (:class:`~cpuprof.reports.base.Renderer`).
+"""Every output cpuprof writes, behind one protocol (:class:`~cpuprof.reports.base.Output`) and in
+one table (:data:`~cpuprof.reports.registry.OUTPUTS`): the report formats (one module each here), the
+HTML page, and the files other tools read (:mod:`cpuprof.exports`).
 
-    render(profile, sys.stdout, format="markdown")
+    get_output("markdown").write(ProfileSource(profile), sys.stdout, OutputOptions(top=20))
+    render(profile, sys.stdout, format="markdown")  # the same, for a profile
 
-A renderer lays out the report :func:`cpuprof.analysis.report.build_report` derives from a
-profile; it computes nothing itself. Adding a format is adding a module and a line below.
+A report format lays out the report :func:`cpuprof.analysis.report.build_report` derives from a
+profile; it computes nothing itself.
 """
 
 from __future__ import annotations
@@ -11,27 +14,37 @@ from __future__ import annotations
 from typing import TextIO
 
 from .. import defaults
-from ..errors import UsageError
 from ..model import Profile
-from .base import Renderer
-from .csv import CsvRenderer
-from .json import JsonRenderer
-from .markdown import MarkdownRenderer
-from .terminal import TerminalRenderer
+from .base import Output, Renderer
+from .registry import OUTPUTS, by_suffix, describe, get_output, output_names
+from .sources import (
+    DiffSource,
+    OutputOptions,
+    ProfileSource,
+    RanksSource,
+    Source,
+    StacksSource,
+    SweepSource,
+)
 
-RENDERERS: dict[str, type[Renderer]] = {
-    r.name: r for r in (TerminalRenderer, MarkdownRenderer, JsonRenderer, CsvRenderer)}
-FORMATS = tuple(RENDERERS)
+# The report formats every command prints on standard output (--format): terminal, markdown, json, csv.
+FORMATS = output_names("profile", roles=("report",))
+# What ``report --format`` takes: those and the HTML page.
+REPORT_FORMATS = output_names("profile", roles=("report", "page"))
+RENDERERS: dict[str, type[Renderer]] = {o.name: type(o) for o in OUTPUTS if isinstance(o, Renderer)}
 
 
 def get_renderer(name: str) -> Renderer:
-    try:
-        return RENDERERS[name]()
-    except KeyError:
-        raise UsageError(f"--format {name}: choose one of {', '.join(FORMATS)}") from None
+    """The report format ``name`` (one of FORMATS), to lay out a report already built."""
+    output = get_output(name, roles=("report",))
+    assert isinstance(output, Renderer)
+    return output
 
 
 def render(profile: Profile, out: TextIO, format: str = "terminal", top: int = defaults.TOP_OPS) -> None:
-    from ..analysis.report import build_report
+    get_output(format, "profile", roles=("report",)).write(ProfileSource(profile), out, OutputOptions(top=top))
 
-    get_renderer(format).render(build_report(profile, top=top), out)
+
+__all__ = ["FORMATS", "OUTPUTS", "RENDERERS", "REPORT_FORMATS", "DiffSource", "Output", "OutputOptions",
+           "ProfileSource", "RanksSource", "Renderer", "Source", "StacksSource", "SweepSource", "by_suffix",
+           "describe", "get_output", "get_renderer", "output_names", "render"]

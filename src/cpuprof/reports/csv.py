@@ -12,6 +12,7 @@ import csv
 from typing import TextIO
 
 from ..analysis.report_model import Report
+from .base import Renderer
 
 
 def _comment(out: TextIO, text: str) -> None:
@@ -19,9 +20,10 @@ def _comment(out: TextIO, text: str) -> None:
         out.write(f"# {line}".rstrip() + "\n")
 
 
-class CsvRenderer:
+class CsvRenderer(Renderer):
     name = "csv"
     suffix = ".csv"
+    help = "the tables as rows for spreadsheets and pandas (comment lines: '#')"
 
     def render(self, report: Report, out: TextIO) -> None:
         writer = csv.writer(out, lineterminator="\n")

@@ -1,32 +1,27 @@
 """The HTML page of a multi-process decode (``decode --tp/--instances``, ``run --nproc``): the merged
 report's tables, and a chart of where each rank's decode step goes, drawn from the ranks' profiles
-with the same primitives and page as a single profile's (:mod:`cpuprof.reports.html`)."""
+with the same primitives and page as a single profile's (:mod:`cpuprof.reports.html_page`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TextIO
 
 from ..analysis.ranks import GroupFigures, group_figures, load_profiles, ranks_report
 from ..exports.charts import BLUE, GREY, ORANGE, VERMILION, Chart, esc, linear, tooltip
 from ..model.ranks import MultiRun
 from ..units import fmt_ns
-from .html import Drawn, _figure, _Page, _section
-
-
-def write_ranks_html(run: MultiRun, directory: Path, out: TextIO) -> None:
-    out.write(ranks_page(run, directory))
+from .html_page import Drawn, Page, figure, section_html
 
 
 def ranks_page(run: MultiRun, directory: Path) -> str:
     report = ranks_report(run, directory)
     group = group_figures(run, load_profiles(run, directory))
-    page = _Page(report.title, f"command: {' '.join(run.argv)}" if run.argv else "", list(report.warnings))
+    page = Page(report.title, f"command: {' '.join(run.argv)}" if run.argv else "", list(report.warnings))
     for section in report.sections:
-        _section(page, section)
+        section_html(page, section)
         if section.id == "ranks" and run.mode != "nproc":
             page.heading(2, "charts", "Charts")
-            _figure(page, "chart-rank-steps", "Each rank's decode step", *rank_step_chart(group))
+            figure(page, "chart-rank-steps", "Each rank's decode step", *rank_step_chart(group))
     return page.render()
 
 

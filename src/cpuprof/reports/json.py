@@ -11,14 +11,16 @@ from dataclasses import asdict
 from typing import TextIO
 
 from ..analysis.report_model import Report
+from .base import Renderer
 
 FORMAT = "cpuprof-report"
 VERSION = 1
 
 
-class JsonRenderer:
+class JsonRenderer(Renderer):
     name = "json"
     suffix = ".json"
+    help = "the report's tables as data (numbers in their units)"
 
     def render(self, report: Report, out: TextIO) -> None:
         data = {"format": FORMAT, "version": VERSION, **asdict(report)}

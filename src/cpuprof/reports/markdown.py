@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import TextIO
 
 from ..analysis.report_model import Report, Table
-from .base import cell_text
+from .base import Renderer, cell_text
 
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-class MarkdownRenderer:
+class MarkdownRenderer(Renderer):
     name = "markdown"
     suffix = ".md"
+    help = "GitHub-flavoured tables, for issues and pull requests"
 
     def render(self, report: Report, out: TextIO) -> None:
         w = out.write

@@ -6,14 +6,15 @@ import textwrap
 from typing import TextIO
 
 from ..analysis.report_model import Report, Table
-from .base import cell_text
+from .base import Renderer, cell_text
 
 WIDTH = 110  # where prose and legends wrap; tables are as wide as their content
 
 
-class TerminalRenderer:
+class TerminalRenderer(Renderer):
     name = "terminal"
     suffix = ".txt"
+    help = "aligned columns for a terminal (the default)"
 
     def render(self, report: Report, out: TextIO) -> None:
         w = out.write

@@ -1,0 +1,114 @@
+"""What an output reads: a saved profile, a configuration sweep, a group of ranks, two profiles to
+diff, or a profile's merged stacks. Each is one small typed value with a ``kind`` (what an output's
+``reads`` names); those a report is made from also build it (:func:`report_of`), so a format that
+lays out a report's tables reads every one of them alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from .. import defaults
+from ..analysis.flame import FlameGraph
+from ..analysis.report_model import Report
+from ..errors import UsageError
+from ..model import Profile
+from ..model.compare import Comparison
+from ..model.ranks import MultiRun
+
+SourceKind = Literal["profile", "sweep", "ranks", "diff", "stacks"]
+# The sources a report (sections and tables) is made from; "stacks" is drawn, not reported.
+REPORT_SOURCES: tuple[SourceKind, ...] = ("profile", "sweep", "ranks", "diff")
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """What the caller chose about an output beyond its format."""
+
+    top: int = defaults.TOP_OPS  # rows of the ops (and GEMM, region) tables
+
+
+@dataclass(frozen=True)
+class ProfileSource:
+    profile: Profile
+    kind: ClassVar[SourceKind] = "profile"
+
+    def report(self, options: OutputOptions) -> Report:
+        from ..analysis.report import build_report
+
+        return build_report(self.profile, top=options.top)
+
+
+@dataclass(frozen=True)
+class SweepSource:
+    """A configuration sweep (``cpuprof compare``), finished or not."""
+
+    comparison: Comparison
+    kind: ClassVar[SourceKind] = "sweep"
+
+    def report(self, options: OutputOptions) -> Report:
+        from ..analysis.compare import comparison_report
+
+        return comparison_report(self.comparison)
+
+
+@dataclass(frozen=True)
+class RanksSource:
+    """The processes of one multi-process run (decode --tp/--instances, run --nproc): the group's
+    record and the directory that holds each rank's profile."""
+
+    run: MultiRun
+    directory: Path
+    kind: ClassVar[SourceKind] = "ranks"
+
+    def report(self, options: OutputOptions) -> Report:
+        from ..analysis.ranks import ranks_report
+
+        return ranks_report(self.run, self.directory)
+
+    def profiles(self) -> list[tuple[int, Profile]]:
+        """(rank, profile) of every rank whose profile was saved."""
+        from ..analysis.ranks import load_profiles
+
+        return [(r.rank, p) for r, p in zip(self.run.ranks, load_profiles(self.run, self.directory), strict=True)
+                if p is not None]
+
+
+@dataclass(frozen=True)
+class DiffSource:
+    """Two profiles to compare, before (a) and after (b), with the names the report calls them."""
+
+    before: Profile
+    after: Profile
+    before_name: str
+    after_name: str
+    kind: ClassVar[SourceKind] = "diff"
+
+    def report(self, options: OutputOptions) -> Report:
+        from ..analysis.diff import diff_report
+
+        return diff_report(self.before, self.after, a_name=self.before_name, b_name=self.after_name,
+                           top=options.top)
+
+
+@dataclass(frozen=True)
+class StacksSource:
+    """A profile's merged stacks, titled (:func:`cpuprof.analysis.flame.flame_graph`)."""
+
+    graph: FlameGraph
+    kind: ClassVar[SourceKind] = "stacks"
+
+
+Source = ProfileSource | SweepSource | RanksSource | DiffSource | StacksSource
+
+
+def report_of(source: Source, options: OutputOptions) -> Report:
+    if isinstance(source, StacksSource):
+        raise UsageError("merged stacks make a flame graph, not a report")
+    return source.report(options)
+
+
+__all__ = ["REPORT_SOURCES", "DiffSource", "OutputOptions", "ProfileSource", "RanksSource", "Source", "SourceKind",
+           "StacksSource", "SweepSource", "report_of"]
