@@ -18,7 +18,7 @@ SOFTWARE = ["task-clock", "context-switches", "page-faults"]
 
 
 @pytest.mark.parametrize("mode", ["exact", "sampled"])
-def test_failed_allocation_on_a_threads_first_op_leaves_the_session_consistent(mode):
+def test_failed_allocation_on_a_threads_first_op_leaves_the_session_consistent(mode, capsys):
     """The exact strategy allocated a thread's buffers inside its first op's callback, after the
     op stack's depth was raised: a bad_alloc there escaped and left every later op of the thread
     one level deeper. Now the buffers are allocated before the op is pushed; a failure leaves
@@ -33,7 +33,7 @@ def test_failed_allocation_on_a_threads_first_op_leaves_the_session_consistent(m
 
     _native.inject_thread_setup_failures(1)
     try:
-        with cpuprof.profile(SOFTWARE, mode=mode, warn=False) as prof:
+        with cpuprof.profile(SOFTWARE, mode=mode) as prof:
             thread = threading.Thread(target=work)
             thread.start()
             thread.join()
@@ -52,6 +52,7 @@ def test_failed_allocation_on_a_threads_first_op_leaves_the_session_consistent(m
     inside = [op for op in p.ops if op.name == "aten::mm" and op.region == ["after"]]
     assert sum(op.calls for op in inside) == 4
     assert not [op for op in p.ops if op.name == "aten::mm" and op.region == []]
+    assert "op buffers could not be allocated (1 tries)" in capsys.readouterr().err
 
 
 def _sample_record(values: list[int], chain: list[int], stack: bytes = b"", n_values: int | None = None,

@@ -65,6 +65,7 @@ class NativeSession:
         self.python = python  # py-spy's stacks are joined through the sample timeline
         self.dropped: list[DroppedEvent] = []
         self._built: Profile | None = None
+        self._setup_failures = 0
 
     def start(self) -> None:
         s = self.settings
@@ -87,7 +88,9 @@ class NativeSession:
         return bool(self.nat.running())
 
     def build(self, complete: bool) -> Profile:
-        self._built = build_profile(self.nat.snapshot(), self.meta, self.dropped, complete=complete)
+        snap = self.nat.snapshot()
+        self._setup_failures = snap.thread_setup_failures
+        self._built = build_profile(snap, self.meta, self.dropped, complete=complete)
         return self._built
 
     def contribute(self, profile: Profile) -> None:
@@ -101,6 +104,9 @@ class NativeSession:
         lines += [f"dropped {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
         if self._built is not None and self._built.status.complete:
             lines += sampling_warnings(self._built)
+            if self._setup_failures:
+                lines.append(f"a dispatching thread's op buffers could not be allocated ({self._setup_failures:,} "
+                             "tries): the ops open then went unrecorded (counted as unattributed ops)")
         return lines
 
 
