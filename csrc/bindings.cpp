@@ -12,9 +12,10 @@
 
 #include "common/clock.h"
 #include "core/session.h"
-#include "core/thread_discovery.h"
+#include "core/collection_loop.h"
 #include "common/limits.h"
 #include "perf/perf_events.h"
+#include "perf/sample_record.h"
 #include "roofs/stream_kernels.h"
 #include "sources/memory_hook.h"
 #include "sources/op_hook.h"
@@ -44,19 +45,13 @@ void remove_hooks() {
   remove_memory_hook();
 }
 
-std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, const std::string& mode,
+std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, CountingMode mode,
                                         bool record_shapes, int sample_hz, int stack_bytes, size_t timeline_samples,
                                         int ring_pages, int op_capacity, size_t span_capacity, int max_threads,
                                         const std::string& sysfs_root) {
   SessionConfig config;
   config.events = events;
-  if (mode == "exact") {
-    config.mode = CountingMode::Exact;
-  } else if (mode == "sampled") {
-    config.mode = CountingMode::Sampled;
-  } else {
-    throw py::value_error("mode must be 'exact' or 'sampled', not '" + mode + "'");
-  }
+  config.mode = mode;
   config.record_shapes = record_shapes;
   config.sample_hz = sample_hz;
   config.stack_bytes = stack_bytes;
@@ -66,7 +61,7 @@ std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, 
   config.span_capacity = span_capacity;
   config.max_threads = max_threads;
   config.sysfs_root = sysfs_root;
-  py::gil_scoped_release release;  // the discovery thread's first scan takes a moment
+  py::gil_scoped_release release;  // the collection loop's first scan takes a moment
   return Session::instance().start(config, record_shapes ? install_hook_with_shapes : install_hook_without_shapes);
 }
 
@@ -102,6 +97,7 @@ py::dict limits() {
   d["kDefaultOpCapacity"] = kDefaultOpCapacity;
   d["kMinOpCapacity"] = kMinOpCapacity;
   d["kMaxOpCapacity"] = kMaxOpCapacity;
+  d["kMaxOpCountersPerThread"] = kMaxOpCountersPerThread;
   d["kMaxSpanCapacity"] = kMaxSpanCapacity;
   d["kDefaultSampleHz"] = kDefaultSampleHz;
   d["kMinSampleHz"] = kMinSampleHz;
@@ -132,6 +128,11 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "cpuprof's C++ core: perf_event_open counters around every ATen op, on every thread.";
   m.attr("built_torch_version") = CPUPROF_TORCH_VERSION;
   m.attr("limits") = limits();
+
+  // The counting mode crosses as an enum: a misspelt mode fails where Python names it.
+  py::enum_<CountingMode>(m, "CountingMode")
+      .value("exact", CountingMode::Exact)
+      .value("sampled", CountingMode::Sampled);
 
   py::class_<DroppedEvent>(m, "DroppedEvent")
       .def_readonly("name", &DroppedEvent::name)
@@ -272,6 +273,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("unattributed_ops", &SessionSnapshot::unattributed_ops)
       .def_readonly("unmatched_ends", &SessionSnapshot::unmatched_ends)
       .def_readonly("truncated_ops", &SessionSnapshot::truncated_ops)
+      .def_readonly("thread_setup_failures", &SessionSnapshot::thread_setup_failures)
       .def_readonly("hook_ns", &SessionSnapshot::hook_ns)
       .def_readonly("discovery_cpu_ns", &SessionSnapshot::discovery_cpu_ns)
       .def_readonly("discovery_ticks", &SessionSnapshot::discovery_ticks)
@@ -312,6 +314,31 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: every collector period but the final one takes this many microseconds longer (0 clears).");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
         "Test hook: report groups as running this fraction of their enabled time (0 clears).");
+  m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),
+        "Test hook: the next `count` dispatching threads' buffer allocations fail (0 clears).");
+  m.def(
+      "parse_sample_record",
+      [](py::bytes record) -> py::object {
+        const std::string bytes = record;
+        ParsedSample sample;
+        if (!parse_sample(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &sample)) return py::none();
+        py::list callchain;
+        for (uint64_t i = 0; i < sample.n_callchain; ++i) callchain.append(sample.chain(i));
+        py::list values;
+        for (uint64_t i = 0; i < sample.n_values; ++i) values.append(sample.value(i));
+        py::dict out;
+        out["ip"] = sample.ip;
+        out["pid"] = sample.pid;
+        out["tid"] = sample.tid;
+        out["time"] = sample.time;
+        out["values"] = values;
+        out["callchain"] = callchain;
+        out["has_user_regs"] = sample.has_user_regs;
+        out["stack_size"] = sample.stack_size;
+        return out;
+      },
+      py::arg("record"),
+      "Parses one PERF_RECORD_SAMPLE (header included) as the collector does: a dict, or None when malformed.");
   m.def(
       "scale_delta",
       [](std::tuple<uint64_t, uint64_t, uint64_t> before, std::tuple<uint64_t, uint64_t, uint64_t> after) {

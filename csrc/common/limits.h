@@ -25,6 +25,11 @@ constexpr int kMaxThreadsLimit = 65536;
 constexpr int kDefaultOpCapacity = 2048;
 constexpr int kMinOpCapacity = 16;
 constexpr int kMaxOpCapacity = 1048576;
+// Per-op counters per thread: the op table's keys (its capacity rounded up to a power of two)
+// times the events. Each is an inclusive and a self total (16 bytes), reserved for every 64
+// threads as they appear: at most 16 MiB per thread, 1 GiB of address space per 64 threads
+// (the largest capacity with 16 events would otherwise reserve 17 GB per 64 threads).
+constexpr int kMaxOpCountersPerThread = 1048576;
 // Op spans kept per dispatching thread (the newest ones) for the timeline.
 constexpr int kMaxSpanCapacity = 16777216;
 // Sampled mode: every thread is sampled by the kernel each time it has used 1/Hz of CPU time.

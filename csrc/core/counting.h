@@ -4,7 +4,8 @@
 // threads' counters reach ops. Exact counting reads the team at every op boundary; sampled
 // counting lets the kernel sample every thread and joins the samples, on the collector thread,
 // with the op timeline the dispatching threads record. The session calls the strategy from the
-// per-op path, so implementations must not allocate or lock there.
+// per-op path, so implementations must not allocate or lock there: what a dispatching thread
+// needs is allocated in prepare_thread(), before its first op touches its op stack.
 #pragma once
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/counting_mode.h"
 #include "core/dispatch.h"
 #include "core/op_table.h"
 #include "core/snapshot.h"
@@ -21,8 +23,6 @@
 #include "perf/perf_events.h"
 
 namespace cpuprof {
-
-enum class CountingMode : uint8_t { Exact = 0, Sampled = 1 };
 
 // What every strategy reads and writes: the session's shared accounting state.
 struct CountingContext {
@@ -43,6 +43,14 @@ class CountingStrategy {
  public:
   virtual ~CountingStrategy() = default;
   virtual CountingMode mode() const = 0;
+  // A thread becomes a dispatching thread (its op stack `state` is about to be used): allocate
+  // what its ops will need. Returns false, having allocated nothing it keeps, when memory is
+  // short; the session then records none of the thread's ops until a later op's retry succeeds.
+  // Must not throw: it runs inside the op callbacks.
+  virtual bool prepare_thread(DispatchState& state) noexcept {
+    (void)state;
+    return true;
+  }
   // Frame `depth` of `state` was pushed (its entry and region are set); `enter_ns` is when the
   // callback was entered.
   virtual void begin_op(DispatchState& state, int depth, int64_t enter_ns) = 0;

@@ -31,6 +31,7 @@ struct DispatchState {
   pid_t tid = 0;
   int slot = -1;                   // registry slot of this thread
   int local_depth = 0;             // may exceed kMaxDepth; frames beyond it are not recorded
+  int unprepared_depth = 0;        // ops open since a begin found the buffers unallocatable
   std::atomic<int64_t> hook_ns{0};
   Frame frames[kMaxDepth];
   SpanRing spans;  // sized when the session starts: allocation once per thread, not per op

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <memory>
 #include <vector>
 
@@ -145,22 +144,28 @@ class ExactCounting final : public CountingStrategy {
     uint64_t own_signature = 0; // the calling thread's faults and switches at its last perf read
   };
 
-  // Sized on a dispatching thread's first op (once per thread, never per op). calloc, not new[]:
-  // blocks this large come zeroed from fresh pages, so nothing is written now and only the
-  // depths and members an op actually uses ever become resident (new RawCount[] would write
-  // every element: megabytes, tens of milliseconds, inside the first op).
-  Buffers& buffers(const DispatchState& state) {
+  // Sized when a thread becomes a dispatching thread (prepare_thread, before its first op is
+  // pushed), never per op; an op only ever finds them there. calloc, not new[]: blocks this large
+  // come zeroed from fresh pages, so nothing is written now and only the depths and members an op
+  // actually uses ever become resident (new RawCount[] would write every element: megabytes,
+  // tens of milliseconds, inside the first op). A failed allocation returns false instead of
+  // throwing out of the op callback, which used to leave the thread's op depth raised for good.
+  bool prepare_thread(DispatchState& state) noexcept override {
     Buffers& b = buffers_[state.index];
-    if (!b.start) {
-      b.start = zeroed<RawCount>(kMaxDepth * stride_);
-      b.children = zeroed<uint64_t>(kMaxDepth * stride_);
-      b.scratch = zeroed<RawCount>(stride_);
-      b.last = zeroed<RawCount>(stride_);
-      b.last_cpu = zeroed<uint64_t>(kMaxExactTeam);
-      if (!b.start || !b.children || !b.scratch || !b.last || !b.last_cpu) throw std::bad_alloc();
-    }
-    return b;
+    if (b.start) return true;
+    Buffers fresh;
+    fresh.start = zeroed<RawCount>(kMaxDepth * stride_);
+    fresh.children = zeroed<uint64_t>(kMaxDepth * stride_);
+    fresh.scratch = zeroed<RawCount>(stride_);
+    fresh.last = zeroed<RawCount>(stride_);
+    fresh.last_cpu = zeroed<uint64_t>(kMaxExactTeam);
+    if (!fresh.start || !fresh.children || !fresh.scratch || !fresh.last || !fresh.last_cpu) return false;
+    b = std::move(fresh);
+    return true;
   }
+
+  // Only reached for a state prepare_thread() succeeded on: the session calls no op hook before.
+  Buffers& buffers(const DispatchState& state) { return buffers_[state.index]; }
 
   // Other dispatching threads' counters belong to their own ops.
   bool reads(int slot, int own) const { return slot == own || !ctx_.team->is_dispatch(slot); }

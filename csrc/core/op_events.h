@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
 
 namespace cpuprof {
 
@@ -36,6 +37,20 @@ class OpEventRing {
     head_.store(0, std::memory_order_relaxed);
     tail_.store(0, std::memory_order_relaxed);
     dropped_.store(0, std::memory_order_relaxed);
+  }
+  // The same, returning false (and left disabled) instead of throwing when memory is short:
+  // used inside the op callbacks, where an exception must not escape.
+  bool try_init(size_t capacity) noexcept {
+    size_t rounded = 1;
+    while (rounded < capacity) rounded <<= 1;
+    OpEvent* events = new (std::nothrow) OpEvent[rounded];
+    if (events == nullptr) return false;
+    events_.reset(events);
+    capacity_ = rounded;
+    head_.store(0, std::memory_order_relaxed);
+    tail_.store(0, std::memory_order_relaxed);
+    dropped_.store(0, std::memory_order_relaxed);
+    return true;
   }
   bool enabled() const { return capacity_ != 0; }
 

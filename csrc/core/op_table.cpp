@@ -55,9 +55,7 @@ bool InputWriter::tensor_list(int n) {
 }
 
 void OpTable::init(int capacity, int max_slots, int n_events) {
-  int rounded = 16;
-  while (rounded < capacity) rounded <<= 1;  // power of two for mask probing
-  capacity_ = rounded;
+  capacity_ = rounded_capacity(capacity);
   max_slots_ = max_slots;
   n_events_ = n_events > 0 ? n_events : 1;
   entries_ = std::make_unique<OpEntry[]>(capacity_);

@@ -98,6 +98,12 @@ class OpTable {
   // `n_events` counters per (entry, thread slot); slots are allocated in blocks as threads
   // appear (reserve_slots), so a table sized for thousands of threads costs nothing until used.
   void init(int capacity, int max_slots, int n_events);
+  // The entries a table asked for `capacity` keys has: a power of two, for mask probing.
+  static int rounded_capacity(int capacity) {
+    int rounded = 16;
+    while (rounded < capacity) rounded <<= 1;
+    return rounded;
+  }
   void reset();
 
   // Returns the entry for `hash`, inserting it with the description `fill` writes when new.

@@ -20,6 +20,16 @@ struct ThreadBinding {
 };
 thread_local ThreadBinding t_binding;
 
+std::atomic<int> g_inject_setup_failures{0};
+
+// Takes one injected failure, if any are left.
+bool injected_setup_failure() {
+  int left = g_inject_setup_failures.load(std::memory_order_relaxed);
+  while (left > 0 && !g_inject_setup_failures.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) {
+  }
+  return left > 0;
+}
+
 // perf opens one fd per event per thread; like perf, use the hard limit rather than fail at the
 // soft one (often 1024) and starve the profiled program of descriptors.
 void raise_fd_limit() {
@@ -35,6 +45,15 @@ void check_config(const SessionConfig& config) {
   if (config.op_capacity < kMinOpCapacity || config.op_capacity > kMaxOpCapacity)
     throw std::invalid_argument("op_capacity must be between " + std::to_string(kMinOpCapacity) + " and " +
                                 std::to_string(kMaxOpCapacity));
+  // Events as asked for (an upper bound of those that open), so the check holds before start.
+  const int64_t events = std::max<int64_t>(1, static_cast<int64_t>(config.events.size()));
+  const int64_t keys = OpTable::rounded_capacity(config.op_capacity);
+  if (keys * events > kMaxOpCountersPerThread)
+    throw std::invalid_argument("op capacity " + std::to_string(config.op_capacity) + " (" + std::to_string(keys) +
+                                " keys) with " + std::to_string(events) + " events needs " +
+                                std::to_string(keys * events) + " counters per thread; at most " +
+                                std::to_string(kMaxOpCountersPerThread) +
+                                " (op capacity x events), so a thread's counters stay within 16 MiB");
   if (config.span_capacity > static_cast<size_t>(kMaxSpanCapacity))
     throw std::invalid_argument("span capacity must be at most " + std::to_string(kMaxSpanCapacity));
   if (config.max_threads < 1 || config.max_threads > kMaxThreadsLimit)
@@ -50,6 +69,8 @@ void check_config(const SessionConfig& config) {
 
 }  // namespace
 
+void inject_thread_setup_failures(int count) { g_inject_setup_failures.store(count > 0 ? count : 0); }
+
 Session& Session::instance() {
   static Session* session = [] {
     Session* s = new Session();  // never destroyed: callbacks may outlive statics
@@ -60,11 +81,11 @@ Session& Session::instance() {
 }
 
 void Session::after_fork_in_child() {
-  // The child has none of the parent's other threads: no discovery thread, no callbacks in
+  // The child has none of the parent's other threads: no collection thread, no callbacks in
   // flight, maybe a mutex some other thread held at fork. Profiling simply stops in the child.
   running_.store(false);
   in_flight_.store(0);
-  (void)discovery_.release();  // its thread does not exist here; joining it would hang
+  (void)collection_.release();  // its thread does not exist here; joining it would hang
   new (&lifecycle_) std::mutex();
   registry_.reset_after_fork();
 }
@@ -98,6 +119,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
     state.tid = 0;
     state.slot = -1;
     state.local_depth = 0;
+    state.unprepared_depth = 0;
     state.hook_ns.store(0);
     state.spans.init(config.span_capacity, n_events);
     state.events.init(0);  // sized on the thread's first op, in sampled mode
@@ -107,6 +129,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   too_deep_.store(0);
   memory_reported_.store(false);
   no_state_.store(0);
+  setup_failures_.store(0);
   unmatched_.store(0);
   truncated_ = 0;
   generation_.fetch_add(1);
@@ -126,9 +149,9 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   options.states_used = &pool_used_;
   counting_ = make_counting_strategy(context_, options);
   CountingStrategy* counting = counting_.get();
-  discovery_ = std::make_unique<ThreadDiscovery>(registry_, team_, table_,
-                                                 [counting](int64_t now, bool final) { counting->collect(now, final); });
-  discovery_->start();
+  collection_ = std::make_unique<CollectionLoop>(registry_, team_, table_,
+                                                [counting](int64_t now, bool final) { counting->collect(now, final); });
+  collection_->start();
   started_ns_ = now_ns();
   stopped_ns_ = 0;
   running_.store(true, std::memory_order_seq_cst);
@@ -148,13 +171,27 @@ void Session::stop(void (*on_stopping)()) {
   const int n_states = std::min(pool_used_.load(), kMaxDispatchThreads);
   for (int i = 0; i < n_states; ++i) truncated_ += std::min(pool_[i]->local_depth, kMaxDepth);
   counting_->stop(stopped_ns_);
-  discovery_->stop();  // final read: thread totals end here
+  collection_->stop();  // final read: thread totals end here
   registry_.close_all();
 }
 
-DispatchState* Session::dispatch_state() {
+DispatchState* Session::dispatch_state(bool op_begins) {
   const uint64_t generation = generation_.load(std::memory_order_relaxed);
-  if (t_binding.generation == generation) return t_binding.state;
+  if (t_binding.generation == generation) {
+    DispatchState* state = t_binding.state;
+    // Ready from the thread's first op on, unless its buffers could not be allocated then. The op
+    // whose begin failed, and the ops inside it, are not recorded; the next op after it retries.
+    if (state == nullptr || state->ready.load(std::memory_order_relaxed)) return state;
+    if (!op_begins) {
+      if (state->unprepared_depth > 0) --state->unprepared_depth;
+      return nullptr;
+    }
+    if (state->unprepared_depth == 0) {
+      if (DispatchState* prepared = prepare_dispatch_state(state)) return prepared;
+    }
+    ++state->unprepared_depth;
+    return nullptr;
+  }
   t_binding.generation = generation;
   t_binding.state = nullptr;
   const int index = pool_used_.fetch_add(1, std::memory_order_relaxed);
@@ -164,8 +201,27 @@ DispatchState* Session::dispatch_state() {
   }
   DispatchState* state = pool_[index].get();
   state->tid = static_cast<pid_t>(syscall(SYS_gettid));
-  if (config_.mode == CountingMode::Sampled) state->events.init(kOpEventCapacity);
-  // Counters for this thread now, not at the discovery thread's next scan, so its first ops count.
+  t_binding.state = state;
+  DispatchState* prepared = prepare_dispatch_state(state);
+  if (prepared == nullptr && op_begins) state->unprepared_depth = 1;
+  return prepared;
+}
+
+DispatchState* Session::prepare_dispatch_state(DispatchState* state) noexcept {
+  // Everything the thread's ops will need is allocated here, before an op is pushed on its stack,
+  // so an allocation that fails leaves no frame half-pushed: the op goes unrecorded (counted as
+  // unattributed by the source, and here) and the thread's next op tries again. Until then the
+  // state is not `ready`, so the collector and snapshots do not look at it.
+  bool allocated = !injected_setup_failure();
+  if (allocated && config_.mode == CountingMode::Sampled && !state->events.enabled()) {
+    allocated = state->events.try_init(kOpEventCapacity);
+  }
+  if (allocated) allocated = counting_->prepare_thread(*state);
+  if (!allocated) {
+    setup_failures_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  // Counters for this thread now, not at the collection loop's next scan, so its first ops count.
   state->slot = registry_.ensure(state->tid);
   if (state->slot >= 0) {
     table_.reserve_slots(state->slot + 1);
@@ -173,7 +229,6 @@ DispatchState* Session::dispatch_state() {
     if (table_.slot_ready(state->slot)) team_.join(state->slot);
   }
   state->ready.store(true, std::memory_order_release);
-  t_binding.state = state;
   return state;
 }
 

@@ -2,7 +2,7 @@
 //
 // A session owns the shared accounting state (the thread registry, the team, the op table, the
 // dispatching threads' op stacks), a counting strategy that decides how counters reach ops, and
-// the discovery thread. Sources (today the RecordFunction op hook and user regions) feed ops in
+// the collection loop (its background thread). Sources (today the RecordFunction op hook and user regions) feed ops in
 // through begin_op/end_op, which are free of torch types so the accounting can be reasoned
 // about and stress-tested on its own. There is one session per process because RecordFunction
 // callbacks are plain function pointers with no user data.
@@ -23,7 +23,7 @@
 #include "core/op_table.h"
 #include "core/snapshot.h"
 #include "core/team.h"
-#include "core/thread_discovery.h"
+#include "core/collection_loop.h"
 #include "core/thread_registry.h"
 #include "common/limits.h"
 #include "perf/perf_events.h"
@@ -72,8 +72,10 @@ class Session {
     Session& session;
     ~Guard() { session.leave(); }
   };
-  // The calling thread's op stack, created on its first op; null beyond kMaxDispatchThreads.
-  DispatchState* dispatch_state();
+  // The calling thread's op stack, created on its first op; null beyond kMaxDispatchThreads, and
+  // null while the thread's buffers could not be allocated (retried at its next op's begin: the
+  // end of an op whose begin found no stack has nothing to end).
+  DispatchState* dispatch_state(bool op_begins = true);
   // `enter_ns` is when the callback was entered (so the hook's whole cost is kept out of the
   // op's time); `id` identifies the op until it ends (the RecordFunction's address); `key_hash`
   // covers name and inputs, the region and kind are mixed in here; `fill` describes a new entry.
@@ -96,6 +98,9 @@ class Session {
  private:
   Session() = default;
   void after_fork_in_child();
+  // Allocates what the thread's ops need and publishes its op stack (`ready`); null, counted in
+  // setup_failures_, when an allocation fails. Runs in the op callbacks: never throws.
+  DispatchState* prepare_dispatch_state(DispatchState* state) noexcept;
   int64_t hook_ns() const;
 
   SessionConfig config_;
@@ -104,7 +109,7 @@ class Session {
   TeamSet team_;
   OpTable table_;
   std::unique_ptr<CountingStrategy> counting_;
-  std::unique_ptr<ThreadDiscovery> discovery_;
+  std::unique_ptr<CollectionLoop> collection_;
   std::unique_ptr<DispatchState> pool_[kMaxDispatchThreads];
   std::atomic<int> pool_used_{0};
   std::atomic<uint64_t> generation_{0};
@@ -115,6 +120,7 @@ class Session {
   std::atomic<uint64_t> too_deep_{0};
   std::atomic<bool> memory_reported_{false};
   std::atomic<uint64_t> no_state_{0};
+  std::atomic<uint64_t> setup_failures_{0};  // a dispatching thread's buffers could not be allocated
   std::atomic<uint64_t> unmatched_{0};
   uint64_t truncated_ = 0;
   int64_t started_ns_ = 0;
@@ -123,6 +129,10 @@ class Session {
 };
 
 // --- inline per-op path --------------------------------------------------------------------
+
+// Test hook: the next `count` preparations of a dispatching thread fail as an allocation that
+// returned nothing would (0 clears), so the error path of a thread's first op can be tested.
+void inject_thread_setup_failures(int count);
 
 inline uint64_t hash_name(const char* s) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: short names, no allocation

@@ -59,7 +59,7 @@ SessionSnapshot Session::snapshot() {
   for (const EventSpec& e : context_.events) {
     out.events.push_back({e.name, event_kind_name(e.kind), e.exclude_kernel && !e.exclude_user});
   }
-  out.mode = config_.mode == CountingMode::Exact ? "exact" : "sampled";
+  out.mode = config_.mode;
   out.record_shapes = config_.record_shapes;
   out.running = running_.load();
   out.started_ns = started_ns_;
@@ -68,11 +68,12 @@ SessionSnapshot Session::snapshot() {
   out.ops_seen = ops_seen_.load();
   out.too_deep = too_deep_.load();
   out.unattributed_ops = no_state_.load();
+  out.thread_setup_failures = setup_failures_.load();
   out.unmatched_ends = unmatched_.load();
   out.truncated_ops = truncated_;
   out.hook_ns = hook_ns();
-  out.discovery_cpu_ns = discovery_ ? discovery_->cpu_ns() : 0;
-  out.discovery_ticks = discovery_ ? discovery_->ticks() : 0;
+  out.discovery_cpu_ns = collection_ ? collection_->cpu_ns() : 0;
+  out.discovery_ticks = collection_ ? collection_->ticks() : 0;
   out.samples = counting_ ? counting_->samples() : 0;
   out.memory_reported = memory_reported_.load(std::memory_order_relaxed);
   const uint32_t scaled = context_.scaled_events.load();
@@ -89,7 +90,7 @@ SessionSnapshot Session::snapshot() {
   out.ops_overflowed = table_.overflowed();
   out.span_capacity = config_.span_capacity;
 
-  // Threads. While running, the discovery thread's arrays are its own: read the counters live.
+  // Threads. While running, the collection thread's arrays are its own: read the counters live.
   const int n_threads = registry_.size();
   for (int slot = 0; slot < n_threads; ++slot) {
     const ThreadSlot& s = registry_.slot(slot);

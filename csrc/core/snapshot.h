@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/counting_mode.h"
+
 namespace cpuprof {
 
 struct EventSnapshot {
@@ -99,11 +101,12 @@ struct SpanSnapshot {
 
 struct SessionSnapshot {
   std::vector<EventSnapshot> events;
-  std::string mode;
+  CountingMode mode = CountingMode::Sampled;
   bool record_shapes = false;
   bool running = false;
   int64_t started_ns = 0, stopped_ns = 0, now_ns = 0;
   uint64_t ops_seen = 0, too_deep = 0, unattributed_ops = 0, unmatched_ends = 0, truncated_ops = 0;
+  uint64_t thread_setup_failures = 0;  // a dispatching thread's buffers could not be allocated
   int64_t hook_ns = 0, discovery_cpu_ns = 0;
   uint64_t discovery_ticks = 0, samples = 0;
   bool memory_reported = false;  // torch's allocator reported to the session (alloc_* are measured)

@@ -5,7 +5,7 @@
 // done work since the session started are read. Membership only grows during a session, which
 // makes two cheap representations possible at once: a bitset sized at start for "is slot s in
 // the team", and an append-only list in join order, so that "the team as it was when this op
-// began" is just a prefix length. Both are lock-free; joins come from the discovery thread and
+// began" is just a prefix length. Both are lock-free; joins come from the collection loop and
 // from a thread's own first op.
 #pragma once
 

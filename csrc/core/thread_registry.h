@@ -39,7 +39,7 @@ struct ThreadSlot {
   bool has_run = false;   // had already worked before counting started (an existing OpenMP worker)
   SchedStat sched_at_open;
   ThreadCounters counters;
-  // The discovery thread's latest read (its final one after stop): the thread's totals.
+  // The collection loop's latest read (its final one after stop): the thread's totals.
   // Written only by that thread while the session runs; read by others only once it stopped.
   uint64_t last_values[kMaxEvents] = {};
   uint32_t last_scaled = 0;
@@ -55,7 +55,7 @@ class ThreadRegistry {
   void configure(const std::vector<EventSpec>& events, int max_threads,
                  const ThreadCounters::Sampling* sampling = nullptr, bool count_by_ring = false);
   // Opens counters on threads of this process not seen yet, except `exclude_tid` (the
-  // discovery thread itself). Returns how many were added.
+  // collection thread itself). Returns how many were added.
   int scan(pid_t exclude_tid);
   // Opens counters on one thread now (the calling thread on its first op, before a scan sees it).
   int ensure(pid_t tid);

@@ -46,6 +46,13 @@ inline void store(T& x, T v) {
   __atomic_store_n(&x, v, __ATOMIC_RELAXED);
 }
 inline void bump(uint64_t& x, uint64_t v) { store(x, load(x) + v); }
+// The reader's loads of another thread's tables and the owner's clearing stores: ordered
+// against the thread's `gen`, so a read that overlaps a clearing is seen to (for_each_current).
+template <class T>
+inline T load_acquire(const T& x) {
+  return __atomic_load_n(&x, __ATOMIC_ACQUIRE);
+}
+inline void clear_release(uint64_t& x) { __atomic_store_n(&x, uint64_t(0), __ATOMIC_RELEASE); }
 
 inline uint64_t wall_now() {
   timespec ts;
@@ -158,12 +165,29 @@ ThreadState* adopt() {
   return state;
 }
 
-// The owner clears its own tables after a reset, so no thread ever writes another's.
+// A thread's `gen` while its owner clears its tables: never a generation a reset hands out.
+constexpr uint32_t kRenewing = 0xffffffffu;
+
+// The owner clears its own tables after a reset, so no thread ever writes another's. A reader may
+// be reading these tables meanwhile (one that took the generation before the reset), so the
+// zeros go through the same atomic stores the counters use, never a memset, and `gen` says
+// "renewing" throughout: the reader checks it after reading and discards what it read then
+// (a seqlock; see still_current()).
 void renew(ThreadState* s, uint32_t gen) {
-  std::memset(static_cast<void*>(s->work), 0, sizeof(s->work));
-  std::memset(static_cast<void*>(s->waits), 0, sizeof(s->waits));
-  store(s->dropped, uint64_t(0));
-  store(s->uncut, uint64_t(0));
+  // Release stores: a reader that sees any zero of this clearing also sees the marker before it.
+  __atomic_store_n(&s->gen, kRenewing, __ATOMIC_RELAXED);
+  for (WorkSlot& slot : s->work) {
+    clear_release(slot.key);
+    for (uint64_t& v : slot.v) clear_release(v);
+  }
+  for (WaitSlot& slot : s->waits) {
+    clear_release(slot.key);
+    clear_release(slot.count);
+    clear_release(slot.wall_ns);
+    clear_release(slot.cpu_ns);
+  }
+  clear_release(s->dropped);
+  clear_release(s->uncut);
   s->open_waits = 0;
   s->mutex_open = false;
   __atomic_store_n(&s->gen, gen, __ATOMIC_RELEASE);
@@ -540,7 +564,9 @@ CPUPROF_OMPT_EXPORT void cpuprof_ompt_enable(int on) {
 CPUPROF_OMPT_EXPORT void cpuprof_ompt_reset(void) {
   std::lock_guard<std::mutex> lock(g_control_mutex);
   uint64_t control = g_control.load(std::memory_order_relaxed);
-  uint64_t gen = uint64_t(gen_of(control) + 1);
+  uint32_t next = gen_of(control) + 1;
+  if (next == kRenewing) next = 0;  // after 2^32 - 1 resets: the marker is never a generation
+  uint64_t gen = next;
   // A new epoch too: waits open across the reset belong to the old tables.
   uint64_t epoch = (epoch_of(control) + 1) & 0x7fffffffu;
   g_control.store((gen << 32) | (epoch << 1) | (control & 1), std::memory_order_release);
@@ -548,15 +574,20 @@ CPUPROF_OMPT_EXPORT void cpuprof_ompt_reset(void) {
 
 namespace {
 
-// Visits the threads whose tables belong to the current generation.
-template <class Fn>
-void for_each_current(Fn fn) {
+// Visits the threads whose tables belong to the current generation: `read(s)` reads a thread's
+// tables, and `discard()` drops what that read took when the owner renewed the tables meanwhile
+// (a reset between the reader's check and its read): the generation is read again after the
+// tables, as a seqlock's reader does, so no reading ever mixes two generations.
+template <class Read, class Discard>
+void for_each_current(Read read, Discard discard) {
   uint32_t gen = gen_of(g_control.load(std::memory_order_acquire));
   int n = g_thread_count.load(std::memory_order_acquire);
   if (n > kMaxThreads) n = kMaxThreads;
   for (int i = 0; i < n; i++) {
     ThreadState* s = g_threads[i].load(std::memory_order_acquire);
-    if (s && __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) == gen) fn(s);
+    if (!s || __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) != gen) continue;
+    read(s);  // with acquire loads only: none of them can move after the check below
+    if (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) != gen) discard();
   }
 }
 
@@ -571,16 +602,21 @@ CPUPROF_OMPT_EXPORT void cpuprof_ompt_get_status(struct cpuprof_ompt_status* out
   std::memcpy(out->runtime_version, g_runtime_version, sizeof(out->runtime_version) - 1);
   std::memcpy(out->callbacks, g_callback_results, sizeof(out->callbacks));
   out->threads_beyond_limit = g_threads_beyond.load(std::memory_order_relaxed);
-  for_each_current([out](ThreadState* s) {
-    out->threads++;
-    out->records_dropped += load(s->dropped);
-    out->waits_uncut += load(s->uncut);
-  });
+  uint64_t threads = 0, dropped = 0, uncut = 0;  // the sums before the thread being read
+  for_each_current(
+      [&](ThreadState* s) {
+        threads = out->threads, dropped = out->records_dropped, uncut = out->waits_uncut;
+        out->threads++;
+        out->records_dropped += load_acquire(s->dropped);
+        out->waits_uncut += load_acquire(s->uncut);
+      },
+      [&] { out->threads = threads, out->records_dropped = dropped, out->waits_uncut = uncut; });
 }
 
 CPUPROF_OMPT_EXPORT long cpuprof_ompt_read_waits(struct cpuprof_ompt_wait* out, long capacity) {
-  long n = 0;
+  long n = 0, n_before = 0;
   for_each_current([&](ThreadState* s) {
+    n_before = n;
     for (const WaitSlot& slot : s->waits) {
       uint64_t key = __atomic_load_n(&slot.key, __ATOMIC_ACQUIRE);
       if (key == 0) continue;
@@ -590,19 +626,20 @@ CPUPROF_OMPT_EXPORT long cpuprof_ompt_read_waits(struct cpuprof_ompt_wait* out, 
         w.op = uint32_t(key >> 8);
         w.kind = int32_t(key & 0xff);
         w.reserved = 0;
-        w.count = load(slot.count);
-        w.wall_ns = load(slot.wall_ns);
-        w.cpu_ns = load(slot.cpu_ns);
+        w.count = load_acquire(slot.count);
+        w.wall_ns = load_acquire(slot.wall_ns);
+        w.cpu_ns = load_acquire(slot.cpu_ns);
       }
       n++;
     }
-  });
+  }, [&] { n = n_before; });
   return n;
 }
 
 CPUPROF_OMPT_EXPORT long cpuprof_ompt_read_work(struct cpuprof_ompt_work* out, long capacity) {
-  long n = 0;
+  long n = 0, n_before = 0;
   for_each_current([&](ThreadState* s) {
+    n_before = n;
     for (const WorkSlot& slot : s->work) {
       uint64_t key = __atomic_load_n(&slot.key, __ATOMIC_ACQUIRE);
       if (key == 0) continue;
@@ -610,16 +647,16 @@ CPUPROF_OMPT_EXPORT long cpuprof_ompt_read_work(struct cpuprof_ompt_work* out, l
         cpuprof_ompt_work& w = out[n];
         w.tid = s->tid;
         w.op = uint32_t(key);
-        w.parallel_regions = load(slot.v[kRegions]);
-        w.team_threads = load(slot.v[kTeamThreads]);
-        w.parallel_ns = load(slot.v[kParallelNs]);
-        w.implicit_tasks = load(slot.v[kTasks]);
-        w.implicit_task_ns = load(slot.v[kTaskNs]);
-        w.lock_acquisitions = load(slot.v[kLocks]);
+        w.parallel_regions = load_acquire(slot.v[kRegions]);
+        w.team_threads = load_acquire(slot.v[kTeamThreads]);
+        w.parallel_ns = load_acquire(slot.v[kParallelNs]);
+        w.implicit_tasks = load_acquire(slot.v[kTasks]);
+        w.implicit_task_ns = load_acquire(slot.v[kTaskNs]);
+        w.lock_acquisitions = load_acquire(slot.v[kLocks]);
       }
       n++;
     }
-  });
+  }, [&] { n = n_before; });
   return n;
 }
 

@@ -23,7 +23,7 @@ inline void with_op_stack(Boundary boundary, Body&& body) {
   if (!session.enter()) return;
   Session::Guard guard{session};
   const int64_t enter_ns = now_ns();
-  DispatchState* state = session.dispatch_state();
+  DispatchState* state = session.dispatch_state(boundary == Boundary::Begin);
   if (state == nullptr) {
     if (boundary == Boundary::Begin) session.count_unattributed();
     return;

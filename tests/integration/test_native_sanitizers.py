@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,32 @@ def test_unwinder_reads_nothing_but_its_stack_copy_whatever_the_registers(tmp_pa
                          env={"UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr[-4000:]
     assert "ok: " in run.stdout and "runtime error" not in run.stderr
+
+
+def _omp_tools_include() -> Path | None:
+    """Where the build finds omp-tools.h (CMakeLists.txt: pip install intel-openmp puts it there)."""
+    include = Path(sys.prefix) / "opt/compiler/include"
+    return include if (include / "omp-tools.h").is_file() else None
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+@pytest.mark.skipif(_omp_tools_include() is None, reason="omp-tools.h is not installed (pip install intel-openmp)")
+def test_ompt_tables_renew_without_racing_the_reader(tmp_path: Path):
+    """A reset makes every thread clear its own tables at its next callback, while the reader may
+    be reading them: the clearing was a memset under the reader's atomic loads (a data race that
+    ThreadSanitizer reported at once). Threads record waits through the tool's callbacks while
+    the main thread resets and reads, under ThreadSanitizer."""
+    binary = tmp_path / "stress_ompt"
+    build = subprocess.run(
+        ["g++", "-std=c++17", "-O1", "-g", "-fsanitize=thread", "-fno-omit-frame-pointer",
+         "-I", str(ROOT / "csrc"), "-I", str(_omp_tools_include()),
+         str(ROOT / "tests/native/stress_ompt_reset.cpp"), "-o", str(binary), "-pthread"],
+        capture_output=True, text=True, timeout=300)
+    if build.returncode != 0 and "cannot find" in build.stderr and "san" in build.stderr:
+        pytest.skip(f"the thread sanitizer runtime is not installed: {build.stderr.strip()[:200]}")
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
+                         env={"TSAN_OPTIONS": "halt_on_error=1", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert "ok:" in run.stdout
+    assert "WARNING: ThreadSanitizer" not in run.stderr

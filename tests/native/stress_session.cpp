@@ -1,4 +1,4 @@
-// Stress of the session's per-op path against the discovery thread and start/stop, built with a
+// Stress of the session's per-op path against the collection loop and start/stop, built with a
 // sanitizer by tests/integration/test_native_sanitizers.py. Several threads run nested "ops"
 // through the same entry point the RecordFunction hook uses (with_op_stack, begin_op, end_op)
 // while the main thread starts and stops sessions in both counting modes, with small thread

@@ -154,6 +154,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
     from ..machine.capabilities import collection_capabilities
 
     names = [e.name for e in snap.events]
+    mode = snap.mode.name  # the core's CountingMode enum, named as the profile names modes
     stopped_ns = snap.stopped_ns if not snap.running and snap.stopped_ns else snap.now_ns
     # The team is every thread read for ops; a member that did nothing during the session (it had
     # worked before it, so it joined at once) is idle here, like any thread that never worked.
@@ -214,7 +215,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         # One ring per dispatching thread; merged here in the order the spans ended.
         order = np.argsort(start + dur, kind="stable")
         thread = [index_of_slot.get(int(s), -1) for s in sp.thread_slot[order]]
-        exact = snap.mode == EXACT
+        exact = mode == EXACT
         spans = Spans(
             op=sp.entry[order].tolist(), thread=thread, depth=sp.depth[order].tolist(),
             start_ns=start[order].tolist(), dur_ns=dur[order].tolist(),
@@ -225,7 +226,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         meta=meta,
         status=Status(complete=complete),
         collection=Collection(
-            mode=snap.mode, events=[EventInfo(name=e.name, kind=e.kind, user_only=e.user_only) for e in snap.events],
+            mode=mode, events=[EventInfo(name=e.name, kind=e.kind, user_only=e.user_only) for e in snap.events],
             record_shapes=snap.record_shapes, started_ns=snap.started_ns, stopped_ns=stopped_ns,
             scaled_events=list(snap.scaled_events), memory_reported=snap.memory_reported,
         ),

@@ -4,8 +4,9 @@
         model.generate(...)
     prof.report(); prof.export("out/")
 
-The session lives in the C++ core; this module only checks options, starts and stops it, and
-hands the core's snapshot to :mod:`cpuprof.collect.build`.
+The session lives in the C++ core; this module checks options and runs the profile's collectors
+(:mod:`cpuprof.collect.collectors`: the native session, py-spy, the OMPT tool, module regions)
+through one life cycle: started in order, stopped in reverse, rolled back together.
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ from typing import Any, TextIO
 
 from .. import __version__, defaults, native
 from .. import events as event_presets
-from ..errors import UsageError
-from ..model import DroppedEvent, Meta, OmptInfo, OpenMPWaits, Profile
-from .build import build_profile
-from .modules import ModuleRegions, attribute_names
+from ..errors import CpuprofError, UsageError
+from ..model import DroppedEvent, Meta, Profile
+from .collectors import (
+    Collector,
+    ModuleRegionCollector,
+    NativeSession,
+    NativeSettings,
+    OmptWaits,
+    PythonStacks,
+    sampling_warnings,
+)
+
+__all__ = ["CollectorError", "check_op_counters", "check_options", "profile", "region", "sampling_warnings"]
 
 
 def _warn(message: str) -> None:
@@ -80,22 +90,21 @@ def check_options(mode: str, sample_hz: int, stack_bytes: int, op_capacity: int,
         raise UsageError(f"max threads {max_threads}: expected 1 to {defaults.MAX_THREADS_LIMIT}")
 
 
-def sampling_warnings(p: Profile) -> list[str]:
-    """One line for each way the samples fell short: what the report's notes then detail."""
-    out: list[str] = []
-    if p.collection is None or not p.collection.events:
-        return out  # nothing could be opened: the dropped-events warning said why
-    by_reason: dict[str, list[str]] = {}
-    for i, t in enumerate(p.threads):
-        if t.sampling_error and "task-clock" not in t.uncounted:  # else its counting error says why
-            by_reason.setdefault(t.sampling_error, []).append(f"T{i}")
-    for reason, labels in by_reason.items():
-        out.append(f"{', '.join(labels)} {reason}: their per-op CPU time and stacks are missing; their totals are "
-                   "still counted")
-    if p.sampling is not None and p.sampling.lost:
-        out.append(f"{p.sampling.lost:,} samples lost (a sample ring filled before the collector drained it): "
-                   "per-op CPU time is short by as many sampling periods")
-    return out
+class CollectorError(CpuprofError):
+    """A collector could not start (the ones started before it were stopped again)."""
+
+
+def check_op_counters(op_capacity: int, n_events: int) -> None:
+    """Raises UsageError when the op table's per-thread counters (its keys, a power of two, times
+    the events) exceed what the core reserves per thread (csrc/common/limits.h)."""
+    keys = 16
+    while keys < op_capacity:
+        keys *= 2
+    limit = defaults.CORE_LIMITS["kMaxOpCountersPerThread"]
+    if keys * max(n_events, 1) > limit:
+        raise UsageError(f"op capacity {op_capacity} ({keys} keys) with {n_events} events needs "
+                         f"{keys * max(n_events, 1):,} counters per thread; at most {limit:,} (op capacity x events), "
+                         f"so a thread's counters stay within 16 MiB: lower the op capacity or the events")
 
 
 class profile:
@@ -139,9 +148,8 @@ class profile:
             raise UsageError(f"Python sample rate {python_hz} Hz: expected 1 to {defaults.MAX_PYTHON_HZ}")
         self.python_stacks = python_stacks
         self.python_hz = python_hz
-        self._pyspy: Any = None
-        self._pyspy_error: str | None = None
         self.event_names = event_presets.resolve(events)
+        check_op_counters(op_capacity, len(self.event_names))
         self.mode = mode
         self.record_shapes = record_shapes
         self.sample_hz = sample_hz
@@ -150,14 +158,12 @@ class profile:
         self.timeline = timeline
         self.max_threads = max_threads
         self.modules = modules
-        self._module_regions: ModuleRegions | None = None
         self.warn = warn
-        self.dropped: list[DroppedEvent] = []
         self.profile: Profile | None = None
-        self._native: Any = None
         self.meta: Meta | None = None
-        self._ompt: Any = None
-        self._ompt_info: OmptInfo | None = None
+        self._core: NativeSession | None = None
+        self._collectors: list[Collector] = []
+        self._warned: set[str] = set()
 
     def _ring_pages(self) -> int:
         """Ring pages per thread for 25 ms of samples (2.5 collector periods): a sample is its
@@ -169,139 +175,83 @@ class profile:
         return pages
 
     # -- life cycle ---------------------------------------------------------------------------
+    def _make_collectors(self, nat: Any, meta: Meta) -> tuple[NativeSession, list[Collector]]:
+        """The collectors of this profile, in start order (stopped in reverse). Contributions go
+        in the same order, after the native session built the profile. A new collector is one
+        more entry here."""
+        python = PythonStacks(self.python_hz) if self.python_stacks else None
+        core = NativeSession(nat, NativeSettings(
+            events=self.event_names, mode=self.mode, record_shapes=self.record_shapes, sample_hz=self.sample_hz,
+            stack_bytes=self.stack_bytes, op_capacity=self.op_capacity, span_capacity=self.timeline,
+            max_threads=self.max_threads, ring_pages=self._ring_pages(),
+        ), meta, python)
+        collectors: list[Collector] = []
+        if python is not None:
+            collectors.append(python)  # first: its start-up is not the program's work
+        collectors += [core, OmptWaits(nat.current_op_entry_address())]
+        if self.modules is not False and self.modules is not None:
+            collectors.append(ModuleRegionCollector(self.modules))
+        return core, collectors
+
     def start(self) -> profile:
         nat = native.load()
         event_presets.validate_names(self.event_names, nat)
         if nat.running():
             raise UsageError("a cpuprof profile is already running in this process")
-        if self.python_stacks:
-            # Before the session: py-spy's start and clock marker are not the program's work.
-            from . import pyspy
-
-            self._pyspy, self._pyspy_error = pyspy.start(self.python_hz)
-            if self._pyspy_error and self.warn:
-                _warn(f"no Python stacks: {self._pyspy_error}")
-        try:
-            dropped = nat.start(
-                self.event_names, mode=self.mode, record_shapes=self.record_shapes,
-                sample_hz=self.sample_hz, stack_bytes=self.stack_bytes,
-                timeline_samples=defaults.TIMELINE_SAMPLES if self.timeline or self._pyspy else 0,
-                ring_pages=self._ring_pages(), op_capacity=self.op_capacity, span_capacity=self.timeline,
-                max_threads=self.max_threads,
-            )
-        except BaseException:
-            self._stop_pyspy()
-            raise
-        # From here on this object owns the running session: stop() may stop it.
-        self._native = nat
-        self._start_ompt(nat)
-        self.dropped = [DroppedEvent(name=d.name, reason=d.reason, errno=d.errno) for d in dropped]
-        try:
-            if self.modules is True:
-                self._module_regions = ModuleRegions()
-            elif self.modules is not False and self.modules is not None:
-                self._module_regions = ModuleRegions(attribute_names(self.modules))
-        except BaseException:
-            nat.stop()
-            self._stop_pyspy()
-            raise
-        if self.warn:
-            by_reason: dict[str, list[str]] = {}
-            for d in self.dropped:
-                by_reason.setdefault(d.reason, []).append(d.name)
-            for reason, names in by_reason.items():
-                _warn(f"dropped {', '.join(names)}: {reason}")
         import torch
 
-        self.meta = Meta(
+        meta = Meta(
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             cpuprof_version=__version__, torch_version=torch.__version__, python=sys.version.split()[0],
             hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv),
         )
+        core, collectors = self._make_collectors(nat, meta)
+        start_all(collectors)
+        # From here on this object owns the running session: stop() may stop it.
+        self._core, self._collectors, self.meta = core, collectors, meta
+        self._warn_limitations()
         return self
 
-    def _start_ompt(self, nat: Any) -> None:
-        """The OMPT tool's waits, where the OpenMP runtime loaded it: reset, told how to find the
-        running op, and recording for the session's length. Elsewhere the reason is kept."""
-        from .ompt import OmptReader
-
-        self._ompt = OmptReader()
-        self._ompt_info = self._ompt.open()
-        if self._ompt_info.active:
-            self._ompt.reset()
-            self._ompt.attach(nat.current_op_entry_address())
-            self._ompt.enable(True)
-
-    def _read_ompt(self, profile: Profile) -> None:
-        if self._ompt is None or self._ompt_info is None:
-            return
-        if not self._ompt_info.active:
-            profile.openmp = OpenMPWaits(info=self._ompt_info)
-            return
-        tids = {t.tid: i for i, t in enumerate(profile.threads)}
-        profile.openmp = self._ompt.read(tids)
-
     def stop(self) -> Profile:
-        if self._native is None:
+        if self._core is None:
             raise UsageError("profile.stop() called before start()")
-        if self._ompt is not None and self._ompt_info is not None and self._ompt_info.active:
-            self._ompt.enable(False)
-        if self._module_regions is not None:
-            self._module_regions.remove()
-            self._module_regions = None
-        self._native.stop()
-        trace = self._stop_pyspy()
+        stop_all(self._collectors)
         self.profile = self._build(complete=True)
-        self._join_python(self.profile, trace)
-        if self.warn:
-            for line in sampling_warnings(self.profile):
-                _warn(line)
+        self._warn_limitations()
         return self.profile
 
-    def _stop_pyspy(self) -> Any:
-        """py-spy's trace, or None (with the reason kept for the profile)."""
-        recorder, self._pyspy = self._pyspy, None
-        if recorder is None:
-            return None
-        from .pyspy import PySpyError
+    def _warn_limitations(self) -> None:
+        """Each collector's shortfalls, each line once (at start, and what stopping added)."""
+        for collector in self._collectors:
+            for line in collector.limitations():
+                if self.warn and line not in self._warned:
+                    _warn(line)
+                self._warned.add(line)
 
-        try:
-            return recorder.stop()
-        except PySpyError as exc:
-            self._pyspy_error = str(exc)
-            if self.warn:
-                _warn(f"no Python stacks: {exc}")
-            return None
-
-    def _join_python(self, profile: Profile, trace: Any) -> None:
-        if not self.python_stacks:
-            return
-        from . import python_join
-
-        if trace is not None:
-            python_join.join(profile, trace)
-        else:
-            python_join.failed(profile, "py-spy", self.python_hz, self._pyspy_error or "py-spy did not run")
+    @property
+    def dropped(self) -> list[DroppedEvent]:
+        """The events the native session could not open, with the reasons."""
+        return self._core.dropped if self._core is not None else []
 
     @property
     def started(self) -> bool:
-        return self._native is not None
+        return self._core is not None
 
     @property
     def running(self) -> bool:
-        return self._native is not None and bool(self._native.running())
+        return self._core is not None and self._core.running
 
     def snapshot(self) -> Profile:
         """The profile so far, without stopping: what a checkpoint writes."""
-        if self._native is None:
+        if self._core is None:
             raise UsageError("profile.snapshot() called before start()")
-        return self._build(complete=not self._native.running())
+        return self._build(complete=not self._core.running)
 
     def __enter__(self) -> profile:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        if self._native is not None and self._native.running():
+        if self._core is not None and self._core.running:
             self.stop()
 
     # -- output -------------------------------------------------------------------------------
@@ -319,7 +269,38 @@ class profile:
         return self.profile
 
     def _build(self, complete: bool) -> Profile:
-        assert self.meta is not None
-        profile = build_profile(self._native.snapshot(), self.meta, self.dropped, complete=complete)
-        self._read_ompt(profile)
+        assert self._core is not None
+        profile = self._core.build(complete)
+        for collector in self._collectors:
+            collector.contribute(profile)
         return profile
+
+
+def start_all(collectors: list[Collector]) -> None:
+    """Starts the collectors in order. When one fails, the ones started before it are stopped in
+    reverse order (their own errors then are dropped: the first failure is the one to tell) and
+    the failure is raised as one line; an interrupt is re-raised as it came."""
+    for k, collector in enumerate(collectors):
+        try:
+            collector.start()
+        except BaseException as exc:
+            for started in reversed(collectors[:k]):
+                try:
+                    started.stop()
+                except Exception:  # rolling back: the start failure is the one to report
+                    pass
+            if isinstance(exc, CpuprofError) or not isinstance(exc, Exception):
+                raise
+            raise CollectorError(f"{collector.name} could not start: {exc}") from exc
+
+
+def stop_all(collectors: list[Collector]) -> None:
+    """Stops the collectors in reverse start order; every one is stopped even if one raises."""
+    failure: BaseException | None = None
+    for collector in reversed(collectors):
+        try:
+            collector.stop()
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure

@@ -1,6 +1,8 @@
-// The collector thread: finds new threads, adds to the team the ones that start working, hands
-// each period to the counting strategy (sampled mode drains its sample rings here), and takes the
-// final read that ends every thread's totals.
+// The collection loop: the session's one background thread ("cpuprof-collect"). Each period it
+// hands the counting strategy its turn (sampled mode drains the sample rings and joins them to
+// the op timelines here); every discovery interval it also finds new threads and adds to the
+// team the ones that start working; at stop it takes the final read that ends every thread's
+// totals. Discovering threads is one of its jobs, not its purpose, hence the name.
 //
 // It never reads a thread that is in the team while the session runs: reading the counters of
 // a thread running on another CPU costs that CPU an interrupt (about 10 µs in a VM), and waking
@@ -26,12 +28,12 @@ namespace cpuprof {
 // hundreds of threads to read, so that a stop requested mid-period can be tested (0 clears).
 void inject_collect_delay_us(int64_t delay_us);
 
-class ThreadDiscovery {
+class CollectionLoop {
  public:
   // `collect(now, final)` runs after each tick (see CountingStrategy::collect).
-  ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table,
-                  std::function<void(int64_t, bool)> collect = nullptr);
-  ~ThreadDiscovery();
+  CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table,
+                 std::function<void(int64_t, bool)> collect = nullptr);
+  ~CollectionLoop();
   // Starts the thread and waits until it has opened counters on every existing thread.
   void start();
   // Stops the thread after one last read of every thread, so totals end exactly at stop().

@@ -1,4 +1,4 @@
-#include "core/thread_discovery.h"
+#include "core/collection_loop.h"
 
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -17,19 +17,19 @@ std::atomic<int64_t> g_collect_delay_us{0};
 
 void inject_collect_delay_us(int64_t delay_us) { g_collect_delay_us.store(delay_us); }
 
-ThreadDiscovery::ThreadDiscovery(ThreadRegistry& registry, TeamSet& team, OpTable& table,
-                                 std::function<void(int64_t, bool)> collect)
+CollectionLoop::CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table,
+                               std::function<void(int64_t, bool)> collect)
     : registry_(registry), team_(team), table_(table), collect_(std::move(collect)) {}
 
-ThreadDiscovery::~ThreadDiscovery() { stop(); }
+CollectionLoop::~CollectionLoop() { stop(); }
 
-void ThreadDiscovery::start() {
+void CollectionLoop::start() {
   thread_ = std::thread([this] { run(); });
   std::unique_lock<std::mutex> lock(mutex_);
   wake_.wait(lock, [this] { return ready_; });
 }
 
-void ThreadDiscovery::stop() {
+void CollectionLoop::stop() {
   if (!thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -39,7 +39,7 @@ void ThreadDiscovery::stop() {
   thread_.join();
 }
 
-void ThreadDiscovery::scan() {
+void CollectionLoop::scan() {
   registry_.scan(tid_);
   const int n = registry_.size();
   table_.reserve_slots(n);
@@ -49,7 +49,7 @@ void ThreadDiscovery::scan() {
   last_scan_ns_ = now_ns();
 }
 
-void ThreadDiscovery::run() {
+void CollectionLoop::run() {
   tid_ = static_cast<pid_t>(syscall(SYS_gettid));
   // Named, so top, perf and py-spy users can tell cpuprof's own thread from the program's.
   pthread_setname_np(pthread_self(), "cpuprof-collect");
@@ -76,7 +76,7 @@ void ThreadDiscovery::run() {
   }
 }
 
-void ThreadDiscovery::tick(bool final_tick) {
+void CollectionLoop::tick(bool final_tick) {
   const bool due = now_ns() - last_scan_ns_ > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000;
   if (!final_tick && !due) return;  // a collector period without discovery
   if (!final_tick) scan();
