@@ -111,6 +111,9 @@ class SampledCounting final : public CountingStrategy {
     s.unparsed = unparsed_;
     s.ambiguous_workers = ambiguous_;
     s.late_op_events = late_events_;
+    s.switch_records = switch_records_;
+    s.cpu_by_interval_ns = by_interval_ns_;
+    s.cpu_by_sample_ns = by_sample_ns_;
     s.stacks_truncated = stacks_.stacks().truncated() + stacks_.paths().truncated();
     s.counts_dropped = stacks_.counts_dropped();
     s.timeline_dropped = stacks_.timeline_dropped();
@@ -206,6 +209,10 @@ class SampledCounting final : public CountingStrategy {
       if (!thread.counters.sampling()) continue;
       thread.counters.ring().consume(scratch_, [&](const perf_event_header& header, const uint8_t* record) {
         if (header.type == PERF_RECORD_LOST) {
+          if (header.size < sizeof(header) + 16) {
+            ++unparsed_;
+            return true;
+          }
           uint64_t lost = 0;
           std::memcpy(&lost, record + sizeof(header) + 8, sizeof(lost));  // {id, lost}
           lost_of_[slot] += lost;
@@ -412,6 +419,7 @@ class SampledCounting final : public CountingStrategy {
     if (!ctx_.table->slot_ready(slot)) return;
     const uint64_t ns = static_cast<uint64_t>(until - from);
     run.tracked += ns;
+    by_interval_ns_ += ns;
     if (run.owner < 0) {
       charge_cpu(nullptr, 0, slot, ns);
       return;
@@ -531,7 +539,7 @@ class SampledCounting final : public CountingStrategy {
   std::vector<Run> runs_;               // [slot]
   std::vector<int> on_cpu_;             // slots whose switch records say they are on a CPU now
   int64_t stopped_ns_ = 0;
-  uint64_t switch_records_ = 0, by_sample_ns_ = 0;
+  uint64_t switch_records_ = 0, by_interval_ns_ = 0, by_sample_ns_ = 0;
   Replay replays_[kMaxDispatchThreads];
   std::vector<Pending> pending_;
   std::vector<uint8_t> scratch_;

@@ -69,6 +69,9 @@ struct SamplingSnapshot {
   uint64_t unparsed = 0;           // records that did not parse
   uint64_t ambiguous_workers = 0;  // worker samples while several dispatching threads ran ops
   uint64_t late_op_events = 0;     // op events published after samples past them were joined
+  uint64_t switch_records = 0;     // on/off-CPU records: the intervals CPU time is charged by
+  uint64_t cpu_by_interval_ns = 0; // CPU charged to ops by those intervals
+  uint64_t cpu_by_sample_ns = 0;   // CPU they did not cover, charged where a sample landed
   uint64_t op_events_dropped = 0;  // op timeline rings full
   uint64_t stacks_truncated = 0, counts_dropped = 0, timeline_dropped = 0;
   std::vector<uint64_t> unwind_stops;  // samples per UnwindStop kind

@@ -302,9 +302,10 @@ PROCESSES: tuple[Option, ...] = (
 _SAMPLED_ONLY = "sampled mode: "
 PROFILING: tuple[Option, ...] = (
     Option("--events", "events and presets, comma separated (default: %(default)s)", (ProfileOptions, "events")),
-    Option("--mode", "sampled (default): the kernel samples every thread on its CPU clock and each sample is "
-                     "charged to the op its thread worked for, with its native stack (low overhead, statistical "
-                     "per op); exact: every working thread read at every op boundary (exact per op, a few µs per "
+    Option("--mode", "sampled (default): each thread's CPU is charged to the ops it worked for by the on-CPU "
+                     "intervals the kernel's switch records give, and the kernel samples every thread on its CPU "
+                     "clock for native stacks and the other events (low overhead, statistical per op for "
+                     "events other than CPU time); exact: every working thread read at every op boundary (exact per op, a few µs per "
                      "op)", (ProfileOptions, "mode")),
     Option("--sample-hz", _SAMPLED_ONLY + "samples per second of each thread's CPU time (default %(default)s, "
                           f"{defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ})", (ProfileOptions, "sample_hz"),

@@ -2,9 +2,11 @@
 
 A figure that cannot be right is never returned as a number. A thread cannot spend more CPU in
 an op than the op's wall time: in exact mode a clock read a hair off is held to that bound; in
-sampled mode each sample stands for 1/Hz of CPU, so an estimate can overshoot by sampling noise,
-and is held to the bound when within three standard deviations of it. Beyond that, the figure is
-inconsistent: it is withheld and counted, so the report can say how many and why.
+sampled mode CPU is charged by the threads' on-CPU intervals, which cannot exceed it, except the
+part a sample placed (a thread's first sample, a kernel without switch records), where each sample
+stands for 1/Hz of CPU, so an estimate can overshoot by sampling noise and is held to the bound
+when within three standard deviations of it. Beyond that, the figure is inconsistent: it is
+withheld and counted, so the report can say how many and why.
 """
 
 from __future__ import annotations

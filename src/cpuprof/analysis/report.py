@@ -95,8 +95,13 @@ def _how_counted(profile: Profile) -> str:
         return "every team thread's counters read at both ends of every op (exact per op)"
     s = profile.sampling
     hz = f"{s.hz} Hz of each thread's CPU time" if s else "the sampling rate"
-    return (f"every thread sampled by the kernel at {hz}, each sample charged to the op its thread was working "
-            "for at that instant (statistical per op; exact per thread)")
+    if s is None or not s.cpu_by_interval_ns:
+        return (f"every thread sampled by the kernel at {hz}, each sample charged to the op its thread was working "
+                "for at that instant (statistical per op; exact per thread)")
+    by_interval = s.cpu_by_interval_ns / max(1, s.cpu_by_interval_ns + s.cpu_by_sample_ns)
+    return (f"CPU per op from each thread's on-CPU intervals (the kernel's switch records) laid over the ops its "
+            f"dispatching thread ran, {fmt_percent(by_interval)} of it; the rest, and the other events and native "
+            f"stacks, from samples at {hz} (statistical per op)")
 
 
 def _profile_section(profile: Profile) -> Section:

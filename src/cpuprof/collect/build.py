@@ -142,6 +142,8 @@ def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple
         unwind={name: int(n) for name, n in zip(_UNWIND_STOPS, sp.unwind_stops, strict=False) if n},
         frames_by_frame_pointer=sp.frames_by_frame_pointer, frames_by_scanning=sp.frames_by_scanning,
         ambiguous_workers=sp.ambiguous_workers, late_op_events=sp.late_op_events,
+        switch_records=sp.switch_records, cpu_by_interval_ns=sp.cpu_by_interval_ns,
+        cpu_by_sample_ns=sp.cpu_by_sample_ns,
         op_events_dropped=sp.op_events_dropped, stacks_truncated=sp.stacks_truncated,
         counts_dropped=sp.counts_dropped, timeline_dropped=sp.timeline_dropped,
         jit_symbols=symbolizer.jit_symbols, unresolved_frames=symbolizer.unresolved,

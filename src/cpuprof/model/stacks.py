@@ -105,6 +105,12 @@ class Sampling:
     frames_by_scanning: int = 0  # frames whose return address was found by scanning the stack
     ambiguous_workers: int = 0  # worker samples while several op-running threads were in ops
     late_op_events: int = 0
+    # How per-op CPU was charged: by the on-CPU intervals the threads' switch records give (exact
+    # per op), or, where those did not cover it (a thread's first sample, a kernel without switch
+    # records), to the op a sample landed in (statistical).
+    switch_records: int = 0
+    cpu_by_interval_ns: int = 0
+    cpu_by_sample_ns: int = 0
     op_events_dropped: int = 0
     stacks_truncated: int = 0  # stacks kept as their leaf alone (the stack table was full)
     counts_dropped: int = 0
