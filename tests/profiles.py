@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from cpuprof.model import (
+    BandwidthRoof,
     Capabilities,
     Collection,
+    ComputeRoof,
     Cpu,
     DecodeWorkload,
     EventInfo,
     IdleThread,
     InForce,
     Limits,
+    MachineRoofs,
+    MemoryPoint,
     MemPolicy,
     Meta,
     ModelInfo,
+    NativeFrame,
     Node,
     OpenMPInfo,
     OpenMPRuntime,
@@ -23,15 +30,21 @@ from cpuprof.model import (
     OpStat,
     Overhead,
     Profile,
+    Repeated,
     Requested,
+    SampleTimeline,
+    Sampling,
     Settings,
     Spans,
+    StackCount,
+    Stacks,
     StepFigures,
     ThreadPlacement,
     ThreadStat,
     Topology,
     TorchThreads,
 )
+from cpuprof.model.compare import COMPARE_FORMAT, COMPARE_VERSION, Comparison, RunMetrics, SweepConfig, SweepRun
 from cpuprof.workload.presets import PRESETS
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -141,3 +154,49 @@ def make_profile(mode: str = "exact") -> Profile:
         workload=decode_workload(),
         settings=settings(),
     )
+
+
+def sampled_profile() -> Profile:
+    """Two threads over the profile's 1 s at 100 Hz of CPU time: T0 busy all the time (a 10 ms sample
+    every 10 ms), T1 only in the second half; roofs measured; an RSS timeline of five points."""
+    p = make_profile("sampled")
+    p.sampling = Sampling(hz=100, stack_bytes=8192, samples=150, lost=0)
+    times0 = [(k + 1) * 10 * MS for k in range(100)]
+    times1 = [500 * MS + (k + 1) * 10 * MS for k in range(50)]
+    rows = sorted([(t, 0) for t in times0] + [(t, 1) for t in times1])
+    frames = [NativeFrame("mkl_gemv<float>", "libmkl.so", "compute"), NativeFrame("gomp_barrier_wait", "libgomp.so",
+                                                                                    "openmp")]
+    p.stacks = Stacks(frames=frames, stacks=[[], [0], [1]], paths=[[], [6, 5]],
+                      counts=[StackCount(stack=1, path=1, thread=0, op=5, samples=100, cpu_ns=100 * MS),
+                              StackCount(stack=2, path=1, thread=1, op=5, samples=50, cpu_ns=50 * MS)],
+                      timeline=SampleTimeline(time_ns=[t for t, _ in rows], thread=[k for _, k in rows],
+                                              op=[5] * len(rows), stack=[1] * len(rows), cpu_us=[10_000] * len(rows)))
+    p.roofs = MachineRoofs(fingerprint={"cpu": "test"}, key="k", measured="2026-11-21T00:00:00+00:00", seconds=1.0,
+                           threads=2, cpus=[0, 1],
+                           bandwidth=[BandwidthRoof("triad", Repeated(40.0, 38.0, 0.1, 5), 2, 1 << 27)],
+                           compute=[ComputeRoof("bf16", Repeated(500.0, 480.0, 0.05, 5), 2, 2048)])
+    assert p.workload is not None
+    p.workload.rss_timeline = [MemoryPoint(0.1, 200_000_000, "start"), MemoryPoint(0.5, 250_000_000, "built"),
+                               MemoryPoint(1.0, 300_000_000, "step 1"), MemoryPoint(1.1, 301_000_000, "step 2"),
+                               MemoryPoint(1.2, 302_000_000, "step 3")]
+    p.validate()
+    return p
+
+
+def comparison() -> Comparison:
+    """threads=1: 10, 12, 14 tokens/s (mean 12, sample std 2); threads=2: 20 and 20 (std 0);
+    threads=3: failed twice."""
+    def run(config: int, rep: int, tps: float, steps: list[float]) -> SweepRun:
+        return SweepRun(config=config, repetition=rep, status="done", out_dir=f"c{config}/r{rep}", wall_s=1.0,
+                        metrics=RunMetrics(tokens_per_s=tps, step_ms=steps, ttft_s=0.01, p50_ms=float(np.median(steps)),
+                                           p99_ms=max(steps), threads=config + 1))
+
+    configs = [SweepConfig(label=f"threads={k}", values={"threads": str(k)}) for k in (1, 2, 3)]
+    runs = [run(0, 1, 10.0, [100.0, 101.0]), run(0, 2, 12.0, [83.0, 84.0]), run(0, 3, 14.0, [71.0, 72.0]),
+            run(1, 1, 20.0, [50.0, 50.0]), run(1, 2, 20.0, [50.0, 52.0])]
+    runs += [SweepRun(config=2, repetition=r, status="failed", out_dir=f"c2/r{r}",
+                      error="--threads 3: more threads than the 2 CPUs <here>") for r in (1, 2)]
+    return Comparison(format=COMPARE_FORMAT, version=COMPARE_VERSION, created="2026-11-21T00:00:00+00:00",
+                      cpuprof_version="test", argv=["compare", "--threads", "1,2,3"], base={},
+                      axes={"threads": ["1", "2", "3"]}, configs=configs, repetitions=3,
+                      order=[[c, r] for r in (1, 2, 3) for c in range(3)], baseline=0, runs=runs)
