@@ -9,10 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import native
 from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, trace
 from .errors import CpuprofError
 
 COMMANDS = (decode, run, compare, calibrate, report, diff, flamegraph, trace, doctor)
+# The commands that run the profiler (torch and the native module, here or in a child). The others
+# read saved files and work in an install without torch; these are refused there, in one line,
+# before anything starts.
+PROFILING_COMMANDS = frozenset({"decode", "run", "compare", "calibrate", "doctor"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cpuprof", description="A CPU profiler for PyTorch LLM inference.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # Not dest="command": run's own positional (the program to run) is called that.
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
         command.add_parser(sub)
     return parser
@@ -35,10 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
+    if args.subcommand is None:
         parser.print_help()
         return 2
     try:
+        if args.subcommand in PROFILING_COMMANDS:
+            native.require(args.subcommand)
         return int(args.run(args) or 0)
     except CpuprofError as exc:
         print(f"cpuprof: error: {exc}", file=sys.stderr)

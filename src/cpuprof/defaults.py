@@ -1,21 +1,43 @@
 """Every default and limit the Python side uses, defined once.
 
-The core's own limits come from ``csrc/common/limits.h`` through ``_build_info`` (written by the
-build), so the CLI can check options without importing torch; ``_native.limits`` holds the same
-values and a test checks that they agree.
+The core's own limits come from ``csrc/common/limits.h`` through ``_build_info`` (written by every
+build, a viewer's without torch too), so the CLI can check options without importing torch;
+``_native.limits`` holds the same values and a test checks that they agree. A source tree run
+without a build (``PYTHONPATH=src``) reads the header itself, with the build's own pattern.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from .errors import NativeModuleError
 
-try:
-    from ._build_info import LIMITS as CORE_LIMITS
-except ImportError as exc:  # not built: the loader gives the user the rebuild command
+#: A limit's line in limits.h, as CMakeLists.txt reads it: ``constexpr <type> kName = <digits>;``.
+LIMIT_LINE = re.compile(r"^constexpr [a-z_:0-9]+ (k[A-Za-z]+) = ([0-9]+);", re.MULTILINE)
+SOURCE_LIMITS_HEADER = Path(__file__).resolve().parents[2] / "csrc" / "common" / "limits.h"
+
+
+def read_limits_header(text: str) -> dict[str, int]:
+    return {name: int(value) for name, value in LIMIT_LINE.findall(text)}
+
+
+def _core_limits() -> dict[str, int]:
+    try:
+        from ._build_info import LIMITS
+    except ImportError:
+        pass
+    else:
+        return LIMITS
+    if SOURCE_LIMITS_HEADER.is_file():
+        return read_limits_header(SOURCE_LIMITS_HEADER.read_text())
     raise NativeModuleError(
-        "cpuprof's native module is not built (no cpuprof/_build_info.py); rebuild it with: "
-        "pip install --no-build-isolation --force-reinstall --no-deps ."
-    ) from exc
+        "cpuprof is not installed (no cpuprof/_build_info.py, and no csrc/common/limits.h beside the "
+        "source): install it with: pip install ."
+    )
+
+
+CORE_LIMITS: dict[str, int] = _core_limits()
 
 from .model.profile import COLLECTION_MODES, SAMPLED, CollectionMode
 

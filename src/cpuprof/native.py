@@ -2,18 +2,30 @@
 
 The extension links libtorch's C++ ABI, so importing it under another torch would fail with an
 undefined symbol or, worse, crash later. The version it was built with is written by CMake into
-``_build_info.py``, which is read before the extension itself is touched.
+``_build_info.py``, which is read before the extension itself is touched. An install made where
+torch was not importable has an empty version there and no extension: the viewer, whose commands
+read saved profiles; :func:`require` refuses the others up front, in one line.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 from types import ModuleType
 
 from .errors import NativeModuleError
 
 REBUILD_HINT = "rebuild it with: pip install --no-build-isolation --force-reinstall --no-deps ."
+#: The torch cpuprof is built and tested against (README's install commands pin the same).
+TORCH_REQUIREMENT = "torch==2.13.0"
+
+
+class NativeUnavailable(NativeModuleError):
+    """A command that runs the profiler, refused before anything starts because this install cannot
+    (no torch, or no native module): exit code 2, as for bad input."""
+
+    exit_code = 2
 
 
 def check_torch_version(built: str, installed: str) -> None:
@@ -22,6 +34,40 @@ def check_torch_version(built: str, installed: str) -> None:
         raise NativeModuleError(
             f"cpuprof's native module was built against torch {built} but torch {installed} is "
             f"installed; {REBUILD_HINT}"
+        )
+
+
+def missing() -> str | None:
+    """What this install lacks to load the native module, found without importing torch or the
+    extension (the launcher never imports torch); None when nothing is seen missing. A torch of
+    another version is caught only by :func:`load`, which compares the versions."""
+    try:
+        from . import _build_info
+    except ImportError:
+        return "cpuprof's native module is not built (no cpuprof/_build_info.py)"
+    has_torch = importlib.util.find_spec("torch") is not None
+    if not _build_info.TORCH_VERSION:
+        if has_torch:
+            return ("this cpuprof was installed without its native module, where torch was not importable "
+                    "(pip install . builds in an isolated environment, hence --no-build-isolation)")
+        return "this install has neither (a viewer: report, diff, flamegraph and trace read saved profiles)"
+    if not has_torch:
+        return f"torch is not installed (the native module was built against torch {_build_info.TORCH_VERSION})"
+    if importlib.util.find_spec("cpuprof._native") is None:
+        return "the native module is missing from this install"
+    return None
+
+
+def require(command: str) -> None:
+    """Raises NativeUnavailable, naming ``command``, what it lacks and how to install it, when
+    :func:`missing` finds something; the commands that run the profiler call it before anything
+    starts."""
+    problem = missing()
+    if problem is not None:
+        raise NativeUnavailable(
+            f"{command} needs torch ({TORCH_REQUIREMENT}) and cpuprof's native module built against it; {problem}. "
+            f"To profile: pip install {TORCH_REQUIREMENT} scikit-build-core pybind11, then in cpuprof's source: "
+            "pip install --no-build-isolation --force-reinstall --no-deps ."
         )
 
 
@@ -34,6 +80,9 @@ def load() -> ModuleType:
         raise NativeModuleError(
             f"cpuprof's native module is not built (no cpuprof/_build_info.py); {REBUILD_HINT}"
         ) from exc
+    if not _build_info.TORCH_VERSION:
+        raise NativeModuleError(f"this cpuprof was installed without its native module (torch was not importable "
+                                f"where it was built); {REBUILD_HINT}")
     try:
         import torch
     except ImportError as exc:

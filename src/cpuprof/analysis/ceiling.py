@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import MachineRoofs, OpStat, Profile
+from ..model.workload import PREFILL_REGION
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
-from ..workload.decode_loop import PREFILL_REGION
 from .report_model import Column, Section, Table
 from .roofline import GemmGroup, gemm_groups, roof_ns
 

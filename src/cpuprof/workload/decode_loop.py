@@ -18,13 +18,11 @@ from torch import Tensor
 
 from ..errors import UsageError
 from ..model import StepFigures
+from ..model.workload import PREFILL_REGION
 from .figures import step_figures
 from .llama import RegionFactory, no_region
 from .presets import ModelConfig
 from .sampling import SAMPLING_MODES
-
-#: The region the prefill runs in when profiled: ops outside it are the decode steps'.
-PREFILL_REGION = "prefill"
 
 
 class DecodeModel(Protocol):

@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 
 from ..errors import CpuprofError, UsageError
+from ..model.workload import PREFILL_REGION
 from .checkpoints import read_config
-from .decode_loop import PREFILL_REGION, SAMPLING_MODES, DecodeResult
+from .decode_loop import SAMPLING_MODES, DecodeResult
 from .dtypes import dtype_name_of
 from .figures import step_figures
 from .llama import RegionFactory, no_region

@@ -1,4 +1,6 @@
-"""Model shapes for the built-in decode workload, and the arithmetic that goes with them.
+"""Model shapes for the built-in decode workload (the shape type, :class:`ModelConfig`, and its
+arithmetic are in ``cpuprof.model.workload``: a profile records the shape, and reports read it
+without this package).
 
 Everything here is computed from the shapes alone, without building a model, so the CLI can
 refuse a run that would not fit in memory before it allocates gigabytes, and the reports can
@@ -8,10 +10,10 @@ put an analytic "bytes read per token" next to measured bandwidth.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CpuprofError, UsageError
+from ..model.workload import ModelConfig
 from .dtypes import name_for_bytes
 
 #: The shape fields a user may change with ``--layers`` and friends.  ``max_seq`` is here
@@ -22,78 +24,6 @@ _GB = 1e9
 _FP32_BYTES = 4
 #: Fixed allowance for the torch, MKL and oneDNN runtimes and the Python interpreter.
 _RUNTIME_OVERHEAD_BYTES = 400 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The shape of a Llama-architecture decoder: all that performance depends on."""
-
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    ffn: int
-    vocab: int
-    tied_embeddings: bool
-    rope_theta: float
-    max_seq: int
-    norm_eps: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of the k (or v) projection output: what grouped-query attention shrinks."""
-        return self.kv_heads * self.head_dim
-
-    def layer_param_count(self) -> int:
-        """Parameters of one decoder layer (attention, SwiGLU MLP and its two RMSNorms)."""
-        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim  # q, o, k, v
-        mlp = 3 * self.hidden * self.ffn  # gate, up, down
-        return attention + mlp + 2 * self.hidden
-
-    def param_count(self) -> int:
-        """All parameters, counting a tied embedding/lm_head matrix once."""
-        embedding = self.vocab * self.hidden
-        lm_head = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return embedding + self.layers * self.layer_param_count() + self.hidden + lm_head
-
-    def weight_bytes(self, dtype_bytes: int) -> int:
-        """Bytes the weights occupy in memory."""
-        return self.param_count() * dtype_bytes
-
-    def kv_cache_bytes(self, dtype_bytes: int, seq_len: int, batch: int) -> int:
-        """Bytes of k and v for ``seq_len`` positions of ``batch`` sequences, all layers."""
-        return 2 * self.layers * batch * seq_len * self.kv_dim * dtype_bytes
-
-    def shard_problem(self, shards: int) -> str | None:
-        """Why this shape cannot be split tensor-parallel ``shards`` ways, or None if it can: every
-        rank needs whole query and KV heads and an equal slice of the feed-forward width."""
-        for name, value in (("heads", self.heads), ("kv_heads", self.kv_heads), ("ffn", self.ffn)):
-            if value % shards:
-                return f"{self.name}'s {name.replace('_', ' ')} ({value}) do not divide into {shards} equal parts"
-        return None
-
-    def bytes_read_per_token(self, dtype_bytes: int, context_len: int, batch: int, shards: int = 1) -> int:
-        """Bytes one decode step reads from memory, divided by the tokens it produces.
-
-        This is the analytic floor that makes decoding memory-bound: every matrix is streamed
-        once per step whatever the batch, while the KV cache and the embedding rows are read
-        per sequence.  A tied embedding/lm_head matrix is counted once, as read by lm_head;
-        the embedding lookup reads one row per sequence.  Dividing by ``batch`` makes the
-        figure comparable with tokens/s: bandwidth / bytes_read_per_token = the ceiling.
-
-        With ``shards`` (one tensor-parallel rank of that many): the rank's slice of every layer's
-        matrices and KV cache, with the norms, embedding and lm_head whole (they are replicated).
-        """
-        matrices = self.layer_param_count() - 2 * self.hidden
-        streamed = (self.layers * (matrices // shards + 2 * self.hidden) + self.hidden
-                    + self.vocab * self.hidden)
-        per_sequence = self.hidden + self.kv_cache_bytes(1, context_len, 1) // shards
-        return (streamed + batch * per_sequence) * dtype_bytes // batch
 
 
 PRESETS: dict[str, ModelConfig] = {
