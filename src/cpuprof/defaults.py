@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from .errors import NativeModuleError
+from .model.profile import COLLECTION_MODES, SAMPLED, CollectionMode
 
 #: A limit's line in limits.h, as CMakeLists.txt reads it: ``constexpr <type> kName = <digits>;``.
 LIMIT_LINE = re.compile(r"^constexpr [a-z_:0-9]+ (k[A-Za-z]+) = ([0-9]+);", re.MULTILINE)
@@ -38,8 +39,6 @@ def _core_limits() -> dict[str, int]:
 
 
 CORE_LIMITS: dict[str, int] = _core_limits()
-
-from .model.profile import COLLECTION_MODES, SAMPLED, CollectionMode
 
 MAX_EVENTS: int = CORE_LIMITS["kMaxEvents"]
 MAX_DEPTH: int = CORE_LIMITS["kMaxDepth"]

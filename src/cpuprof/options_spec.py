@@ -305,8 +305,8 @@ PROFILING: tuple[Option, ...] = (
     Option("--mode", "sampled (default): each thread's CPU is charged to the ops it worked for by the on-CPU "
                      "intervals the kernel's switch records give, and the kernel samples every thread on its CPU "
                      "clock for native stacks and the other events (low overhead, statistical per op for "
-                     "events other than CPU time); exact: every working thread read at every op boundary (exact per op, a few µs per "
-                     "op)", (ProfileOptions, "mode")),
+                     "events other than CPU time); exact: every working thread read at every op boundary "
+                     "(exact per op, a few µs per op)", (ProfileOptions, "mode")),
     Option("--sample-hz", _SAMPLED_ONLY + "samples per second of each thread's CPU time (default %(default)s, "
                           f"{defaults.MIN_SAMPLE_HZ} to {defaults.MAX_SAMPLE_HZ})", (ProfileOptions, "sample_hz"),
            type=positive_int),
