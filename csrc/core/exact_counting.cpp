@@ -101,10 +101,16 @@ class ExactCounting final : public CountingStrategy {
             incl = incl > static_cast<uint64_t>(hook_inside_ns) ? incl - hook_inside_ns : 0;
             if (slot == state.slot) {
               incl = incl > static_cast<uint64_t>(read_overhead_ns_) ? incl - read_overhead_ns_ : 0;
-              // What is left of the reads' cost lies outside the op's wall interval, and a thread
-              // cannot spend more CPU in an op than the op's wall time.
-              incl = std::min<uint64_t>(incl, static_cast<uint64_t>(wall_ns));
             }
+            // The others are read before the calling thread at a begin and after it at an end,
+            // so their reads bracket more than the op: the reads of the rest of the team, each a
+            // system call. A worker spinning between parallel regions spends all of that bracket
+            // on its CPU, which on ops of a microsecond is twice the op or more. The lesser of its
+            // delta and the op's wall time is exact in the two cases of an OpenMP team: a worker
+            // that spun through the op (the wall time) and one that slept outside it (its delta);
+            // in between it errs by at most the bracket's excess. For the calling thread, what is
+            // left of its reads' cost lies outside the op too.
+            incl = std::min<uint64_t>(incl, static_cast<uint64_t>(wall_ns));
             if (incl < children[i]) incl = children[i];
           }
         } else {

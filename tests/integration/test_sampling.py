@@ -77,11 +77,13 @@ GEMM_AND_SERIAL = textwrap.dedent("""
 """)
 
 
-def run_python(code: str, env_extra: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+def run_python(code: str, env_extra: dict[str, str], timeout: float = 300,
+               args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     import os
 
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +352,7 @@ def test_sampling_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fa
 # about the serial op's wall time when the process had its two CPUs, and the dispatching thread's
 # in the microsecond op is about that op's wall time, not a multiple of the sampling period.
 SPINNING_TEAM = textwrap.dedent("""
-    import json, time, torch
+    import json, sys, time, torch
     import cpuprof
     from cpuprof import _test_utils
 
@@ -363,7 +365,7 @@ SPINNING_TEAM = textwrap.dedent("""
     x = torch.zeros(1); small = torch.zeros(16)
     for _ in range(5):
         a @ b
-    with cpuprof.profile("software", warn=False) as prof:
+    with cpuprof.profile("software", mode=sys.argv[1], warn=False) as prof:
         cpu, wall = time.process_time_ns(), time.perf_counter_ns()
         # enough of each op whatever the machine's speed: 400 rounds, and at least a second
         rounds, started = 0, time.monotonic()
@@ -379,18 +381,21 @@ SPINNING_TEAM = textwrap.dedent("""
     ops = {op.name: {"self_ns": op.self_ns, "calls": op.calls, "samples": op.samples,
                      "cpu": op.counters_self["task-clock"]}
            for op in p.ops if op.kind == "op" and op.name in ("cpuprof_test::spin", "aten::add_", "aten::mm")}
-    print(json.dumps({"roles": roles, "ops": ops, "cpus": cpus, "period_ns": 1e9 / p.sampling.hz}))
+    period_ns = 1e9 / p.sampling.hz if p.sampling else 0
+    print(json.dumps({"roles": roles, "ops": ops, "cpus": cpus, "period_ns": period_ns}))
 """)
 
 
-def test_a_spinning_worker_is_charged_no_more_cpu_than_an_op_lasted():
-    result = run_python(SPINNING_TEAM, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "active"})
+@pytest.mark.parametrize("mode", ["sampled", "exact"])
+def test_a_spinning_worker_is_charged_no_more_cpu_than_an_op_lasted(mode: str):
+    result = run_python(SPINNING_TEAM, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "active"}, args=(mode,))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout.strip().splitlines()[-1])
     assert sorted(data["roles"]) == ["dispatch", "worker"], data["roles"]
     dispatch, worker = data["roles"].index("dispatch"), data["roles"].index("worker")
-    # At most one sample period per thread is charged where its sample landed (a thread's first
-    # sample, before its switch records say when it runs): the only slack the bound needs.
+    # Sampled: at most one sample period per thread is charged where its sample landed (a thread's
+    # first sample, before its switch records say when it runs): the only slack the bound needs.
+    # Exact: none.
     slack = data["period_ns"]
     for name, op in data["ops"].items():
         for k, cpu in enumerate(op["cpu"]):
