@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,3 +183,22 @@ def test_a_group_fails_with_the_first_failure_and_its_status(tmp_path: Path):
     interrupted = group_failure(_group([130, 1], ended=[1.0, 2.0], interrupted=True), tmp_path)
     assert interrupted is not None and interrupted.exit_code == exit_codes.INTERRUPTED
     assert "(and 1 more rank(s) failed after it); every rank's profile" in str(interrupted)
+
+
+class CatchAllRun(CountingRun):
+    """Its work catches every Exception, as the symbol demangler a checkpoint calls does."""
+
+    def steps(self) -> None:
+        self.stage = "demangling"
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the handler raises here, as soon as the signal is delivered
+        except Exception:
+            pass
+        raise AssertionError("the signal was swallowed by an `except Exception`")
+
+
+def test_a_real_signal_is_not_swallowed_by_a_catch_all(tmp_path: Path):
+    assert CatchAllRun(tmp_path).execute() == exit_codes.INTERRUPTED
+    status = Profile.load(tmp_path).status
+    assert status.reason == "interrupted by SIGTERM while demangling; nothing was profiled because of it"

@@ -102,8 +102,12 @@ def process_meta() -> Meta:
                 python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv))
 
 
-class SignalReceived(Exception):
-    """SIGINT or SIGTERM, raised where the child was when it came (see :meth:`ChildRun.handle_signals`)."""
+class SignalReceived(BaseException):
+    """SIGINT or SIGTERM, raised where the child was when it came (see :meth:`ChildRun.handle_signals`).
+
+    A BaseException, as KeyboardInterrupt is: raised inside code that catches ``Exception`` (the
+    symbol demangler a checkpoint calls, a library's fallback) it would be swallowed, and since
+    the handler then ignores further signals, the run would go on, never interrupted."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
