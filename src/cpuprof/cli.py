@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import native
+from . import exit_codes, native
 from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, trace
 from .errors import CpuprofError
 
@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"cpuprof: error: {message} (see: python -m {self.prog.replace(' ', ' ', 1)} --help)",
               file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(exit_codes.USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,16 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.subcommand is None:
         parser.print_help()
-        return 2
+        return exit_codes.USAGE
     try:
         if args.subcommand in PROFILING_COMMANDS:
             native.require(args.subcommand)
-        return int(args.run(args) or 0)
+        return int(args.run(args) or exit_codes.OK)
     except CpuprofError as exc:
         print(f"cpuprof: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("cpuprof: interrupted", file=sys.stderr)
-        return 130
+        return exit_codes.INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return exit_codes.OK

@@ -165,7 +165,7 @@ def test_from_a_profile_measures_what_its_figures_propose(tmp_path: Path):
     (["--threads", "0,1"], "--threads 0: expected a positive whole number"),
     (["--omp", "gnu,llvm"], "--omp llvm: choose from"),
     (["--threads", "4-1"], "with first <= last"),
-    (["--resume", "/nonexistent/sweep"], "no compare.json here"),
+    (["--resume", "/nonexistent/sweep"], "/nonexistent/sweep: no such comparison"),
     (["--from", "/nonexistent/profile"], "/nonexistent/profile"),
 ])
 def test_bad_input_is_one_line(args: list[str], words: str):

@@ -15,7 +15,7 @@ from tests.profiles import MS, make_profile
 from cpuprof.analysis.compare import comparison_report, group_metrics, run_metrics, summarize_configs, verdict
 from cpuprof.analysis.proposals import proposals
 from cpuprof.analysis.stats import summarize, t_two_sided_p, welch_test
-from cpuprof.errors import UsageError
+from cpuprof.errors import FileFormatError, UsageError
 from cpuprof.launch import sweep
 from cpuprof.launch.options import DecodeOptions
 from cpuprof.model import Profile
@@ -295,5 +295,6 @@ def test_a_version_1_comparison_still_loads_and_reports(tmp_path):
     assert comparison_report(loaded).section("ranking") is not None
     data["version"] = 9
     (tmp_path / "compare.json").write_text(json.dumps(data))
-    with pytest.raises(UsageError, match="comparison version 9; this cpuprof reads 1, 2"):
+    with pytest.raises(FileFormatError, match=r"newer cpuprof \(comparison format version 9\); this cpuprof reads "
+                                              "versions 1 to 2"):
         sweep.load(tmp_path)

@@ -83,19 +83,6 @@ def test_a_rank_without_a_profile_leaves_the_group_figure_unknown(tmp_path: Path
     assert not report.section("ranks").lines  # no group figure without every rank's
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"format": "cpuprof-ranks", "vers', "not a readable ranks file"),
-    ('{"format": "cpuprof-ranks", "version": 1}', "malformed ranks file (ranks: missing field 'mode')"),
-    ('{"format": "cpuprof-compare"}', "not a cpuprof ranks file"),
-])
-def test_a_damaged_ranks_file_is_one_error(tmp_path: Path, text: str, message: str):
-    from cpuprof.errors import CpuprofError
-
-    (tmp_path / "ranks.json").write_text(text)
-    with pytest.raises(CpuprofError, match=re.escape(message)):
-        MultiRun.load(tmp_path)
-
-
 def test_ranks_file_round_trips(tmp_path: Path):
     run = MultiRun(mode="tp", world_size=2, backend="gloo", argv=["x"], timeout_s=5.0, finished=True,
                    ranks=[RankOutcome(rank=0, dir="rank-0", cpus=[0], node=None, threads=1, returncode=0, ended_s=1.5)])

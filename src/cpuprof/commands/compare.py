@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import math
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from .. import options_spec as spec
-from ..errors import CpuprofError, UsageError
+from ..errors import CpuprofError, Interrupted, UsageError
 from ..launch import parent, sweep
 from ..launch.options import DecodeOptions
-from ..model.codec import DecodeError, from_json
 from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
 from . import decode
 from .common import positive_int, write_output
@@ -102,19 +100,17 @@ def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
 def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
     """compare --from DIR: the profile's own options, then each proposal applied to them alone."""
     from ..analysis.proposals import proposals
+    from ..launch.child_run import LAUNCH_FILENAME, read_launch_file
     from ..launch.options import ChildConfig
     from ..model import Profile
 
     source = Path(args.from_dir)
     profile = Profile.load(source)
-    launch_file = (source if source.is_dir() else source.parent) / parent.LAUNCH_FILENAME
-    try:
-        config = from_json(ChildConfig, json.loads(launch_file.read_text()), "launch")
-    except FileNotFoundError:
-        raise UsageError(f"--from {source}: no {parent.LAUNCH_FILENAME} beside the profile "
-                         "(compare --from needs a profile written by decode)") from None
-    except (ValueError, DecodeError) as exc:
-        raise UsageError(f"--from {source}: {parent.LAUNCH_FILENAME} is not readable: {exc}") from None
+    launch_file = (source if source.is_dir() else source.parent) / LAUNCH_FILENAME
+    if not launch_file.exists():
+        raise UsageError(f"--from {source}: no {LAUNCH_FILENAME} beside the profile "
+                         "(compare --from needs a profile written by decode)")
+    config = read_launch_file(launch_file, ChildConfig)
     if config.rank is not None:
         raise UsageError(f"--from {source}: a profile of one rank of a --{config.rank.mode} run; --from measures "
                          "a single-process profile's proposals (sweep processes with --tp 1,N or --instances 1,N)")
@@ -160,16 +156,12 @@ def run(args: argparse.Namespace) -> int:
         interrupted = exc
     write_reports(comparison, out_dir, args.format, args.html)
     if interrupted is not None:
-        raise _Interrupted(f"compare was interrupted; what finished is in {out_dir / COMPARE_FILENAME}; "
-                           f"resume with: python -m cpuprof compare --resume {out_dir}")
+        raise Interrupted(f"compare was interrupted; what finished is in {out_dir / COMPARE_FILENAME}; "
+                          f"resume with: python -m cpuprof compare --resume {out_dir}")
     done = sum(1 for r in comparison.runs if r.status == "done")
     if done == 0:
         raise CpuprofError(f"no configuration ran to the end; see the errors above and {out_dir}")
     return 0
-
-
-class _Interrupted(CpuprofError):
-    exit_code = 130
 
 
 def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import options_spec as spec
-from ..errors import ChildFailed, UsageError
+from ..errors import UsageError
 from ..launch import environment, parent
 from ..launch.options import DecodeOptions, WorkloadOptions
 from ..model import Profile
@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, fmt: str) -> int:
     """decode --tp N / --instances N: every rank launched, profiled and saved; one merged report."""
-    from ..analysis.ranks import load_profiles, ranks_report
+    from ..analysis.ranks import load_profiles
     from ..launch import ranks
-    from ..reports import get_renderer
+    from .group import group_exit, show_group
 
     if args.tp is not None and args.instances is not None:
         raise UsageError("--tp and --instances: choose one (tensor-parallel ranks of one model, or independent "
@@ -106,11 +106,7 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
     mode, n = ("tp", args.tp) if args.tp is not None else ("instances", args.instances)
     run = ranks.launch_ranks(options, out_dir, mode, n, ranks_per_node=args.ranks_per_node, backend=args.backend,
                              timeout_s=args.rank_timeout)
-    get_renderer(fmt).render(ranks_report(run, out_dir), sys.stdout)
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
-    stream.write(("\n" if fmt == "terminal" else "") + f"{n} profiles saved in {out_dir}/rank-*; re-render the merged "
-                 f"report with: python -m cpuprof report {out_dir}; a trace with one process per rank: "
-                 f"python -m cpuprof trace {out_dir} -o trace.json\n")
+    stream = show_group(run, out_dir, fmt)
     if args.html:
         from ..reports import RanksSource
 
@@ -123,14 +119,7 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
             stream.write(f"rank {rank.rank}: " + write_flamegraph(profile, out_dir / rank.dir) + "\n")
         if args.html:
             stream.write(f"rank {rank.rank}: " + write_html(profile, out_dir / rank.dir, args.top) + "\n")
-    if run.failures:
-        error = ChildFailed(f"{run.failures[0]}" + (f" (and {len(run.failures) - 1} more rank(s) failed after it)"
-                                                    if len(run.failures) > 1 else "")
-                            + f"; every rank's profile so far is in {out_dir}/rank-*")
-        if run.interrupted:
-            error.exit_code = parent.EXIT_INTERRUPTED
-        raise error
-    return 0
+    return group_exit(run, out_dir)
 
 
 def write_html(profile: Profile, out_dir: Path, top: int) -> str:

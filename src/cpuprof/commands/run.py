@@ -8,13 +8,14 @@ import re
 import sys
 from pathlib import Path
 
+from .. import exit_codes
 from .. import options_spec as spec
 from ..errors import ChildFailed, CpuprofError, UsageError
 from ..launch import environment, parent
 from ..launch.options import ProfileOptions
 from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
 from ..machine.topology import read_topology
-from ..model import PROFILE_FILENAME, format_cpulist
+from ..model import PROFILE_FILENAME
 from .common import (
     add_output_arguments,
     add_profiling_arguments,
@@ -121,52 +122,34 @@ def run(args: argparse.Namespace) -> int:
 def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: environment.LaunchSettings,
                   profile: ProfileOptions, out_dir: Path, fmt: str) -> int:
     """run --nproc N: the program N times, torchrun-style, each pinned and profiled; one merged report."""
-    from ..analysis.ranks import ranks_report
     from ..launch import ranks
-    from ..reports import get_renderer
+    from .group import group_exit, show_group
 
-    prepared = []
-    for place, rank_launch, rank_dir in ranks.rank_launches(launch, out_dir, args.nproc, args.ranks_per_node):
-        try:
-            resolved, config = prepare(target, rank_launch, profile, rank_dir)
-        except UsageError as exc:
-            raise UsageError(f"rank {place.rank} (CPUs {format_cpulist(place.cpus)}): {exc}") from exc
-        prepared.append(ranks.PreparedRank(place, resolved, config, rank_dir))
-    run = ranks.launch_group(prepared, out_dir, "nproc", None, args.rank_timeout, profiled=True, module=MODULE)
-    get_renderer(fmt).render(ranks_report(run, out_dir), sys.stdout)
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
-    stream.write(("\n" if fmt == "terminal" else "") + f"{args.nproc} profiles saved in {out_dir}/rank-*; the merged "
-                 f"report again: python -m cpuprof report {out_dir}; a trace with one process per rank: "
-                 f"python -m cpuprof trace {out_dir} -o trace.json; each process's own output (rank 0's is above): "
-                 f"{out_dir}/rank-N/child.log\n")
-    if run.failures:
-        error = ChildFailed(run.failures[0] + (f" (and {len(run.failures) - 1} more process(es) after it)"
-                                               if len(run.failures) > 1 else "")
-                            + f"; every process's profile so far is in {out_dir}/rank-*")
-        failed = [r.returncode for r in run.ranks if r.returncode]
-        error.exit_code = (parent.EXIT_INTERRUPTED if run.interrupted
-                           else failed[0] if failed and all(0 < c < 256 for c in failed) else 1)
-        raise error
-    return 0
+    def prepare_rank(_place: ranks.RankPlacement, rank_launch: environment.LaunchSettings,
+                     rank_dir: Path) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
+        return prepare(target, rank_launch, profile, rank_dir)
+
+    run = ranks.run_group(launch, out_dir, args.nproc, args.ranks_per_node, prepare_rank, mode="nproc", backend=None,
+                          timeout_s=args.rank_timeout, profiled=True, module=MODULE)
+    show_group(run, out_dir, fmt, also=f"; each process's own output (rank 0's is above): {out_dir}/rank-N/child.log")
+    return group_exit(run, out_dir, member="process")
 
 
 def exit_code(outcome: parent.DecodeOutcome) -> int:
     """The program's exit status; one error line (after the report) when it did not end well."""
     rc = outcome.returncode
     if outcome.interrupted and outcome.profile is None:  # a child still starting Python exits 1 on Ctrl-C
-        error = ChildFailed(parent.failure_message(outcome, child="the program") or "the program was interrupted")
-        error.exit_code = parent.EXIT_INTERRUPTED
-        raise error
+        raise ChildFailed(parent.failure_message(outcome, child="the program") or "the program was interrupted",
+                          exit_codes.INTERRUPTED)
     if rc < 0:
         raise ChildFailed(parent.failure_message(outcome, child="the program's process")
                           or f"the program's process ended with {rc}")
     if outcome.profile is None:
-        if rc == 0:
+        if rc == exit_codes.OK:
             raise CpuprofError(f"the program's process ended without saving a profile in {outcome.out_dir}")
         return rc  # the child said why in its own error line: it saved nothing
-    if rc == 0:
-        return 0
+    if rc == exit_codes.OK:
+        return rc
     reason = outcome.profile.status.reason or f"the program exited with status {rc}"
-    error = ChildFailed(f"{reason}; what was measured is in {outcome.out_dir / PROFILE_FILENAME}")
-    error.exit_code = parent.EXIT_INTERRUPTED if outcome.interrupted else rc
-    raise error
+    raise ChildFailed(f"{reason}; what was measured is in {outcome.out_dir / PROFILE_FILENAME}",
+                      exit_codes.of_child(rc, outcome.interrupted))

@@ -4,57 +4,24 @@ Started by :mod:`cpuprof.launch.parent` already pinned, memory-bound and with th
 environment set. It builds the model, reads back the settings actually in force, profiles
 prefill and decode, and saves the profile. While decoding it checkpoints every few seconds, and
 on SIGINT/SIGTERM it stops the profiler and saves what it has, so an interrupted run is never a
-lost run. Exit codes: 0 done, 2 bad configuration (one line on stderr), 130 interrupted.
+lost run. What it shares with every child (the profiler, settings, saving, endings and their exit
+codes) is :class:`cpuprof.launch.child_run.ChildRun`'s.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import CpuprofError
-from ..model import (
-    DecodeWorkload,
-    KvCachePoint,
-    MachineRoofs,
-    MemoryPoint,
-    Meta,
-    ModelInfo,
-    Profile,
-    RankInfo,
-    Settings,
-    Status,
-)
-from ..model.codec import from_json
+from ..model import DecodeWorkload, KvCachePoint, MemoryPoint, ModelInfo, Profile, RankInfo
 from ..units import fmt_params
 from ..workload.figures import step_figures
-from .child_setup import record_crashes, remove_perf_map
+from .child_run import ChildRun, child_main
 from .options import ChildConfig
-from .progress import Progress
-
-# Exit codes the parent tells apart (see cpuprof.launch.parent).
-EXIT_FAILED = 1  # this process reported the failure itself, in one line
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
-
-class Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, _frame: object) -> None:
-    # Once is enough: further signals while the profile is being saved are ignored.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Interrupted(signum)
 
 
 def peak_rss_bytes() -> int:
@@ -67,58 +34,49 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
-ROOFLINE_FILENAME = "roofline.svg"  # beside profile.json: the GEMMs on the roofline chart
 MAX_MEMORY_POINTS = 4096  # the RSS timeline keeps the first this many points (one per decode step)
 
 
-def _meta() -> Meta:
-    import datetime
-    import socket
+class DecodeRun(ChildRun):
+    """A decode: the model built, the settings read back, the roofs measured, prefill and decode
+    profiled (the base, :class:`~cpuprof.launch.child_run.ChildRun`, saves and ends it)."""
 
-    from .. import __version__
-
-    torch = sys.modules.get("torch")
-    return Meta(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                cpuprof_version=__version__, torch_version=getattr(torch, "__version__", None),
-                python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv))
-
-
-class DecodeRun:
-    """State of one run, so that any exit path can save a consistent profile."""
+    work = "decoding"
 
     def __init__(self, config: ChildConfig) -> None:
+        super().__init__(config.out, config.options.profile, config.requested, config.cpu_set, config.topology,
+                         checkpoint_s=config.options.checkpoint_s)
         self.config = config
         self.options = config.options
         self.wl = config.options.workload
-        self.out = Path(config.out)
-        self.progress = Progress()
-        self.prof: Any = None
-        self.stage = "starting"
         self.latencies: list[float] = []
         self.workload: DecodeWorkload | None = None
-        self.settings = Settings(requested=config.requested, cpu_set=config.cpu_set, topology=config.topology)
-        self.last_checkpoint = time.monotonic()
-        self.started = time.monotonic()
-        self.roofs: MachineRoofs | None = None
         self.rss_timeline: list[MemoryPoint] = []
         self.all_reduce: Any = None  # a tensor-parallel rank's AllReduceRecorder
+
+    def steps(self) -> None:
+        self.check_events()
+        self.mark_memory("start")
+        if self.options.calibrate_only:
+            self.calibrate()
+            self.stage = "reading the settings in force"
+            self.read_settings()  # after torch and its OpenMP runtime are loaded
+            return
+        model = self.build()
+        self.mark_memory("built")
+        self.stage = "reading the settings in force"
+        self.read_settings(model.parameter_tensors())
+        self.calibrate()
+        self.compile(model)
+        self.wait_for_ranks()
+        self.decode(model)
 
     # -- steps ----------------------------------------------------------------------------------
     def check_events(self) -> None:
         """A typo in --events fails now, not after minutes of building the model."""
-        popts = self.options.profile
-        if not popts.enabled:
-            return
-        from .. import events, native, profile
-
         self.stage = "setting up the profiler"
-        events.validate_names(events.resolve(popts.events), native.load())
-        self.prof = profile(popts.events, mode=popts.mode, record_shapes=popts.record_shapes,
-                            sample_hz=popts.sample_hz, stack_bytes=popts.stack_bytes, timeline=popts.timeline,
-                            python_stacks=popts.python_hz > 0, python_hz=popts.python_hz or 1,
-                            # A checkpoint's own model marks no regions: its modules do (named once
-                            # the model is loaded).
-                            modules=bool(self.wl.hf))
+        # A checkpoint's own model marks no regions: its modules do (named once the model is loaded).
+        self.make_profiler(modules=bool(self.wl.hf))
 
     def build(self) -> Any:
         import torch
@@ -233,14 +191,6 @@ class DecodeRun:
         would be a new shape case, and a recompilation of seconds inside the last measured step."""
         return self.wl.prompt_len + self.wl.new_tokens + 1 if self.wl.compile else None
 
-    def read_settings(self, model: Any) -> None:
-        from .in_force import compare, read_in_force
-
-        self.stage = "reading the settings in force"
-        in_force = read_in_force(model.parameter_tensors() if model is not None else None)
-        self.settings.in_force = in_force
-        self.settings.warnings = compare(self.config.requested, in_force)
-
     def mark_memory(self, phase: str) -> None:
         """One point of the RSS timeline; cheap (one /proc read) and never inside a timed step."""
         if len(self.rss_timeline) < MAX_MEMORY_POINTS:
@@ -286,9 +236,7 @@ class DecodeRun:
             rate = self.wl.batch * len(recent) / sum(recent)
             self.progress.show(f"decoding: step {index + 1}/{steps}, {rate:.2f} tokens/s (last {len(recent)} steps)",
                                phase="decode")
-            if time.monotonic() - self.last_checkpoint >= self.options.checkpoint_s:
-                self.save(complete=False, reason="checkpoint: the run was still going")
-                self.last_checkpoint = time.monotonic()
+            self.checkpoint_if_due()
 
         self.stage = "decoding"
         self.last_checkpoint = time.monotonic()  # the first checkpoint a full interval into decoding
@@ -322,16 +270,8 @@ class DecodeRun:
         self.progress.done(f"decoded {total} tokens: {result.tokens_per_s:.2f} tokens/s after "
                            f"{self.wl.warmup} warm-up steps")
 
-    def stop_profiler(self) -> None:
-        if self.prof is not None and self.prof.running:
-            self.prof.stop()
-
     # -- output ---------------------------------------------------------------------------------
-    def save(self, complete: bool, reason: str | None = None) -> None:
-        if self.prof is not None and self.prof.started:
-            profile = self.prof.profile or self.prof.snapshot()
-        else:
-            profile = Profile(meta=_meta())
+    def contribute(self, profile: Profile, complete: bool) -> None:
         if self.workload is not None:
             if not complete:
                 self.workload.steps_done = len(self.latencies)
@@ -342,92 +282,21 @@ class DecodeRun:
             if self.all_reduce is not None:
                 self.workload.collectives = self.all_reduce.record
         profile.workload = self.workload
-        profile.settings = self.settings
-        profile.roofs = self.roofs
-        profile.status = Status(complete=complete, reason=reason)
-        profile.save(self.out)
-        if profile.profiled and profile.roofs is not None:
-            from ..analysis.roofline import gemm_groups
-            from ..exports import roofline_svg
 
-            svg = roofline_svg.render(gemm_groups(profile), profile.roofs,
-                                      title=f"{profile.workload.model.name if profile.workload else 'GEMMs'}: "
-                                            "GEMMs against the roofs")
-            (self.out / ROOFLINE_FILENAME).write_text(svg)
-
-    def fail(self, what: str, debug_hint: bool = False) -> int:
-        """Saves what was measured and says, in the one error line, what failed and where that is."""
-        first = what.strip().splitlines()[0] if what.strip() else what
-        try:
-            self.stop_profiler()
-            self.save(complete=False, reason=self.failed_reason(f"failed: {first}"))
-            kept = f"; what was measured is in {self.out / 'profile.json'}"
-        except Exception as save_exc:  # keep the first failure the one reported
-            kept = f"; saving the profile failed too ({type(save_exc).__name__}: {save_exc})"
-        hint = " (set CPUPROF_DEBUG=1 for the traceback)" if debug_hint else ""
-        print(f"cpuprof: error: {self.failed_reason(f'decoding failed: {first}')}{kept}{hint}", file=sys.stderr)
-        return EXIT_FAILED
-
-    def failed_reason(self, what: str) -> str:
-        profiled = self.prof is not None and self.prof.started
-        tail = "" if profiled else "; nothing was profiled because of it"
+    def where(self) -> str:
         if self.stage == "decoding":
-            return f"{what} after {len(self.latencies)} of {self.wl.new_tokens} decode steps{tail}"
-        return f"{what} while {self.stage}{tail}"
+            return f"after {len(self.latencies)} of {self.wl.new_tokens} decode steps"
+        return super().where()
 
-
-def main(argv: list[str]) -> int:
-    try:
-        return _main(argv)
-    finally:
-        remove_perf_map()
+    def close(self) -> None:
         if "torch.distributed" in sys.modules:
             from ..workload.tensor_parallel import leave_group
 
             leave_group()
 
 
-def _main(argv: list[str]) -> int:
-    config = from_json(ChildConfig, json.loads(Path(argv[1]).read_text()), "launch")
-    record_crashes(config.out)
-    signal.signal(signal.SIGTERM, _raise_interrupted)
-    signal.signal(signal.SIGINT, _raise_interrupted)
-    run = DecodeRun(config)
-    try:
-        run.check_events()
-        run.mark_memory("start")
-        if config.options.calibrate_only:
-            run.calibrate()
-            run.read_settings(None)  # after torch and its OpenMP runtime are loaded
-            run.save(complete=True)
-            return 0
-        model = run.build()
-        run.mark_memory("built")
-        run.read_settings(model)
-        run.calibrate()
-        run.compile(model)
-        run.wait_for_ranks()
-        run.decode(model)
-        run.save(complete=True)
-        return 0
-    except CpuprofError as exc:
-        run.progress.done("")
-        if exc.exit_code == EXIT_USAGE:  # bad input found here: one line, nothing ran
-            print(f"cpuprof: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        return run.fail(str(exc))
-    except (Interrupted, KeyboardInterrupt) as exc:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        name = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
-        run.progress.done("")
-        run.stop_profiler()
-        run.save(complete=False, reason=run.failed_reason(f"interrupted by {name}"))
-        return EXIT_INTERRUPTED
-    except Exception as exc:
-        if os.environ.get("CPUPROF_DEBUG"):
-            raise
-        run.progress.done("")
-        return run.fail(f"{type(exc).__name__}: {exc}", debug_hint=True)
+def main(argv: list[str]) -> int:
+    return child_main(argv, ChildConfig, DecodeRun)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib.util
-import json
 import math
 import os
 import signal
@@ -26,21 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import exit_codes
 from ..errors import ChildFailed, UsageError
 from ..machine.topology import read_topology
 from ..model import PROFILE_FILENAME, Profile
-from ..model.codec import to_json
 from ..workload.dtypes import check_dtype, dtype_bytes
 from . import environment
-from .child_setup import REMOVE_PERF_MAP
+from .child_run import REMOVE_PERF_MAP, write_launch_file
 from .options import CRASH_FILENAME, ChildConfig, DecodeOptions
 
-# Exit codes the child uses for outcomes the parent must tell apart from a crash.
-EXIT_FAILED = 1  # the child said what failed and what it saved, in one line
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 KILL_GRACE_S = 15.0  # after the launcher's interrupt: time for a child to save its profile before SIGKILL
-LAUNCH_FILENAME = "launch.json"
 CHILD_MODULE = "cpuprof.launch.child"  # the decode child; `run` starts cpuprof.launch.script_child
 
 
@@ -174,8 +168,7 @@ def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: P
                 extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Writes ``out_dir/launch.json`` and starts the child on it, without waiting.
     ``extra_env``: variables set on top of the launch's (a rank's place in its group)."""
-    launch_file = out_dir / LAUNCH_FILENAME
-    launch_file.write_text(json.dumps(to_json(config), indent=1))
+    launch_file = write_launch_file(out_dir, config)
     profile_path = out_dir / PROFILE_FILENAME
     for stale in (profile_path, out_dir / CRASH_FILENAME):
         stale.unlink(missing_ok=True)  # never report an earlier run's profile or crash as this one's
@@ -347,7 +340,7 @@ def failure_message(outcome: DecodeOutcome, child: str = "the decode child") -> 
         kept = f"{what}{progress} is in {where}"
     else:
         kept = "it had not yet written a profile"
-    if rc == EXIT_INTERRUPTED or outcome.interrupted:
+    if rc == exit_codes.INTERRUPTED or outcome.interrupted:
         what = "decoding" if child == "the decode child" else child
         return f"{what} was interrupted; {kept}"
     if rc < 0:
@@ -364,9 +357,7 @@ def check_outcome(outcome: DecodeOutcome) -> int:
     """The exit code for the CLI; raises ChildFailed with one line for a crash or an interrupt."""
     message = failure_message(outcome)
     if message is None:
-        return 0
-    if outcome.returncode in (EXIT_USAGE, EXIT_FAILED) and not outcome.interrupted:
+        return exit_codes.OK
+    if outcome.returncode in exit_codes.REPORTED_BY_CHILD and not outcome.interrupted:
         return outcome.returncode  # the child already said, in one line, what it rejected or what failed
-    error = ChildFailed(message)
-    error.exit_code = EXIT_INTERRUPTED if outcome.returncode == EXIT_INTERRUPTED or outcome.interrupted else 1
-    raise error
+    raise ChildFailed(message, exit_codes.of_child(outcome.returncode, outcome.interrupted))

@@ -19,10 +19,12 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from .. import exit_codes
+from ..errors import ChildFailed, UsageError
 from ..machine.topology import read_topology
 from ..model import Topology, format_cpulist
 from ..model.ranks import MultiRun, RankOutcome
@@ -160,20 +162,55 @@ def launch_ranks(options: DecodeOptions, out_dir: Path, mode: str, n: int, ranks
     """``decode --tp N`` / ``--instances N``: ``n`` decode children, supervised; returns what ranks.json says.
     ``relay``: copy rank 0's log to stderr as it comes (a sweep keeps it in the log only)."""
     check_options(options, mode, n, backend)
-    prepared = []
-    for place, launch, rank_dir in rank_launches(options.launch, out_dir, n, ranks_per_node):
-        rank_options = dataclasses.replace(options, launch=launch, out=str(rank_dir))
-        try:
-            resolved, config = parent.prepare(rank_options, rank_dir)
-        except UsageError as exc:
-            raise UsageError(f"rank {place.rank} (CPUs {format_cpulist(place.cpus)}): {exc}") from exc
+
+    def prepare_rank(place: RankPlacement, launch: environment.LaunchSettings,
+                     rank_dir: Path) -> tuple[environment.ResolvedLaunch, object]:
+        resolved, config = parent.prepare(dataclasses.replace(options, launch=launch, out=str(rank_dir)), rank_dir)
         config.rank = RankConfig(mode=mode, rank=place.rank, world_size=n,
                                  backend=backend if mode == "tp" else None, timeout_s=timeout_s,
                                  cpus=list(place.cpus))
+        return resolved, config
+
+    return run_group(options.launch, out_dir, n, ranks_per_node, prepare_rank, mode=mode,
+                     backend=backend if mode == "tp" else None, timeout_s=timeout_s,
+                     profiled=options.profile.enabled, relay=relay,
+                     check_group=lambda: _check_group_memory(options, mode, n))
+
+
+def run_group(launch: environment.LaunchSettings, out_dir: Path, n: int, ranks_per_node: int | None,
+              prepare_rank: Callable[[RankPlacement, environment.LaunchSettings, Path],
+                                     tuple[environment.ResolvedLaunch, object]],
+              mode: str, backend: str | None, timeout_s: float, profiled: bool, module: str = parent.CHILD_MODULE,
+              relay: bool = True, check_group: Callable[[], None] | None = None) -> MultiRun:
+    """The one way a group of children runs (decode --tp/--instances, run --nproc, a sweep's group):
+    the machine split between ``n`` ranks, each rank's child config made by ``prepare_rank`` (its
+    bad input named with the rank and its CPUs), ``check_group`` (what all of them together
+    need), then every rank started, supervised and recorded in ranks.json."""
+    prepared = []
+    for place, rank_launch, rank_dir in rank_launches(launch, out_dir, n, ranks_per_node):
+        try:
+            resolved, config = prepare_rank(place, rank_launch, rank_dir)
+        except UsageError as exc:
+            raise UsageError(f"rank {place.rank} (CPUs {format_cpulist(place.cpus)}): {exc}") from exc
         prepared.append(PreparedRank(place, resolved, config, rank_dir))
-    _check_group_memory(options, mode, n)
-    return launch_group(prepared, out_dir, mode, backend if mode == "tp" else None, timeout_s,
-                        profiled=options.profile.enabled, relay=relay)
+    if check_group is not None:
+        check_group()
+    return launch_group(prepared, out_dir, mode, backend, timeout_s, profiled=profiled, module=module, relay=relay)
+
+
+def group_failure(run: MultiRun, out_dir: Path, member: str = "rank") -> ChildFailed | None:
+    """The one error for a group some of whose children failed, or None: the first failure's line, how
+    many failed after it, where the profiles are; its exit code from :func:`cpuprof.exit_codes.of_group`.
+    ``member``: what the line calls one child ("rank", "process")."""
+    failed = run.failed()
+    if not failed:
+        return None
+    first = failed[0].failure or f"rank {failed[0].rank} failed"
+    others = f"{member}(es)" if member.endswith("s") else f"{member}(s)"
+    more = f" (and {len(failed) - 1} more {others} failed after it)" if len(failed) > 1 else ""
+    code = exit_codes.of_group([exit_codes.FAILED if r.returncode is None else r.returncode for r in failed],
+                               run.interrupted)
+    return ChildFailed(f"{first}{more}; every {member}'s profile so far is in {out_dir}/rank-*", code)
 
 
 def _check_group_memory(options: DecodeOptions, mode: str, n: int) -> None:
@@ -244,7 +281,7 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
         elif e.stopped_by is not None and first is not None:
             entry.failure = (f"rank {p.place.rank} was still running {timeout_s:g} s after rank {first.index} "
                              f"failed and was stopped ({e.stopped_by})")
-        elif e.returncode in (parent.EXIT_FAILED, parent.EXIT_USAGE):
+        elif e.returncode in exit_codes.REPORTED_BY_CHILD:
             own = _last_error_line(p.directory / CHILD_LOG)
             entry.failure = f"rank {p.place.rank}: {own}" if own else entry.failure
     run.finished = True

@@ -10,8 +10,10 @@ torch is profiled and nothing before it (the interpreter, cpuprof) is.
 However the program ends (it returns, calls ``sys.exit``, raises, or SIGINT/SIGTERM stops it),
 the profile is stopped and saved to ``profile.json`` with the settings read back in force; the
 parent renders the report from it. Exit code: the program's own (0 when it returns, its
-``sys.exit`` status, 1 when it raised), 130 when interrupted; a program that never imported torch,
-or a profiler that could not start, is one error line here and no profile.
+``sys.exit`` status, FAILED when it raised), INTERRUPTED when interrupted (:mod:`cpuprof.exit_codes`);
+a program that never imported torch, or a profiler that could not start, is one error line here and
+no profile. The profiler, the settings, the saving and the launch file are the child-run base's
+(:class:`cpuprof.launch.child_run.ChildRun`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import json
 import os
 import runpy
 import signal
@@ -28,22 +29,17 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+from .. import exit_codes
 from ..errors import CpuprofError
-from ..model import Profile, Requested, Settings, Status, Topology
-from ..model.codec import from_json
-from .child_setup import record_crashes, remove_perf_map
+from ..model import Profile, Requested, Topology
+from .child_run import ChildRun, child_main, error_line
 from .environment import LaunchSettings
 from .options import ProfileOptions
-from .progress import Progress
 
 MODULE = "cpuprof.launch.script_child"
-# Exit codes of cpuprof's own outcomes (see cpuprof.launch.parent); otherwise the program's status.
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
 # One Ctrl-C in a terminal reaches this process twice: from the terminal, and forwarded by the
 # parent (which forwards every signal, since one sent to the parent alone must reach us too).
 # A second signal this soon after the first is that same key press.
@@ -142,16 +138,16 @@ class Ending:
     usage: bool = False  # cpuprof, not the program, refused to go on
 
 
-class ScriptRun:
-    """One run of the program: the profile it starts, and how the run ended."""
+class ScriptRun(ChildRun):
+    """One run of the program: the profile it starts, and how the run ended. Its endings are the
+    program's (its exit status), so it has its own ``execute``; the rest is the base's."""
+
+    work = "the program"
 
     def __init__(self, config: ScriptConfig) -> None:
+        super().__init__(config.out, config.profile, config.requested, config.cpu_set, config.topology)
         self.config = config
-        self.out = Path(config.out)
-        self.progress = Progress()
-        self.prof: Any = None
         self.start_error: CpuprofError | None = None
-        self.started = time.monotonic()
         self._last_signal = -DUPLICATE_SIGNAL_S
 
     # -- the profile ----------------------------------------------------------------------------
@@ -159,24 +155,19 @@ class ScriptRun:
         """Runs inside the program's first ``import torch``, just after torch has loaded."""
         import torch
 
-        from .. import events, native, profile
-
         try:
             # As the decode child does: the launch's thread count, whatever torch read at start-up.
             torch.set_num_threads(self.config.requested.threads)
-            p = self.config.profile
-            events.validate_names(events.resolve(p.events), native.load())
             # Held before it starts: a signal between the two would otherwise lose a running session.
-            self.prof = profile(p.events, mode=p.mode, record_shapes=p.record_shapes, sample_hz=p.sample_hz,
-                                stack_bytes=p.stack_bytes, timeline=p.timeline, python_stacks=p.python_hz > 0,
-                                python_hz=p.python_hz or 1)
-            self.prof.start()
+            prof = self.make_profiler()
+            assert prof is not None, "cpuprof run always profiles"
+            prof.start()
         except CpuprofError as exc:
             self.start_error = exc
             raise ProfilerFailed(exc) from None
         threads = self.config.requested.threads
-        self.progress.done(f"torch imported: profiling every op from here ({p.mode} mode, {threads} "
-                           f"thread{'s' if threads != 1 else ''})")
+        self.progress.done(f"torch imported: profiling every op from here ({self.config.profile.mode} mode, "
+                           f"{threads} thread{'s' if threads != 1 else ''})")
 
     # -- signals --------------------------------------------------------------------------------
     def on_signal(self, signum: int, _frame: object) -> None:
@@ -195,8 +186,8 @@ class ScriptRun:
         try:
             if target.module is not None:
                 if not _module_exists(target.module):
-                    return Ending(status=2, reason=f"no module named {target.module!r} (python -m {target.module})",
-                                  usage=True)
+                    return Ending(status=exit_codes.USAGE, usage=True,
+                                  reason=f"no module named {target.module!r} (python -m {target.module})")
                 # As python -m does: sys.path[0] stays the working directory (already so under our -m).
                 sys.argv = [target.module, *target.args]
                 runpy.run_module(target.module, run_name="__main__", alter_sys=True)
@@ -209,66 +200,71 @@ class ScriptRun:
         except SystemExit as exc:
             return _exit_ending(exc.code)
         except KeyboardInterrupt:
-            return Ending(status=EXIT_INTERRUPTED, reason="the program was interrupted by SIGINT")
+            return Ending(status=exit_codes.INTERRUPTED, reason="the program was interrupted by SIGINT")
         except Terminated as exc:
-            return Ending(status=EXIT_INTERRUPTED, reason=f"the program was interrupted by {exc.args[0]}")
+            return Ending(status=exit_codes.INTERRUPTED, reason=f"the program was interrupted by {exc.args[0]}")
         except ProfilerFailed as exc:
             return Ending(status=exc.error.exit_code, reason=str(exc.error), usage=True)
         except BaseException as exc:  # the program's own failure: its traceback, as Python would print it
             _print_program_traceback(exc)
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            return Ending(status=1, reason=f"the program raised {what.splitlines()[0]}")
+            return Ending(status=exit_codes.FAILED, reason=f"the program raised {what.splitlines()[0]}")
         return Ending(status=0, reason=None)
 
     # -- the end --------------------------------------------------------------------------------
     def finish(self, ending: Ending) -> int:
         """Stops the profile and saves it; the one error line when there is nothing to save."""
         if self.start_error is not None:  # even if the program caught ProfilerFailed and went on
-            print(f"cpuprof: error: {self.start_error}", file=sys.stderr)
+            error_line(str(self.start_error))
             return self.start_error.exit_code
         if ending.usage:
-            if self.prof is not None and self.prof.running:
-                self.prof.stop()
-            print(f"cpuprof: error: {ending.reason}", file=sys.stderr)
+            self.stop_profiler()
+            error_line(f"{ending.reason}")
             return ending.status
-        if self.prof is None or not self.prof.started:
+        if not self.profiled:
             ran = f"it ran for {time.monotonic() - self.started:.1f} s"
             how = f"{ending.reason}; " if ending.reason else ""
-            print(f"cpuprof: error: nothing was profiled: torch was never imported ({how}{ran}); cpuprof profiles "
-                  "a program from its first `import torch`", file=sys.stderr)
-            return ending.status or EXIT_FAILED
-        if self.prof.running:
-            self.prof.stop()
-        profile: Profile = self.prof.profile
-        self.save(profile, ending)
+            error_line(f"nothing was profiled: torch was never imported ({how}{ran}); cpuprof profiles a program "
+                       "from its first `import torch`")
+            return ending.status or exit_codes.FAILED
+        self.stop_profiler()
+        self.save(complete=ending.status == exit_codes.OK, reason=ending.reason)
         return ending.status
 
-    def save(self, profile: Profile, ending: Ending) -> None:
+    def contribute(self, profile: Profile, complete: bool) -> None:
+        """The settings in force as the program ends, and the roofs a decode or `cpuprof calibrate`
+        measured under this same launch, if any: a program's run is its own, so they are never
+        measured here."""
         from ..machine import roofs
-        from .in_force import compare, read_in_force
 
-        settings = Settings(requested=self.config.requested, cpu_set=self.config.cpu_set,
-                            topology=self.config.topology)
-        settings.in_force = read_in_force()
-        settings.warnings = compare(self.config.requested, settings.in_force)
-        profile.settings = settings
-        # The roofs a decode or `cpuprof calibrate` measured under this same launch, if any: a
-        # program's run is its own, so they are never measured here.
+        self.read_settings()
         cpus = sorted(self.config.requested.cpus or os.sched_getaffinity(0))
-        profile.roofs, _ = roofs.cached(self.config.requested.threads, cpus)
-        if profile.roofs is None:
+        self.roofs, _ = roofs.cached(self.config.requested.threads, cpus)
+        if self.roofs is None:
             self.progress.done("note: the cache has no roofs measured for this machine, torch and launch, so GEMMs "
                                "are not judged against them (measure them with: python -m cpuprof calibrate and "
                                "the same launch options)")
-        profile.status = Status(complete=ending.status == 0, reason=ending.reason)
-        profile.save(self.out)
-        if profile.roofs is not None:
-            from ..analysis.roofline import gemm_groups
-            from ..exports import roofline_svg
-            from .child import ROOFLINE_FILENAME
 
-            svg = roofline_svg.render(gemm_groups(profile), profile.roofs, title="GEMMs against the roofs")
-            (self.out / ROOFLINE_FILENAME).write_text(svg)
+    def execute(self) -> int:
+        hook = TorchImportHook(self.start_profile)
+        hook.install()
+        signal.signal(signal.SIGINT, self.on_signal)
+        signal.signal(signal.SIGTERM, self.on_signal)
+        try:
+            ending = self.run_program()
+        finally:
+            hook.remove()
+            # Whatever arrives now would cut the saving of what was measured short.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            return self.finish(ending)
+        except Exception as exc:
+            if os.environ.get("CPUPROF_DEBUG"):
+                raise
+            error_line(f"saving the profile failed ({type(exc).__name__}: {exc}) (set CPUPROF_DEBUG=1 for the "
+                       "traceback)")
+            return exit_codes.FAILED
 
 
 def _module_exists(name: str) -> bool:
@@ -305,35 +301,7 @@ def _print_program_traceback(exc: BaseException) -> None:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        return _main(argv)
-    finally:
-        remove_perf_map()
-
-
-def _main(argv: list[str]) -> int:
-    config = from_json(ScriptConfig, json.loads(Path(argv[1]).read_text()), "launch")
-    record_crashes(config.out)
-    run = ScriptRun(config)
-    hook = TorchImportHook(run.start_profile)
-    hook.install()
-    signal.signal(signal.SIGINT, run.on_signal)
-    signal.signal(signal.SIGTERM, run.on_signal)
-    try:
-        ending = run.run_program()
-    finally:
-        hook.remove()
-        # Whatever arrives now would cut the saving of what was measured short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        return run.finish(ending)
-    except Exception as exc:
-        if os.environ.get("CPUPROF_DEBUG"):
-            raise
-        print(f"cpuprof: error: saving the profile failed ({type(exc).__name__}: {exc}) "
-              "(set CPUPROF_DEBUG=1 for the traceback)", file=sys.stderr)
-        return EXIT_FAILED
+    return child_main(argv, ScriptConfig, ScriptRun)
 
 
 if __name__ == "__main__":

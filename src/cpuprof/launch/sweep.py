@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import itertools
-import json
 import os
 import re
 import signal
@@ -22,14 +21,12 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, exit_codes
 from ..errors import CpuprofError, UsageError
 from ..model.codec import from_json, to_json
 from ..model.compare import (
-    COMPARE_FILENAME,
     COMPARE_FORMAT,
     COMPARE_VERSION,
-    COMPARE_VERSIONS_READ,
     Comparison,
     RunMetrics,
     SweepConfig,
@@ -168,36 +165,11 @@ def plan(base: DecodeOptions, axes: dict[str, list[str]], repetitions: int, argv
 
 
 def save(comparison: Comparison, out_dir: Path) -> Path:
-    """Atomically: a sweep killed while saving keeps the previous state."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / COMPARE_FILENAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(to_json(comparison), indent=1))
-    os.replace(tmp, path)
-    return path
+    return comparison.save(out_dir)
 
 
 def load(path: str | os.PathLike[str]) -> Comparison:
-    from ..model.codec import DecodeError
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / COMPARE_FILENAME
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no {COMPARE_FILENAME} here (written by python -m cpuprof compare)") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{p}: not a readable comparison ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != COMPARE_FORMAT:
-        raise UsageError(f"{p}: not a cpuprof comparison")
-    if data.get("version") not in COMPARE_VERSIONS_READ:
-        raise UsageError(f"{p}: comparison version {data.get('version')}; this cpuprof reads "
-                         f"{', '.join(map(str, COMPARE_VERSIONS_READ))}")
-    try:
-        return from_json(Comparison, data, "comparison")
-    except DecodeError as exc:
-        raise UsageError(f"{p}: damaged comparison: {exc}") from None
+    return Comparison.load(path)
 
 
 def base_options(comparison: Comparison) -> DecodeOptions:
@@ -234,9 +206,9 @@ def run_one(comparison: Comparison, config: int, repetition: int, out_dir: Path)
         record.wall_s = time.monotonic() - started
         return record
     record.wall_s = time.monotonic() - started
-    # The child saves what it has and exits 130; a signal before its handlers are set kills it, or
+    # The child saves what it has and exits INTERRUPTED; a signal before its handlers are set kills it, or
     # (while Python itself starts) makes it exit 1: the launcher knows it passed a signal on.
-    if outcome.interrupted or outcome.returncode in (parent.EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
+    if outcome.interrupted or outcome.returncode in (exit_codes.INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
         record.status = "interrupted"
         return record
     message = parent.failure_message(outcome)

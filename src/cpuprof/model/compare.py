@@ -8,15 +8,25 @@ kept here are the few that rank and explain configurations, taken from that prof
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-COMPARE_FORMAT = "cpuprof-compare"
-# 2: the tp and instances axes, and RunMetrics.all_reduce_share. Version 1 files read as they are
-# (one process per run; the new figure absent), so both are read; an older cpuprof names the version.
-COMPARE_VERSION = 2
-COMPARE_VERSIONS_READ = (1, 2)
-COMPARE_FILENAME = "compare.json"
+from .io import FileKind, read_versioned, write_versioned
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 is version 2 without what it added (the tp and instances axes, and
+    RunMetrics.all_reduce_share): one process per run, the new figure absent."""
+    return data
+
+
+COMPARE_FILE = FileKind(name="comparison", format="cpuprof-compare", version=2, filename="compare.json",
+                        written_by="python -m cpuprof compare", migrations={1: _v1_to_v2})
+COMPARE_FORMAT = COMPARE_FILE.format
+COMPARE_VERSION = COMPARE_FILE.version
+COMPARE_FILENAME = COMPARE_FILE.filename
 
 
 @dataclass
@@ -85,3 +95,12 @@ class Comparison:
         """Whether that run has a result to keep (done or failed); interrupted runs run again on resume."""
         return any(r.config == config and r.repetition == repetition and r.status in ("done", "failed")
                    for r in self.runs)
+
+    def save(self, out_dir: str | os.PathLike[str]) -> Path:
+        """``out_dir/compare.json``, atomically: a sweep killed while saving keeps the previous state."""
+        return write_versioned(Path(out_dir) / COMPARE_FILENAME, COMPARE_FILE, self)
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> Comparison:
+        """A comparison file, or compare.json in a directory; FileFormatError (one line) otherwise."""
+        return read_versioned(path, COMPARE_FILE, Comparison)

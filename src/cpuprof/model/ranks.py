@@ -7,16 +7,17 @@ whose parent was killed says which ranks there were and where their profiles are
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CpuprofError
-from .codec import DecodeError, from_json, to_json
+from .io import FileKind, read_versioned, write_versioned
 
-RANKS_FORMAT = "cpuprof-ranks"
-RANKS_VERSION = 1
-RANKS_FILENAME = "ranks.json"
+RANKS_FILE = FileKind(name="ranks file", format="cpuprof-ranks", version=1, filename="ranks.json",
+                      written_by="cpuprof decode --tp/--instances or run --nproc")
+RANKS_FORMAT = RANKS_FILE.format
+RANKS_VERSION = RANKS_FILE.version
+RANKS_FILENAME = RANKS_FILE.filename
 
 
 @dataclass
@@ -44,33 +45,22 @@ class MultiRun:
     format: str = RANKS_FORMAT
     version: int = RANKS_VERSION
 
-    @property
-    def failures(self) -> list[str]:
-        """How each failed rank ended, the first to fail first (the others usually followed it)."""
+    def failed(self) -> list[RankOutcome]:
+        """The ranks that failed, the first to fail first (the others usually followed it)."""
         failed = [r for r in self.ranks if r.failure]
         failed.sort(key=lambda r: (r.ended_s is None, r.ended_s or 0.0))
-        return [r.failure for r in failed if r.failure]
+        return failed
 
-    def save(self, directory: Path) -> None:
-        path = directory / RANKS_FILENAME
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(to_json(self), indent=1))
-        tmp.replace(path)
+    @property
+    def failures(self) -> list[str]:
+        """How each failed rank ended, the first to fail first."""
+        return [r.failure for r in self.failed() if r.failure]
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """``directory/ranks.json``, atomically."""
+        return write_versioned(Path(directory) / RANKS_FILENAME, RANKS_FILE, self)
 
     @staticmethod
-    def load(path: str | Path) -> MultiRun:
-        p = Path(path)
-        if p.is_dir():
-            p = p / RANKS_FILENAME
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise CpuprofError(f"{p}: no such file") from None
-        except (OSError, ValueError) as exc:
-            raise CpuprofError(f"{p}: not a readable ranks file ({exc})") from None
-        if not isinstance(data, dict) or data.get("format") != RANKS_FORMAT:
-            raise CpuprofError(f"{p}: not a cpuprof ranks file")
-        try:
-            return from_json(MultiRun, data, "ranks")
-        except DecodeError as exc:
-            raise CpuprofError(f"{p}: malformed ranks file ({exc})") from None
+    def load(path: str | os.PathLike[str]) -> MultiRun:
+        """A ranks file, or ranks.json in a directory; FileFormatError (one line) otherwise."""
+        return read_versioned(path, RANKS_FILE, MultiRun)
