@@ -46,7 +46,7 @@ def test_the_flags_defaults_are_the_options_defaults():
 @pytest.mark.parametrize("command", ["decode", "run", "calibrate", "compare"])
 def test_enumerations_are_choices_refused_before_anything_starts(command: str, capsys: pytest.CaptureFixture[str]):
     parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command").choices[command]  # type: ignore[union-attr]
+    sub = next(a for a in parser._actions if a.dest == "subcommand").choices[command]  # type: ignore[union-attr]
     enumerated = [a for a in sub._actions if a.choices]
     assert {a.option_strings[-1] for a in enumerated} >= {"--format"}
     assert next(a for a in enumerated if "--format" in a.option_strings).choices == FORMATS
