@@ -49,6 +49,7 @@ class SampledCounting final : public CountingStrategy {
         lost_of_(static_cast<size_t>(options.max_slots)),
         votes_(static_cast<size_t>(options.max_slots)),
         runs_(static_cast<size_t>(options.max_slots)),
+        buckets_(static_cast<size_t>(options.max_slots)),
         scratch_(65536) {
     stacks_.init(kMaxStacks, kMaxStackFrames, kMaxStackCounts, options.timeline_samples);
     for (int e = 0; e < context.n_events() && cpu_event_ < 0; ++e) {
@@ -95,9 +96,11 @@ class SampledCounting final : public CountingStrategy {
       advance_all(INT64_MAX);
       const int64_t end = stopped_ns_ > 0 ? stopped_ns_ : now;
       for (int slot : on_cpu_) settle(slot, end);
+      flush_all();
       charge_remainders();
     } else {
       advance_all(until);
+      flush_all();
     }
   }
 
@@ -196,6 +199,7 @@ class SampledCounting final : public CountingStrategy {
   struct Replay {
     int depth = 0;
     uint32_t path[kMaxDepth];
+    uint64_t path_hash[kMaxDepth + 1] = {};  // path_hash[d]: the first d entries of path
     int64_t time = 0;  // events up to this time are applied
     // The last callback of cpuprof's: the thread was in it from hook_from to hook_until.
     int64_t hook_from = 0, hook_until = 0;
@@ -342,6 +346,7 @@ class SampledCounting final : public CountingStrategy {
     if (e.begin) {
       if (e.depth < kMaxDepth) {
         r.path[e.depth] = e.entry;
+        r.path_hash[e.depth + 1] = mix(r.path_hash[e.depth], e.entry);
         r.depth = e.depth + 1;
       }
       r.hook_from = e.hook_ns;
@@ -408,6 +413,70 @@ class SampledCounting final : public CountingStrategy {
     }
   }
 
+  static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+  }
+
+  // Interval charges are many (a few per op boundary for every thread on a CPU) and land on few
+  // op paths, so they are summed per thread and path in a small direct-mapped table and charged
+  // to the op table once per collector pass: an addition per boundary instead of an atomic per op
+  // on the path.
+  static constexpr uint64_t kOutsideKey = 1, kProfilerKey = 2;
+  static constexpr int kSettleBuckets = 1024;
+  struct Bucket {
+    uint64_t key = 0;  // 0: empty; kOutsideKey, kProfilerKey, or an op path's hash (top bit set)
+    uint32_t path = kEmptySequence;
+    uint64_t ns = 0;
+  };
+
+  void accumulate(int slot, uint64_t key, const uint32_t* path, int depth, uint64_t ns) {
+    std::unique_ptr<Bucket[]>& table = buckets_[slot];
+    if (!table) {
+      table.reset(new Bucket[kSettleBuckets]);
+      dirty_.push_back(slot);
+    }
+    Bucket& b = table[(key ^ (key >> 29)) & (kSettleBuckets - 1)];
+    if (b.key == key) {
+      b.ns += ns;
+      return;
+    }
+    if (b.key != 0) flush(slot, b);
+    uint32_t id = kEmptySequence;
+    if (key != kOutsideKey && key != kProfilerKey) {
+      id = stacks_.intern_path(path, depth);
+      if (id == kEmptySequence) {  // the path table is full: charged at once
+        charge_cpu(path, depth, slot, ns);
+        return;
+      }
+    }
+    b = Bucket{key, id, ns};
+  }
+
+  void flush(int slot, Bucket& b) {
+    if (b.key == kOutsideKey) {
+      charge_cpu(nullptr, 0, slot, b.ns);
+    } else if (b.key == kProfilerKey) {
+      const uint32_t profiler_path[1] = {kProfilerEntry};
+      charge_cpu(profiler_path, 1, slot, b.ns);
+    } else {
+      const uint32_t* entries;
+      int n;
+      stacks_.paths().items_of(b.path, &entries, &n);
+      charge_cpu(entries, n, slot, b.ns);
+    }
+    b = Bucket{};
+  }
+
+  void flush_all() {
+    for (int slot : dirty_) {
+      Bucket* table = buckets_[slot].get();
+      for (int i = 0; i < kSettleBuckets; ++i) {
+        if (table[i].key != 0) flush(slot, table[i]);
+      }
+    }
+  }
+
   // Charges a thread on a CPU for its time since it was last charged, up to `until`, to what its
   // dispatching thread ran meanwhile (nothing changed there since: every boundary settles first).
   void settle(int slot, int64_t until) {
@@ -421,18 +490,22 @@ class SampledCounting final : public CountingStrategy {
     run.tracked += ns;
     by_interval_ns_ += ns;
     if (run.owner < 0) {
-      charge_cpu(nullptr, 0, slot, ns);
+      accumulate(slot, kOutsideKey, nullptr, 0, ns);
       return;
     }
     const Replay& r = replays_[run.owner];
     // The dispatching thread in cpuprof's own callback: its time, and its workers' meanwhile, is
     // the profiler's (op wall times leave the callbacks out too).
     const int64_t hook = std::max<int64_t>(0, std::min(until, r.hook_until) - std::max(from, r.hook_from));
-    if (hook > 0) {
-      const uint32_t profiler_path[1] = {kProfilerEntry};
-      charge_cpu(profiler_path, 1, slot, static_cast<uint64_t>(hook));
+    if (hook > 0) accumulate(slot, kProfilerKey, nullptr, 0, static_cast<uint64_t>(hook));
+    if (ns > static_cast<uint64_t>(hook)) {
+      const uint64_t rest = ns - static_cast<uint64_t>(hook);
+      if (r.depth == 0) {
+        accumulate(slot, kOutsideKey, nullptr, 0, rest);
+      } else {
+        accumulate(slot, r.path_hash[r.depth] | (1ULL << 63), r.path, r.depth, rest);
+      }
     }
-    if (ns > static_cast<uint64_t>(hook)) charge_cpu(r.path, r.depth, slot, ns - static_cast<uint64_t>(hook));
   }
 
   void go_on_cpu(int slot, int64_t time) {
@@ -537,6 +610,8 @@ class SampledCounting final : public CountingStrategy {
   std::vector<uint64_t> samples_of_, lost_of_;  // [slot]
   std::vector<WorkerVotes> votes_;      // [slot]
   std::vector<Run> runs_;               // [slot]
+  std::vector<std::unique_ptr<Bucket[]>> buckets_;  // [slot]: interval charges not yet in the op table
+  std::vector<int> dirty_;              // slots that have buckets
   std::vector<int> on_cpu_;             // slots whose switch records say they are on a CPU now
   int64_t stopped_ns_ = 0;
   uint64_t switch_records_ = 0, by_interval_ns_ = 0, by_sample_ns_ = 0;

@@ -138,6 +138,17 @@ def test_run_queue_warning_names_the_waiting_threads():
     assert rendered(profile).count("WARNING:") == 2
 
 
+def test_run_queue_delay_that_cpuprofs_collector_can_explain_is_not_warned_about():
+    # one CPU for the program and the collector: the collector's 40 ms of CPU delayed the thread
+    profile = make_profile()
+    assert profile.overhead is not None and profile.collection is not None
+    profile.overhead.discovery_cpu_ns = 40 * MS
+    profile.threads[1].run_delay_ns = 60 * MS  # 6% of 1 s, 2% beyond the collector's CPU
+    assert run_queue_warning(profile) is None
+    profile.threads[1].run_delay_ns = 80 * MS  # 4% beyond it: something else ran there too
+    assert "T1 (tid 11) 8.0%" in (run_queue_warning(profile) or "")
+
+
 def test_unprofiled_run_says_why():
     profile = Profile(meta=meta(), workload=decode_workload())
     assert "not profiled (--no-profile)" in rendered(profile)

@@ -61,9 +61,14 @@ def thread_rows(profile: Profile) -> list[ThreadRow]:
 
 
 def run_queue_warning(profile: Profile, threshold: float = defaults.RUN_QUEUE_WARNING_SHARE) -> str | None:
-    """One line when any working thread waited for a CPU for more than ``threshold`` of the run."""
-    rows = [r for r in thread_rows(profile) if r.run_delay_share is not None]
-    waiting = sorted((r for r in rows if r.run_delay_share is not None and r.run_delay_share > threshold),
+    """One line when any working thread waited for a CPU for more than ``threshold`` of the run,
+    beyond what cpuprof's own collector thread can have taken from it: on a run with no spare CPU
+    the collector competes with the program, and that wait is the profiler's overhead (reported
+    as such), not something else running on the machine."""
+    wall = profile.collection.wall_ns if profile.collection else 0
+    ours = profile.overhead.discovery_cpu_ns if profile.overhead else 0
+    rows = [r for r in thread_rows(profile) if r.run_delay_ns is not None and r.run_delay_share is not None]
+    waiting = sorted((r for r in rows if wall and ((r.run_delay_ns or 0) - ours) / wall > threshold),
                      key=lambda r: r.run_delay_share or 0.0, reverse=True)
     if not waiting:
         return None
