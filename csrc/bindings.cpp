@@ -313,6 +313,8 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: the next `count` perf_event_open calls fail with `errno` (count < 0: all; errno 0 clears).");
   m.def("inject_sampling_errno", &inject_sampling_errno, py::arg("errno"),
         "Test hook: every open of a sampling event fails with `errno` (0 clears); counting still works.");
+  m.def("inject_no_context_switches", &inject_no_context_switches, py::arg("off"),
+        "Test hook: sampling events get no switch records, as on a kernel older than 4.3 (False restores).");
   m.def("inject_collect_delay_us", &inject_collect_delay_us, py::arg("delay_us"),
         "Test hook: every collector period but the final one takes this many microseconds longer (0 clears).");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),

@@ -83,6 +83,7 @@ class ExactCounting final : public CountingStrategy {
     const RawCount* start = b.start.get() + depth * stride_;
     const uint64_t* children = b.children.get() + depth * stride_;
     uint64_t* parent = depth > 0 ? b.children.get() + (depth - 1) * stride_ : nullptr;
+    const uint64_t self_wall = static_cast<uint64_t>(std::max<int64_t>(0, wall_ns - frame.child_ns));
     for (int m = 0; m < members_now; ++m) {
       const int slot = ctx_.team->member(m);
       if (!reads(slot, state.slot) || !ctx_.table->slot_ready(slot)) continue;
@@ -119,7 +120,10 @@ class ExactCounting final : public CountingStrategy {
           incl = children[i];
         }
         if (incl == 0) continue;
-        const uint64_t self_count = incl > children[i] ? incl - children[i] : 0;
+        uint64_t self_count = incl > children[i] ? incl - children[i] : 0;
+        // Held to the self wall time too: a worker that spun through the op's own brackets but
+        // slept in its children would otherwise show the children's wall time as its self CPU.
+        if (ctx_.cpu_clock_event[event]) self_count = std::min<uint64_t>(self_count, self_wall);
         ctx_.table->counter(frame.entry, slot, event, false).fetch_add(incl, std::memory_order_relaxed);
         if (self_count) ctx_.table->counter(frame.entry, slot, event, true).fetch_add(self_count, std::memory_order_relaxed);
         if (parent) parent[i] += incl;

@@ -15,8 +15,9 @@
 // is biased wherever sample times correlate with op boundaries: a sleeping OpenMP worker's timer
 // that expired as it went to sleep fires just after it wakes, inside the next parallel op, with
 // the CPU of its previous run. Samples still place the other events (page faults, ...) and the
-// native stacks, and a thread's CPU that its switch records do not cover (its first sample, a
-// kernel without switch records, lost records) is charged where the sample lands.
+// native stacks, and a thread's CPU that its switch records do not cover (before its first
+// record, around lost records, all of it on a kernel without switch records) is charged where
+// the sample lands, as a statistical estimate.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/counting.h"
+#include "common/hash.h"
 #include "core/stack_table.h"
 #include "perf/sample_record.h"
 #include "unwind/unwinder.h"
@@ -33,8 +35,8 @@ namespace cpuprof {
 
 namespace {
 
-// Which dispatching thread an OpenMP worker's sample belongs to, when several run ops at once:
-// the one it was seen working for when the choice was clear, by majority.
+// Which dispatching thread an OpenMP worker's time belongs to, when several run ops at once: the
+// one its samples found it working for when the choice was clear, by majority.
 struct WorkerVotes {
   uint32_t votes[kMaxDispatchThreads] = {};
 };
@@ -159,7 +161,7 @@ class SampledCounting final : public CountingStrategy {
       s.timeline_path.push_back(t.path);
       s.timeline_cpu_us.push_back(t.cpu_us);
     }
-    s.memory_bytes = stacks_.memory_bytes();
+    s.memory_bytes = stacks_.memory_bytes() + dirty_.size() * kSettleBuckets * sizeof(Bucket);
     // Every thread, sampled or not: one that never gave a sample must still say why.
     for (size_t slot = 0; slot < out->threads.size() && slot < static_cast<size_t>(ctx_.registry->size()); ++slot) {
       if (slot < samples_of_.size()) {
@@ -174,7 +176,7 @@ class SampledCounting final : public CountingStrategy {
 
  private:
   // A record read from a ring, waiting to be joined in time order with the others.
-  enum class RecordKind : uint8_t { Sample, SwitchIn, SwitchOut };
+  enum class RecordKind : uint8_t { Sample, SwitchIn, SwitchOut, Exit, Lost };
   struct Pending {
     int64_t time;
     int32_t slot;
@@ -218,12 +220,29 @@ class SampledCounting final : public CountingStrategy {
             return true;
           }
           uint64_t lost = 0;
-          std::memcpy(&lost, record + sizeof(header) + 8, sizeof(lost));  // {id, lost}
+          std::memcpy(&lost, record + sizeof(header) + 8, sizeof(lost));  // {id, lost}, then sample_id
           lost_of_[slot] += lost;
+          // Its switch records may be among the lost: the thread's state is unknown from here.
+          if (header.size >= sizeof(header) + 32) queue_record(slot, RecordKind::Lost, record, sizeof(header) + 24);
           return true;
         }
         if (header.type == PERF_RECORD_SWITCH) {
-          read_switch(slot, header, record);
+          // No body; with sample_id_all its trailer is kSampleType's sample_id: {pid, tid}, time.
+          const auto kind = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) ? RecordKind::SwitchOut : RecordKind::SwitchIn;
+          if (header.size >= sizeof(header) + 16) {
+            queue_record(slot, kind, record, sizeof(header) + 8);
+          } else {
+            ++unparsed_;
+          }
+          return true;
+        }
+        if (header.type == PERF_RECORD_EXIT) {
+          // {pid, ppid, tid, ptid, time}: a thread's last switch out is never written, its exit is.
+          if (header.size >= sizeof(header) + 24) {
+            queue_record(slot, RecordKind::Exit, record, sizeof(header) + 16);
+          } else {
+            ++unparsed_;
+          }
           return true;
         }
         if (header.type != PERF_RECORD_SAMPLE) return true;  // throttle and the like
@@ -238,24 +257,18 @@ class SampledCounting final : public CountingStrategy {
     }
   }
 
-  // A switch record has no body; with sample_id_all its trailer is the samples' {pid, tid} and
-  // time (kSampleType's only sample_id fields).
-  void read_switch(int slot, const perf_event_header& header, const uint8_t* record) {
-    constexpr size_t kTimeOffset = sizeof(perf_event_header) + 8;
-    if (header.size < kTimeOffset + 8) {
-      ++unparsed_;
-      return;
-    }
+  // A record of the thread's run state, stamped at `time_offset` on the samples' clock.
+  void queue_record(int slot, RecordKind kind, const uint8_t* record, size_t time_offset) {
     uint64_t time = 0;
-    std::memcpy(&time, record + kTimeOffset, sizeof(time));
+    std::memcpy(&time, record + time_offset, sizeof(time));
     Pending p;
     p.time = static_cast<int64_t>(time);
     p.slot = slot;
-    p.kind = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) ? RecordKind::SwitchOut : RecordKind::SwitchIn;
+    p.kind = kind;
     p.stack = 0;
     p.n_deltas = 0;
     pending_.push_back(p);
-    ++switch_records_;
+    if (kind != RecordKind::Lost) ++switch_records_;
   }
 
   void read_sample(int slot, const ThreadSlot& thread, const ParsedSample& sample) {
@@ -346,7 +359,7 @@ class SampledCounting final : public CountingStrategy {
     if (e.begin) {
       if (e.depth < kMaxDepth) {
         r.path[e.depth] = e.entry;
-        r.path_hash[e.depth + 1] = mix(r.path_hash[e.depth], e.entry);
+        r.path_hash[e.depth + 1] = mix_hash(r.path_hash[e.depth], e.entry);
         r.depth = e.depth + 1;
       }
       r.hook_from = e.hook_ns;
@@ -413,11 +426,6 @@ class SampledCounting final : public CountingStrategy {
     }
   }
 
-  static uint64_t mix(uint64_t h, uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0xff51afd7ed558ccdULL;
-  }
-
   // Interval charges are many (a few per op boundary for every thread on a CPU) and land on few
   // op paths, so they are summed per thread and path in a small direct-mapped table and charged
   // to the op table once per collector pass: an addition per boundary instead of an atomic per op
@@ -445,7 +453,10 @@ class SampledCounting final : public CountingStrategy {
     uint32_t id = kEmptySequence;
     if (key != kOutsideKey && key != kProfilerKey) {
       id = stacks_.intern_path(path, depth);
-      if (id == kEmptySequence) {  // the path table is full: charged at once
+      const uint32_t* entries = nullptr;
+      int n = 0;
+      stacks_.paths().items_of(id, &entries, &n);
+      if (n != depth) {  // the path table is full (it keeps the innermost op alone): charged at once
         charge_cpu(path, depth, slot, ns);
         return;
       }
@@ -468,13 +479,22 @@ class SampledCounting final : public CountingStrategy {
     b = Bucket{};
   }
 
+  // Every pass: a thread off its CPU gives its table back, so memory follows the threads that
+  // run, not every thread that ever ran.
   void flush_all() {
+    size_t kept = 0;
     for (int slot : dirty_) {
       Bucket* table = buckets_[slot].get();
       for (int i = 0; i < kSettleBuckets; ++i) {
         if (table[i].key != 0) flush(slot, table[i]);
       }
+      if (runs_[slot].state == RunState::On) {
+        dirty_[kept++] = slot;
+      } else {
+        buckets_[slot].reset();
+      }
     }
+    dirty_.resize(kept);
   }
 
   // Charges a thread on a CPU for its time since it was last charged, up to `until`, to what its
@@ -508,6 +528,12 @@ class SampledCounting final : public CountingStrategy {
     }
   }
 
+  void go_off_cpu(int slot, RunState state) {
+    Run& run = runs_[slot];
+    if (run.state == RunState::On) on_cpu_.erase(std::find(on_cpu_.begin(), on_cpu_.end(), slot));
+    run.state = state;
+  }
+
   void go_on_cpu(int slot, int64_t time) {
     Run& run = runs_[slot];
     if (run.state != RunState::On) on_cpu_.push_back(slot);
@@ -520,16 +546,18 @@ class SampledCounting final : public CountingStrategy {
     Run& run = runs_[p.slot];
     switch (p.kind) {
       case RecordKind::SwitchIn:
-        settle(p.slot, p.time);  // on already: a switch out was lost
+        // On already: its switch out was lost, and when it left is unknown. The gap is charged to
+        // no op; the next sample places what the thread ran in it.
         go_on_cpu(p.slot, p.time);
         assign_owner(p.slot, false);
         return;
       case RecordKind::SwitchOut:
-        if (run.state == RunState::On) {
-          settle(p.slot, p.time);
-          on_cpu_.erase(std::find(on_cpu_.begin(), on_cpu_.end(), p.slot));
-        }
-        run.state = RunState::Off;
+      case RecordKind::Exit:
+        if (run.state == RunState::On) settle(p.slot, p.time);
+        go_off_cpu(p.slot, RunState::Off);
+        return;
+      case RecordKind::Lost:
+        go_off_cpu(p.slot, RunState::Unknown);
         return;
       case RecordKind::Sample:
         join(p);
@@ -541,7 +569,7 @@ class SampledCounting final : public CountingStrategy {
     Run& run = runs_[p.slot];
     if (run.state == RunState::On) {
       settle(p.slot, p.time);
-    } else {
+    } else if (context_switch_records()) {
       go_on_cpu(p.slot, p.time);  // a sample is taken on a CPU: its first record, or a lost switch in
     }
     assign_owner(p.slot, true);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
 #include "common/clock.h"
 #include "core/counting.h"
 #include "core/dispatch.h"
@@ -138,11 +139,6 @@ inline uint64_t hash_name(const char* s) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: short names, no allocation
   for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 0x100000001b3ULL;
   return h;
-}
-
-inline uint64_t mix_hash(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdULL;
 }
 
 template <typename Fill>

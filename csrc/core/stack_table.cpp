@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/hash.h"
+
 namespace cpuprof {
 
 namespace {
@@ -10,11 +12,6 @@ size_t pow2_at_least(size_t n) {
   size_t p = 16;
   while (p < n) p <<= 1;
   return p;
-}
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdULL;
 }
 
 }  // namespace
@@ -36,7 +33,7 @@ uint32_t SequenceTable<T>::intern(const T* items, int n) {
   if (n <= 0) return kEmptySequence;
   for (int attempt = 0; attempt < 2; ++attempt) {
     uint64_t h = 0xcbf29ce484222325ULL ^ static_cast<uint64_t>(n);
-    for (int i = 0; i < n; ++i) h = mix(h, static_cast<uint64_t>(items[i]));
+    for (int i = 0; i < n; ++i) h = mix_hash(h, static_cast<uint64_t>(items[i]));
     h |= 1;
     const size_t mask = index_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
@@ -99,7 +96,7 @@ void StackTable::init(size_t max_stacks, size_t max_frames, size_t max_counts, s
 }
 
 void StackTable::count(uint32_t stack, uint32_t path, int slot, uint32_t entry, const uint64_t* values, int n_values) {
-  const uint64_t h = mix(mix(mix(mix(0x51ed, stack), path), static_cast<uint64_t>(slot)), entry);
+  const uint64_t h = mix_hash(mix_hash(mix_hash(mix_hash(0x51ed, stack), path), static_cast<uint64_t>(slot)), entry);
   const size_t mask = count_index_.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     const uint32_t at = count_index_[i];

@@ -77,6 +77,7 @@ constexpr CacheOp kCacheOps[] = {
 };
 
 std::atomic<int> g_inject_errno{0};
+std::atomic<bool> g_no_switch_records{false}, g_inject_no_switch_records{false};
 std::atomic<int> g_inject_sampling_errno{0};  // fails only the opens that would sample every N ns
 std::atomic<int> g_inject_count{0};
 std::atomic<long> g_fd_ceiling{-1};  // descriptors at or above it are the program's (-1: none set)
@@ -365,6 +366,13 @@ long reserve_fds_for_program() {
 
 void inject_sampling_errno(int err) { g_inject_sampling_errno.store(err, std::memory_order_release); }
 
+bool context_switch_records() {
+  return !g_no_switch_records.load(std::memory_order_acquire) &&
+         !g_inject_no_switch_records.load(std::memory_order_acquire);
+}
+
+void inject_no_context_switches(bool off) { g_inject_no_switch_records.store(off, std::memory_order_release); }
+
 void inject_open_errno(int err, int count) {
   g_inject_count.store(count, std::memory_order_relaxed);
   g_inject_errno.store(err, std::memory_order_release);
@@ -409,8 +417,9 @@ int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_form
     // The user part of the kernel's call chain follows frame pointers, which MKL, libgomp and
     // libtorch do not keep; user stacks are unwound from the copied stack instead.
     attr.exclude_callchain_user = 1;
-    if (sample->context_switches) {
+    if (sample->context_switches && context_switch_records()) {
       attr.context_switch = 1;
+      attr.task = 1;           // and an exit record: a thread's last switch out is not written
       attr.sample_id_all = 1;  // the switch records carry the thread and the time too
     }
   }
@@ -420,7 +429,9 @@ int perf_open(const EventSpec& spec, pid_t tid, int group_fd, uint64_t read_form
   if (err == EINVAL && attr.context_switch) {
     // A kernel older than 4.3 has no switch records: sample without them (the collector then
     // charges each sample's CPU to the op it lands in, as it does for a thread's first sample).
+    g_no_switch_records.store(true, std::memory_order_release);
     attr.context_switch = 0;
+    attr.task = 0;
     attr.sample_id_all = 0;
     fd = within_budget(static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC)));
     if (fd >= 0) return fd;

@@ -69,6 +69,10 @@ void inject_open_errno(int err, int count);
 // Fault injection: every open of a time-sampling event fails with `err` (0 clears), as under a
 // seccomp filter or paranoid level that refuses sampling; counting still works.
 void inject_sampling_errno(int err);
+// Whether sampling events get switch and exit records (PERF_RECORD_SWITCH, Linux 4.3): false once
+// the kernel refused them, or while a test turned them off (as an older kernel would).
+bool context_switch_records();
+void inject_no_context_switches(bool off);
 // Sets aside the last descriptors under the current RLIMIT_NOFILE for the profiled program
 // (perf_open refuses them with EMFILE); returns how many.
 long reserve_fds_for_program();

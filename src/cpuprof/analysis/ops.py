@@ -56,6 +56,15 @@ class OpTable:
     notes: list[str] = field(default_factory=list)
 
 
+def cpu_is_statistical(profile: Profile) -> bool:
+    """Whether per-op CPU is a sampling estimate: sampled mode, where the threads' switch records
+    did not give it (a kernel without them, or most of it placed by samples)."""
+    collection = profile.collection
+    if collection is None or collection.mode != SAMPLED:
+        return False
+    return profile.sampling is None or not profile.sampling.cpu_by_interval
+
+
 def counted_ratios(profile: Profile) -> list[tuple[str, str, str, float, str]]:
     """The RATIOS whose two events this profile counted."""
     return [r for r in RATIOS if profile.has_event(r[1]) and profile.has_event(r[2])]
@@ -92,12 +101,13 @@ def op_table(profile: Profile, top: int = defaults.TOP_OPS) -> OpTable:
     ops = [op for op in profile.ops if op.kind == "op" and op.calls]
     total_self = sum(op.self_ns for op in ops)
     sampled = collection is not None and collection.mode == SAMPLED
+    statistical = cpu_is_statistical(profile)
     has_cpu = profile.has_event(CPU_EVENT)
     table = OpTable(rows=[], n_keys=len(ops), total_self_ns=total_self, outside_cpu_ns=_special(profile, "[outside"),
                     profiler_cpu_ns=_special(profile, "[cpuprof") if sampled else None)
     for op in sorted(ops, key=lambda o: o.self_ns, reverse=True):
         raw = op.counters_self.get(CPU_EVENT, [])
-        measured = has_cpu and (not sampled or op.samples > 0)
+        measured = has_cpu and (not statistical or op.samples > 0)
         row = OpRow(op=op, share=op.self_ns / total_self if total_self else 0.0, self_per_call_ns=op.self_ns / op.calls,
                     cpu_ns=None, cpu_per_thread=[None] * len(profile.threads), busy_threads=None)
         if measured:
@@ -115,7 +125,7 @@ def op_table(profile: Profile, top: int = defaults.TOP_OPS) -> OpTable:
                 row.cpu_per_thread = per_thread
                 row.cpu_ns = sum(v or 0 for v in per_thread)
                 table.capped += row.capped
-                if sampled and op.samples < defaults.MIN_SAMPLES:
+                if statistical and op.samples < defaults.MIN_SAMPLES:
                     row.withheld = "few samples"
                     table.withheld_few_samples += 1
                 elif op.self_ns:

@@ -15,7 +15,7 @@ from .labels import common_region_prefix, inputs_text, region_text, team_order, 
 from .memory import memory_section
 from .native import native_section, native_summary
 from .notes import limit_notes
-from .ops import counted_ratios, op_ratios, op_table, region_rows
+from .ops import counted_ratios, cpu_is_statistical, op_ratios, op_table, region_rows
 from .report_model import Column, Report, Section, Table
 from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
@@ -178,6 +178,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
     c = profile.collection
     assert c is not None
     sampled = c.mode == SAMPLED
+    statistical = cpu_is_statistical(profile)
     has_cpu = profile.has_event(CPU_EVENT)
     table = op_table(profile, top)
     order = team_order(profile)
@@ -196,8 +197,10 @@ def _ops_section(profile: Profile, top: int) -> Section:
     if sampled:
         hz = profile.sampling.hz if profile.sampling else defaults.SAMPLE_HZ
         columns.append(Column("samples", "samples", "int",
-                              help=f"samples (of any thread) taken while it ran, each 1/{hz} s of a thread's CPU; "
-                                   f"busy threads need {defaults.MIN_SAMPLES}"))
+                              help=f"samples (of any thread) taken while it ran, each 1/{hz} s of a thread's CPU"
+                                   + (f"; busy threads need {defaults.MIN_SAMPLES}" if statistical else
+                                      " (its stacks and other events; its CPU comes from the threads' on-CPU "
+                                      "intervals)")))
     if has_cpu:
         columns += [
             Column("cpu", "CPU", "ns", help="CPU time of all threads while it ran innermost (task-clock)"),
@@ -223,7 +226,7 @@ def _ops_section(profile: Profile, top: int) -> Section:
             row[e] = op.self_total(e)
         row.update(op_ratios(op, ratios))
         rows.append(row)
-    legend = ["-: not measured" + (" (no sample landed in it)" if sampled else "")]
+    legend = ["-: not measured" + (" (no sample landed in it)" if statistical else "")]
     if prefix:
         legend.append(f"regions are inside {'/'.join(prefix)}, which encloses every op that has one")
     if has_cpu:
@@ -241,8 +244,9 @@ def _ops_section(profile: Profile, top: int) -> Section:
         notes.append(f"busy threads not shown for {table.withheld_few_samples} op key(s) with fewer than "
                      f"{defaults.MIN_SAMPLES} samples (too noisy)")
     if table.capped:
-        notes.append(f"{table.capped} op key(s) had a thread's sampled CPU a little above the op's wall time "
-                     "(sampling noise, within three standard deviations): held to the wall time")
+        notes.append(f"{table.capped} op key(s) had a thread's CPU a little above the op's wall time "
+                     + ("(sampling noise, within three standard deviations)" if sampled else "(clock reads)")
+                     + ": held to the wall time")
     if table.withheld_inconsistent:
         notes.append(f"CPU not shown for {table.withheld_inconsistent} op key(s) whose CPU exceeded what their "
                      "threads could spend in their wall time by more than measurement noise allows")

@@ -111,6 +111,13 @@ class Sampling:
     switch_records: int = 0
     cpu_by_interval_ns: int = 0
     cpu_by_sample_ns: int = 0
+
+    @property
+    def cpu_by_interval(self) -> bool:
+        """Per-op CPU came from the intervals, but for at most 1% placed by samples: it is then
+        no sampling estimate, and needs no minimum of samples per op to be shown."""
+        charged = self.cpu_by_interval_ns + self.cpu_by_sample_ns
+        return self.cpu_by_interval_ns > 0 and self.cpu_by_sample_ns <= 0.01 * charged
     op_events_dropped: int = 0
     stacks_truncated: int = 0  # stacks kept as their leaf alone (the stack table was full)
     counts_dropped: int = 0
