@@ -591,10 +591,19 @@ class SampledCounting final : public CountingStrategy {
     for (uint32_t e = 0; e < p.n_deltas; ++e) {
       uint64_t delta = p.deltas[e];
       if (ctx_.cpu_clock_event[e]) {
-        // CPU time the intervals did not cover (before the thread's first record, lost records,
-        // no switch records at all) is charged where the sample landed.
-        delta = delta > run.tracked ? delta - run.tracked : 0;
-        by_sample_ns_ += delta;
+        // CPU time the intervals did not cover. A few microseconds per switch are the kernel's
+        // own switching path, timed by task-clock but outside the switch records' stamps: it
+        // belongs to no op the records can name, and landing it on the op under the sample would
+        // give a microsecond op that sample's share. More than that (before the thread's first
+        // record, around lost records, no switch records at all) is charged where the sample
+        // landed, the statistical estimate.
+        const uint64_t uncovered = delta > run.tracked ? delta - run.tracked : 0;
+        by_sample_ns_ += uncovered;
+        if (run.tracked > 0 && uncovered <= delta / 8) {
+          if (uncovered) ctx_.charge(nullptr, 0, p.slot, static_cast<int>(e), uncovered);
+          continue;
+        }
+        delta = uncovered;
       }
       if (delta) ctx_.charge(path, depth, p.slot, static_cast<int>(e), delta);
     }
