@@ -26,18 +26,25 @@ def core_sources() -> list[str]:
     return [str(ROOT / path) for path in block.group(1).split()]
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
-@pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
-def test_core_under_sanitizer(tmp_path: Path, sanitizer: str):
-    binary = tmp_path / "stress"
-    sources = core_sources() + [str(ROOT / "tests/native/stress_session.cpp")]
+def build_sanitized(tmp_path: Path, name: str, sources: list[str], sanitizer: str,
+                    includes: tuple[Path, ...] = ()) -> Path:
+    """Builds a driver with `sanitizer`; skips where its runtime is not installed."""
+    binary = tmp_path / name
     build = subprocess.run(
         ["g++", "-std=c++17", "-O1", "-g", f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer",
-         "-I", str(ROOT / "csrc"), *sources, "-o", str(binary), "-pthread"],
+         "-I", str(ROOT / "csrc"), *[f"-I{i}" for i in includes], *sources, "-o", str(binary), "-pthread"],
         capture_output=True, text=True, timeout=300)
     if build.returncode != 0 and "cannot find" in build.stderr and "san" in build.stderr:
         pytest.skip(f"the {sanitizer} sanitizer runtime is not installed: {build.stderr.strip()[:200]}")
     assert build.returncode == 0, build.stderr
+    return binary
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+@pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
+def test_core_under_sanitizer(tmp_path: Path, sanitizer: str):
+    binary = build_sanitized(tmp_path, "stress", core_sources() + [str(ROOT / "tests/native/stress_session.cpp")],
+                             sanitizer)
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
                          env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1",
                               "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PATH": "/usr/bin:/bin"})
@@ -52,16 +59,9 @@ def test_unwinder_reads_nothing_but_its_stack_copy_whatever_the_registers(tmp_pa
     """rbp and stack words can hold anything (JIT kernels use rbp as a plain register): near 2^64,
     `address + 8` wrapped and the bounds check passed a wild read, which killed a decode now and
     then with SIGSEGV. The driver unwinds 200,000 hostile stacks under AddressSanitizer."""
-    binary = tmp_path / "hostile_unwind"
     sources = [str(ROOT / p) for p in ("csrc/unwind/frame_tables.cpp", "csrc/unwind/unwinder.cpp",
                                        "tests/native/hostile_unwind.cpp")]
-    build = subprocess.run(
-        ["g++", "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
-         "-I", str(ROOT / "csrc"), *sources, "-o", str(binary), "-pthread"],
-        capture_output=True, text=True, timeout=300)
-    if build.returncode != 0 and "cannot find" in build.stderr and "san" in build.stderr:
-        pytest.skip(f"the address sanitizer runtime is not installed: {build.stderr.strip()[:200]}")
-    assert build.returncode == 0, build.stderr
+    binary = build_sanitized(tmp_path, "hostile_unwind", sources, "address,undefined")
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
                          env={"UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr[-4000:]
@@ -81,15 +81,10 @@ def test_ompt_tables_renew_without_racing_the_reader(tmp_path: Path):
     be reading them: the clearing was a memset under the reader's atomic loads (a data race that
     ThreadSanitizer reported at once). Threads record waits through the tool's callbacks while
     the main thread resets and reads, under ThreadSanitizer."""
-    binary = tmp_path / "stress_ompt"
-    build = subprocess.run(
-        ["g++", "-std=c++17", "-O1", "-g", "-fsanitize=thread", "-fno-omit-frame-pointer",
-         "-I", str(ROOT / "csrc"), "-I", str(_omp_tools_include()),
-         str(ROOT / "tests/native/stress_ompt_reset.cpp"), "-o", str(binary), "-pthread"],
-        capture_output=True, text=True, timeout=300)
-    if build.returncode != 0 and "cannot find" in build.stderr and "san" in build.stderr:
-        pytest.skip(f"the thread sanitizer runtime is not installed: {build.stderr.strip()[:200]}")
-    assert build.returncode == 0, build.stderr
+    include = _omp_tools_include()
+    assert include is not None
+    binary = build_sanitized(tmp_path, "stress_ompt", [str(ROOT / "tests/native/stress_ompt_reset.cpp")], "thread",
+                             (include,))
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
                          env={"TSAN_OPTIONS": "halt_on_error=1", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
