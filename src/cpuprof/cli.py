@@ -12,6 +12,7 @@ import sys
 from . import exit_codes, native
 from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, trace
 from .errors import CpuprofError
+from .safe_text import printable
 
 COMMANDS = (decode, run, compare, calibrate, report, diff, flamegraph, trace, doctor)
 # The commands that run the profiler (torch and the native module, here or in a child). The others
@@ -24,7 +25,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors in the same one-line form and exit code as ours."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"cpuprof: error: {message} (see: python -m {self.prog.replace(' ', ' ', 1)} --help)",
+        print(f"cpuprof: error: {printable(message)} (see: python -m {self.prog.replace(' ', ' ', 1)} --help)",
               file=sys.stderr)
         raise SystemExit(exit_codes.USAGE)
 
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             native.require(args.subcommand)
         return int(args.run(args) or exit_codes.OK)
     except CpuprofError as exc:
-        print(f"cpuprof: error: {exc}", file=sys.stderr)
+        # An error can name a path or a name read from a file: shown, never run by the terminal.
+        print(f"cpuprof: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("cpuprof: interrupted", file=sys.stderr)

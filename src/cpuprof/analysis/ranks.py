@@ -16,6 +16,7 @@ from pathlib import Path
 from ..model import PROFILE_FILENAME, Profile, format_cpulist
 from ..model.ranks import MultiRun
 from ..model.workload import Collectives
+from ..safe_text import cpuprof_command
 from ..units import fmt_bytes, fmt_ns, fmt_percent
 from .report_model import Column, Report, Section, Table
 from .threads import is_backend_thread
@@ -303,7 +304,7 @@ def ranks_report(run: MultiRun, directory: Path) -> Report:
     section.notes.extend(run.failures)
     for f in g.ranks:
         section.notes.extend(f"rank {f.rank}: {w}" for w in f.warnings)
-    section.notes.append(f"each rank's own report: python -m cpuprof report {directory}/rank-N")
+    section.notes.append(f"each rank's own report: {cpuprof_command('report', directory / 'rank-N')}")
     report.sections.append(section)
     if run.mode == "tp":
         split_rows = []

@@ -22,6 +22,7 @@ from .. import __version__, defaults, native
 from .. import events as event_presets
 from ..errors import CpuprofError, UsageError
 from ..model import DroppedEvent, Meta, Profile
+from ..safe_text import printable
 from .collectors import (
     Collector,
     ModuleRegionCollector,
@@ -36,7 +37,7 @@ __all__ = ["CollectorError", "check_op_counters", "check_options", "profile", "r
 
 
 def _warn(message: str) -> None:
-    print(f"cpuprof: warning: {message}", file=sys.stderr)
+    print(f"cpuprof: warning: {printable(message)}", file=sys.stderr)
 
 
 def _running_native() -> Any:

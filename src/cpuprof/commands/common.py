@@ -15,6 +15,7 @@ from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.options import ProfileOptions
 from ..model import SAMPLED, Profile
+from ..safe_text import cpuprof_command
 
 # Argument types that reject bad input with argparse's one-line error (declared with the options).
 positive_int = spec.positive_int
@@ -82,8 +83,8 @@ def show_results(profile: Profile, out_dir: Path, fmt: str, top: int, flamegraph
 
     render(profile, sys.stdout, format=fmt, top=top)
     what = "profile" if profile.profiled else "results (not profiled)"
-    where = (f"{what} saved in {out_dir}; re-render with: python -m cpuprof report {out_dir}"
-             + (" --format markdown" if fmt == "markdown" else ""))
+    again = ["report", str(out_dir)] + (["--format", "markdown"] if fmt == "markdown" else [])
+    where = f"{what} saved in {out_dir}; re-render with: {cpuprof_command(*again)}"
     # The report owns stdout in the data formats; the location goes to stderr there.
     stream = sys.stdout if fmt == "terminal" else sys.stderr
     stream.write(("\n" if fmt == "terminal" else "") + where + "\n")

@@ -15,6 +15,7 @@ from ..errors import CpuprofError, Interrupted, UsageError
 from ..launch import parent, sweep
 from ..launch.options import DecodeOptions
 from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
+from ..safe_text import cpuprof_command
 from . import decode
 from .common import positive_int, write_output
 
@@ -144,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
         out_dir = Path(args.out) if args.out else parent.default_out_dir("compare")
         parent.check_out_dir(out_dir)
         if (out_dir / COMPARE_FILENAME).exists():
-            raise UsageError(f"--out {out_dir}: holds a comparison already; continue it with --resume {out_dir} "
-                             "or choose another directory")
+            raise UsageError(f"--out {out_dir}: holds a comparison already; continue it with "
+                             f"{cpuprof_command('compare', '--resume', out_dir)} or choose another directory")
         n = len(comparison.configs)
         print(f"cpuprof: {n} configuration(s) × {comparison.repetitions} run(s) = {len(comparison.order)} runs, "
               f"in rotated rounds; results in {out_dir}", file=sys.stderr)
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     write_reports(comparison, out_dir, args.format, args.html)
     if interrupted is not None:
         raise Interrupted(f"compare was interrupted; what finished is in {out_dir / COMPARE_FILENAME}; "
-                          f"resume with: python -m cpuprof compare --resume {out_dir}")
+                          f"resume with: {cpuprof_command('compare', '--resume', out_dir)}")
     done = sum(1 for r in comparison.runs if r.status == "done")
     if done == 0:
         raise CpuprofError(f"no configuration ran to the end; see the errors above and {out_dir}")
@@ -168,7 +169,7 @@ def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -
     render_comparison(comparison, sys.stdout, fmt)
     stream = sys.stdout if fmt == "terminal" else sys.stderr
     stream.write(("\n" if fmt == "terminal" else "") + f"comparison saved in {out_dir / COMPARE_FILENAME}; "
-                 f"re-render with: python -m cpuprof report {out_dir}\n")
+                 f"re-render with: {cpuprof_command('report', out_dir)}\n")
     if html:
         from ..reports import OutputOptions, SweepSource, get_output
 

@@ -11,6 +11,7 @@ from typing import TextIO
 from .. import exit_codes
 from ..launch.ranks import group_failure
 from ..model.ranks import MultiRun
+from ..safe_text import cpuprof_command
 
 
 def show_group(run: MultiRun, out_dir: Path, fmt: str, also: str = "") -> TextIO:
@@ -22,8 +23,8 @@ def show_group(run: MultiRun, out_dir: Path, fmt: str, also: str = "") -> TextIO
     get_renderer(fmt).render(ranks_report(run, out_dir), sys.stdout)
     stream = sys.stdout if fmt == "terminal" else sys.stderr
     stream.write(("\n" if fmt == "terminal" else "") + f"{run.world_size} profiles saved in {out_dir}/rank-*; "
-                 f"re-render the merged report with: python -m cpuprof report {out_dir}; a trace with one process "
-                 f"per rank: python -m cpuprof trace {out_dir} -o trace.json{also}\n")
+                 f"re-render the merged report with: {cpuprof_command('report', out_dir)}; a trace with one process "
+                 f"per rank: {cpuprof_command('trace', out_dir, '-o', 'trace.json')}{also}\n")
     return stream
 
 

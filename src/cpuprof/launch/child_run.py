@@ -38,6 +38,7 @@ from .. import exit_codes
 from ..errors import CpuprofError, FileFormatError
 from ..model import MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
+from ..safe_text import printable
 from .options import CRASH_FILENAME, ProfileOptions
 from .progress import Progress
 
@@ -86,7 +87,7 @@ def remove_perf_map() -> None:
 
 def error_line(message: str) -> None:
     """The child's one error line; the launcher finds it (``cpuprof: error: ``) in a rank's log."""
-    print(f"cpuprof: error: {message}", file=sys.stderr)
+    print(f"cpuprof: error: {printable(message)}", file=sys.stderr)
 
 
 def process_meta() -> Meta:

@@ -1,15 +1,40 @@
-"""The Markdown report: GitHub-flavoured tables, for pasting into issues and pull requests."""
+"""The Markdown report: GitHub-flavoured tables, for pasting into issues and pull requests.
+
+Names come from the profiled program, so every piece of text is written to show as itself and
+nothing more (:func:`_escape`, :func:`_code`): no HTML, link, emphasis or table cell a name opens.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import TextIO
 
 from ..analysis.report_model import Report, Table
+from ..safe_text import printable
 from .base import Renderer, cell_text
+
+# The punctuation GitHub-flavoured markdown gives a meaning inline (the backslash itself, code,
+# emphasis, links and images, strikethrough, table cells, headings' closing #): a backslash before
+# each makes it a literal character, in table cells as anywhere else.
+_PUNCTUATION = re.compile(r"([\\`*_\[\]~|#])")
 
 
 def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as markdown that shows it: HTML's three characters as entities (raw HTML passes
+    through markdown), markdown's punctuation backslash-escaped, control characters (newlines
+    included) as their escapes, so that it stays on its line and in its cell."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return printable(_PUNCTUATION.sub(r"\\\1", text))
+
+
+def _code(text: str) -> str:
+    """``text`` as a code span, which shows its characters as they are (HTML included) but for a
+    run of backticks as long as its fence and, in a table, a pipe: a fence longer than any run
+    inside, and the pipes escaped (GFM unescapes them in a cell before reading the span)."""
+    text = printable(text).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""  # one space each side is dropped
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 class MarkdownRenderer(Renderer):
@@ -49,8 +74,8 @@ class MarkdownRenderer(Renderer):
         for row in table.rows:
             cells = []
             for c in table.columns:
-                text = _escape(cell_text(row.get(c.key), c))
-                cells.append(f"`{text}`" if c.key == "inputs" and text != "-" and text else text)
+                text = cell_text(row.get(c.key), c)
+                cells.append(_code(text) if c.key == "inputs" and text != "-" and text else _escape(text))
             w("| " + " | ".join(cells) + " |\n")
         legend = [f"**{_escape(c.header)}**: {_escape(c.help)}" for c in table.columns if c.help]
         legend += [_escape(n) for n in table.legend_notes]
