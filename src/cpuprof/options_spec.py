@@ -344,10 +344,17 @@ def format_option() -> Option:
                   choices=formats, default="terminal")
 
 
+# Every command that writes a run's directory takes it: an --out holding an earlier run's files is
+# refused without it (see launch/run_dir.py); a live run's directory is refused even with it.
+OVERWRITE = Option("--overwrite", "replace the files of an earlier, finished run in --out DIR (without it such "
+                                  "a directory is refused; one a live run is using always is)", action="store_true")
+
+
 def output_options(command: str) -> tuple[Option, ...]:
     """Where the profile goes and how its report is shown: the flags decode and run share."""
     return (
         Option("--out", f"where the profile is saved (default cpuprof-out/{command}-<time>)", metavar="DIR"),
+        OVERWRITE,
         format_option(),
         Option("--json", "same as --format json", action="store_true"),
         Option("--flamegraph", "also write flame.svg (merged Python, op and native stacks of every thread, by "

@@ -123,7 +123,9 @@ def test_exit_status_of_the_script_is_the_exit_status(tmp_path: Path):
     assert result.returncode == 3
     assert error_line(result).startswith("cpuprof: error: the program exited with status 3; what was measured")
     assert Profile.load(tmp_path).status.reason == "the program exited with status 3"
-    result = cpuprof("run", "--out", str(tmp_path), "--", "python", str(MATMULS), "--repeat", "2", "--exit", "0")
+    # The earlier run's files are replaced only when asked (see test_out_dirs.py).
+    result = cpuprof("run", "--out", str(tmp_path), "--overwrite", "--", "python", str(MATMULS), "--repeat", "2",
+                     "--exit", "0")
     assert result.returncode == 0 and Profile.load(tmp_path).status.complete
 
 

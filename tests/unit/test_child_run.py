@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import json
 import os
@@ -103,6 +104,30 @@ def test_a_cpuprof_error_is_a_failure_without_the_debug_hint(tmp_path: Path, cap
     assert CountingRun(tmp_path, fail_with=CpuprofError("no abacus here")).execute() == exit_codes.FAILED
     assert "counting failed: no abacus here after 3 of 3 counts" in capsys.readouterr().err
     assert "CPUPROF_DEBUG" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_a_complete_run_whose_profile_cannot_be_written_says_so_and_prints_its_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], checkpointed: bool):
+    """A full disk as the finished run saves: not "counting failed", but what failed and why, and the
+    figures still in memory (a checkpoint written earlier, while there was space, is named as such)."""
+    save = Profile.save
+
+    def disk_full_at_the_end(profile: Profile, out: Path) -> Path:
+        if profile.status.complete:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return save(profile, out)
+
+    monkeypatch.setattr(Profile, "save", disk_full_at_the_end)
+    run = CountingRun(tmp_path, checkpoint_s=0.0 if checkpointed else float("inf"))
+    assert run.execute() == exit_codes.FAILED
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("cpuprof: error: ")]
+    checkpoint = f"; {tmp_path / 'profile.json'} is an earlier checkpoint, not this result" if checkpointed else ""
+    assert errors == [f"cpuprof: error: counting finished after 3 of 3 counts, but its profile could not be written "
+                      f"to {tmp_path / 'profile.json'}: No space left on device{checkpoint}"]
+    assert err.index("Settings in force") < err.index("cpuprof: error: ")  # the report of what is in memory
+    assert (tmp_path / "profile.json").exists() == checkpointed
 
 
 @pytest.mark.parametrize("interrupt, name", [(SignalReceived(signal.SIGTERM), "SIGTERM"),

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from .. import options_spec as spec
 from ..errors import CpuprofError
-from ..launch import parent
+from ..launch import parent, run_dir
 from ..launch.options import DecodeOptions, ProfileOptions
 from ..reports import render
 from .decode import add_launch_arguments, launch_from_args
@@ -30,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "machine, torch, OpenMP runtime, thread count and CPUs, and `decode` uses it.")
     add_launch_arguments(p)
     p.add_argument("--out", metavar="DIR", help="where the result is saved (default cpuprof-out/calibrate-<time>)")
+    spec.OVERWRITE.add_to(p)
     spec.format_option().add_to(p)
     p.set_defaults(run=run)
 
@@ -37,10 +37,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     options = DecodeOptions(launch=launch_from_args(args), profile=ProfileOptions(enabled=False),
                             roofs="remeasure", calibrate_only=True)
-    out_dir = Path(args.out) if args.out else parent.default_out_dir("calibrate")
-    outcome = parent.launch(options, out_dir)
-    if outcome.profile is not None and outcome.profile.roofs is not None:
-        render(outcome.profile, sys.stdout, format=args.format)
-    elif outcome.returncode == 0:
-        raise CpuprofError(f"the calibration child wrote no roofs (see {out_dir})")
-    return parent.check_outcome(outcome)
+    with run_dir.claimed(args.out, "calibrate", overwrite=args.overwrite) as out_dir:
+        outcome = parent.launch(options, out_dir)
+        if outcome.profile is not None and outcome.profile.roofs is not None:
+            render(outcome.profile, sys.stdout, format=args.format)
+        elif outcome.returncode == 0:
+            raise CpuprofError(f"the calibration child wrote no roofs (see {out_dir})")
+        return parent.check_outcome(outcome)

@@ -12,7 +12,7 @@ from typing import TextIO
 
 from .. import options_spec as spec
 from ..errors import CpuprofError, Interrupted, UsageError
-from ..launch import parent, sweep
+from ..launch import parent, run_dir, sweep
 from ..launch.options import DecodeOptions
 from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
 from ..safe_text import cpuprof_command
@@ -54,6 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="where compare.json and each run's profile go "
                                                 "(default cpuprof-out/compare-<time>)")
+    spec.OVERWRITE.add_to(o)
     spec.format_option().add_to(o)
     o.add_argument("--html", action="store_true", help=f"also write {HTML_FILENAME} (charts and tables) in DIR")
     # What decode's options read that compare does not ask: each run takes decode's defaults.
@@ -135,21 +136,45 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         if args.from_dir:
             raise UsageError("--resume continues a saved sweep; it takes no --from")
-        out_dir = Path(args.resume)
-        comparison = sweep.load(out_dir)
-        print(f"cpuprof: resuming {out_dir / COMPARE_FILENAME}: "
-              f"{sum(1 for c, r in comparison.order if comparison.finished(c, r))} of {len(comparison.order)} "
-              "runs already finished", file=sys.stderr)
-    else:
-        comparison = _plan_from_profile(args, argv) if args.from_dir else _plan_from_args(args, argv)
-        out_dir = Path(args.out) if args.out else parent.default_out_dir("compare")
-        parent.check_out_dir(out_dir)
-        if (out_dir / COMPARE_FILENAME).exists():
-            raise UsageError(f"--out {out_dir}: holds a comparison already; continue it with "
-                             f"{cpuprof_command('compare', '--resume', out_dir)} or choose another directory")
+        if not (Path(args.resume) / COMPARE_FILENAME).is_file():
+            sweep.load(args.resume)  # its one-line error says what is missing or wrong there
+        # Locked as a new sweep's directory is: two resumes of one sweep would run its runs twice.
+        with run_dir.claimed(args.resume, "compare", resume=True, flag="--resume") as out_dir:
+            comparison = sweep.load(out_dir)
+            print(f"cpuprof: resuming {out_dir / COMPARE_FILENAME}: "
+                  f"{sum(1 for c, r in comparison.order if comparison.finished(c, r))} of {len(comparison.order)} "
+                  "runs already finished", file=sys.stderr)
+            return run_sweep(comparison, out_dir, args)
+    comparison = _plan_from_profile(args, argv) if args.from_dir else _plan_from_args(args, argv)
+    check_context(comparison)
+    if args.out and (Path(args.out) / COMPARE_FILENAME).exists() and not args.overwrite:
+        raise UsageError(f"--out {args.out}: holds a comparison already; continue it with "
+                         f"{cpuprof_command('compare', '--resume', args.out)}, replace it with "
+                         f"{run_dir.OVERWRITE_FLAG}, or choose another directory")
+    with run_dir.claimed(args.out, "compare", overwrite=args.overwrite) as out_dir:
         n = len(comparison.configs)
         print(f"cpuprof: {n} configuration(s) × {comparison.repetitions} run(s) = {len(comparison.order)} runs, "
               f"in rotated rounds; results in {out_dir}", file=sys.stderr)
+        return run_sweep(comparison, out_dir, args)
+
+
+def check_context(comparison: Comparison) -> None:
+    """Each configuration's prompt and new tokens fit its model's context: checked for all of them
+    before the first run starts, as decode checks its own (a sweep of runs that all fail is no answer)."""
+    base = sweep.base_options(comparison)
+    for config in comparison.configs:
+        options = sweep.apply(base, config.values)
+        if options.workload.hf:
+            continue  # a checkpoint's context is known once it is loaded, in the child
+        try:
+            parent.check_context(options.workload)
+        except UsageError as exc:
+            where = f" (configuration {config.label})" if config.values else ""
+            raise UsageError(f"{exc}{where}") from exc
+
+
+def run_sweep(comparison: Comparison, out_dir: Path, args: argparse.Namespace) -> int:
+    """Runs what the sweep in ``out_dir`` has not finished, then reports it."""
     interrupted = None
     try:
         sweep.run_sweep(comparison, out_dir)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import options_spec as spec
 from ..errors import UsageError
-from ..launch import environment, parent
+from ..launch import environment, parent, run_dir
 from ..launch.options import DecodeOptions, WorkloadOptions
 from ..model import Profile
 from ..workload.presets import OVERRIDABLE_FIELDS
@@ -78,7 +79,12 @@ def launch_from_args(args: argparse.Namespace) -> environment.LaunchSettings:
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     check_profile_options(options.profile, args.flamegraph)
-    out_dir = Path(options.out) if options.out else parent.default_out_dir()
+    # Held until the command ends: no other run writes this directory meanwhile (rank-K/ are inside it).
+    with run_dir.claimed(options.out, "decode", overwrite=args.overwrite) as out_dir:
+        return run_in(args, dataclasses.replace(options, out=str(out_dir)), out_dir)
+
+
+def run_in(args: argparse.Namespace, options: DecodeOptions, out_dir: Path) -> int:
     fmt = "json" if args.json else args.format
     if args.tp is not None or args.instances is not None:
         return run_ranks(args, options, out_dir, fmt)

@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import exit_codes
 from .. import options_spec as spec
 from ..errors import ChildFailed, CpuprofError, UsageError
-from ..launch import environment, parent
+from ..launch import environment, parent, run_dir
 from ..launch.options import ProfileOptions
 from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
 from ..machine.topology import read_topology
@@ -106,7 +106,12 @@ def run(args: argparse.Namespace) -> int:
     launch = launch_from_args(args)
     profile = profile_options(args)
     check_profile_options(profile, args.flamegraph)
-    out_dir = Path(args.out) if args.out else parent.default_out_dir("run")
+    with run_dir.claimed(args.out, "run", overwrite=args.overwrite) as out_dir:
+        return run_in(args, target, launch, profile, out_dir)
+
+
+def run_in(args: argparse.Namespace, target: ScriptTarget, launch: environment.LaunchSettings,
+           profile: ProfileOptions, out_dir: Path) -> int:
     fmt = "json" if args.json else args.format
     if args.nproc is not None:
         return run_processes(args, target, launch, profile, out_dir, fmt)

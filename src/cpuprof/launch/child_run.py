@@ -36,7 +36,7 @@ from typing import Any, TextIO, TypeVar
 
 from .. import exit_codes
 from ..errors import CpuprofError, FileFormatError
-from ..model import MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
+from ..model import PROFILE_FILENAME, MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..safe_text import printable
 from .options import CRASH_FILENAME, ProfileOptions
@@ -207,14 +207,19 @@ class ChildRun:
         self.settings.warnings = compare(self.settings.requested, in_force)
 
     # -- saving -----------------------------------------------------------------------------------
-    def save(self, complete: bool, reason: str | None = None) -> Path:
-        """profile.json (what the profiler has so far, or an empty profile when it never started),
-        with this kind's results, the settings, roofs and status; roofline.svg beside it."""
+    def current_profile(self, complete: bool, reason: str | None = None) -> Profile:
+        """What the profiler has so far (or an empty profile when it never started), with this
+        kind's results, the settings, roofs and status: what :meth:`save` writes."""
         profile = (self.prof.profile or self.prof.snapshot()) if self.profiled else Profile(meta=process_meta())
         self.contribute(profile, complete)
         profile.settings = self.settings
         profile.roofs = self.roofs
         profile.status = Status(complete=complete, reason=reason)
+        return profile
+
+    def save(self, complete: bool, reason: str | None = None) -> Path:
+        """profile.json (:meth:`current_profile`); roofline.svg beside it."""
+        profile = self.current_profile(complete, reason)
         path = profile.save(self.out)
         if profile.profiled and profile.roofs is not None:
             from ..analysis.roofline import gemm_groups
@@ -222,7 +227,13 @@ class ChildRun:
 
             title = f"{profile.workload.model.name}: " if profile.workload is not None else ""
             svg = roofline_svg.render(gemm_groups(profile), profile.roofs, title=f"{title}GEMMs against the roofs")
-            (self.out / ROOFLINE_FILENAME).write_text(svg)
+            chart = self.out / ROOFLINE_FILENAME
+            try:
+                chart.write_text(svg)
+            except OSError as exc:  # the profile is saved and holds what the chart shows: not a failure
+                chart.unlink(missing_ok=True)
+                print(f"cpuprof: warning: {chart} could not be written ({exc.strerror or exc}); "
+                      f"{path} holds what it shows", file=sys.stderr)
         return path
 
     def checkpoint_if_due(self) -> None:
@@ -250,6 +261,23 @@ class ChildRun:
         error_line(f"{self.failed_reason(f'{self.work} failed: {first}')}{kept}{hint}")
         return exit_codes.FAILED
 
+    def not_saved(self, exc: OSError) -> int:
+        """The work is done but its profile could not be written (a full disk): the one error line
+        says exactly that, and why, and the figures held in memory are printed (on stderr: stdout
+        may be a data format) so the run's answer is not lost with the file."""
+        target = self.out / PROFILE_FILENAME
+        try:
+            from ..reports import render
+
+            render(self.current_profile(complete=True), sys.stderr)
+        except Exception as render_exc:  # the error line below matters more than the figures
+            print(f"cpuprof: the figures could not be printed either ({type(render_exc).__name__}: {render_exc})",
+                  file=sys.stderr)
+        left = f"; {target} is an earlier checkpoint, not this result" if target.is_file() else ""
+        error_line(f"{self.work} finished {self.where()}, but its profile could not be written to {target}: "
+                   f"{exc.strerror or exc}{left}")
+        return exit_codes.FAILED
+
     def interrupted(self, name: str) -> int:
         """SIGINT/SIGTERM: the profile so far is saved as incomplete."""
         self.stop_profiler()
@@ -266,7 +294,10 @@ class ChildRun:
         self.handle_signals()
         try:
             self.steps()
-            self.save(complete=True)
+            try:
+                self.save(complete=True)
+            except OSError as exc:
+                return self.not_saved(exc)
             return exit_codes.OK
         except CpuprofError as exc:
             self.progress.done("")

@@ -11,7 +11,6 @@ kill still leaves what was measured on disk.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import importlib.util
 import math
 import os
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import exit_codes
 from ..errors import ChildFailed, UsageError
@@ -31,8 +30,11 @@ from ..machine.topology import read_topology
 from ..model import PROFILE_FILENAME, Profile
 from ..workload.dtypes import check_dtype, dtype_bytes
 from . import environment
-from .child_run import REMOVE_PERF_MAP, write_launch_file
-from .options import CRASH_FILENAME, ChildConfig, DecodeOptions
+from .child_run import LAUNCH_FILENAME, REMOVE_PERF_MAP, write_launch_file
+from .options import CRASH_FILENAME, ChildConfig, DecodeOptions, WorkloadOptions
+
+if TYPE_CHECKING:
+    from ..model.workload import ModelConfig
 
 KILL_GRACE_S = 15.0  # after the launcher's interrupt: time for a child to save its profile before SIGKILL
 CHILD_MODULE = "cpuprof.launch.child"  # the decode child; `run` starts cpuprof.launch.script_child
@@ -48,28 +50,23 @@ class DecodeOutcome:
     interrupted: bool = False
 
 
-def default_out_dir(command: str = "decode") -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("cpuprof-out") / f"{command}-{stamp}"
-
-
-def check_out_dir(path: Path) -> None:
+def check_out_dir(path: Path, flag: str = "--out") -> None:
     """Raises UsageError when ``path`` cannot hold the results: checked before any work starts."""
     if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {path}: exists and is not a directory")
+        raise UsageError(f"{flag} {path}: exists and is not a directory")
     existing = path
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"--out {path}: {existing} is not a directory")
+        raise UsageError(f"{flag} {path}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {path}: {existing} is not writable")
+        raise UsageError(f"{flag} {path}: {existing} is not writable")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".cpuprof-write-test-"):
             pass
     except OSError as exc:
-        raise UsageError(f"--out {path}: cannot write there ({exc.strerror or exc})") from exc
+        raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from exc
 
 
 def _available_memory(mem_nodes: list[int]) -> int:
@@ -100,9 +97,23 @@ def _check_hf(path: str, dtype: str, batch: int, max_seq: int, available: int) -
                          "is available; try --dtype bf16, a smaller --batch or a shorter run")
 
 
+def check_context(wl: WorkloadOptions) -> tuple[ModelConfig, int]:
+    """The built-in model's config and the positions the run needs; UsageError when they exceed its
+    context. (A --hf checkpoint's context is the child's to check, with the checkpoint loaded.)"""
+    from ..workload.presets import resolve_config
+
+    model = resolve_config(wl.preset, wl.overrides)
+    max_seq = wl.prompt_len + wl.new_tokens + (1 if wl.compile else 0)  # compiled: one spare position
+    if max_seq > model.max_seq:
+        spare = " + 1 (--compile)" if wl.compile else ""
+        raise UsageError(f"--prompt-len + --new-tokens{spare} = {max_seq} exceeds the model's context of "
+                         f"{model.max_seq}")
+    return model, max_seq
+
+
 def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.ResolvedLaunch, ChildConfig]:
     """Validates options against this machine; returns the launch and the child's config."""
-    from ..workload.presets import check_memory, resolve_config
+    from ..workload.presets import check_memory
 
     wl = options.workload
     topology = read_topology()
@@ -122,12 +133,7 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
             raise UsageError("--compile compiles the built-in model; a --hf checkpoint runs as transformers runs it")
         _check_hf(wl.hf, wl.dtype, wl.batch, wl.prompt_len + wl.new_tokens, _available_memory(resolved.mem_nodes))
     else:
-        model = resolve_config(wl.preset, wl.overrides)
-        max_seq = wl.prompt_len + wl.new_tokens + (1 if wl.compile else 0)  # compiled: one spare position
-        if max_seq > model.max_seq:
-            spare = " + 1 (--compile)" if wl.compile else ""
-            raise UsageError(f"--prompt-len + --new-tokens{spare} = {max_seq} exceeds the model's context of "
-                             f"{model.max_seq}")
+        model, max_seq = check_context(wl)
         try:
             check_memory(model, dtype_bytes(wl.dtype), wl.batch, max_seq,
                          available_bytes=_available_memory(resolved.mem_nodes))
@@ -168,7 +174,11 @@ def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: P
                 extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Writes ``out_dir/launch.json`` and starts the child on it, without waiting.
     ``extra_env``: variables set on top of the launch's (a rank's place in its group)."""
-    launch_file = write_launch_file(out_dir, config)
+    try:
+        launch_file = write_launch_file(out_dir, config)
+    except OSError as exc:  # a full disk, a quota: the directory cannot hold the run (as check_out_dir says)
+        raise UsageError(f"cannot write {out_dir / LAUNCH_FILENAME}: {exc.strerror or exc}; the run was not "
+                         "started") from exc
     profile_path = out_dir / PROFILE_FILENAME
     for stale in (profile_path, out_dir / CRASH_FILENAME):
         stale.unlink(missing_ok=True)  # never report an earlier run's profile or crash as this one's
