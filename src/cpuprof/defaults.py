@@ -82,3 +82,9 @@ PROGRESS_PLAIN_INTERVAL_S = 10.0
 # How long the processes of a multi-process decode wait for each other to start and build (a
 # loaded machine imports torch slowly); the decode's all-reduces use the rank timeout instead.
 RANK_STARTUP_TIMEOUT_S = 300.0
+
+# The most bytes cpuprof reads back from one of its files (profile.json, compare.json, ranks.json,
+# launch.json, the roofs cache, a checkpoint's config.json). Real profiles are a few MB (the tests'
+# largest is 8 MB); the longest timeline the core keeps (kMaxSpanCapacity spans) is about 0.6 GB.
+# Past this a file is not one cpuprof wrote, and reading it would only exhaust memory.
+MAX_READ_BYTES = 2 * 1024**3

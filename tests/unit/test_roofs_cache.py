@@ -104,7 +104,7 @@ def test_force_measures_again(cache_dir: Path, measure: FakeMeasure):
 
 
 @pytest.mark.parametrize("content, detail", [
-    ("{not json", "not JSON"),
+    ("{not json", "not valid JSON"),
     ('{"version": 1, "entries": [{"key": 3}]}', "RoofsCache.entries[0]"),
     ('{"version": 99, "entries": []}', "version 99"),
     ("[]", "expected an object"),
@@ -128,7 +128,8 @@ def test_unreadable_cache_says_why(cache_dir: Path, measure: FakeMeasure):
     path = cache_dir / "roofs.json"
     path.mkdir(parents=True)  # a directory where the file should be: unreadable and unwritable
     found, reason = roofs.cached(2, [0, 1])
-    assert found is None and reason == f"the roofs cache {path} cannot be read (Is a directory); measuring again"
+    assert found is None and reason == (f"the roofs cache cannot be used: {path} is not a regular file: it is a "
+                                        "directory; cpuprof reads only regular files; measuring again")
     measured, warnings = roofs.ensure(2, [0, 1])
     assert measured.from_cache is False and warnings[0] == reason
     assert len(warnings) == 2 and warnings[1].startswith(f"cannot write the roofs cache {path} (")

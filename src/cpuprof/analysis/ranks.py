@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model import PROFILE_FILENAME, Profile, format_cpulist
+from ..model.io import present
 from ..model.ranks import MultiRun
 from ..model.workload import Collectives
 from ..safe_text import cpuprof_command
@@ -83,7 +84,7 @@ def load_profiles(run: MultiRun, directory: Path) -> list[Profile | None]:
     profiles: list[Profile | None] = []
     for r in run.ranks:
         path = directory / r.dir / PROFILE_FILENAME
-        profiles.append(Profile.load(path) if path.is_file() else None)
+        profiles.append(Profile.load(path) if present(path) else None)
     return profiles
 
 

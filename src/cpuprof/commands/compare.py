@@ -105,11 +105,12 @@ def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
     from ..launch.child_run import LAUNCH_FILENAME, read_launch_file
     from ..launch.options import ChildConfig
     from ..model import Profile
+    from ..model.io import present
 
     source = Path(args.from_dir)
     profile = Profile.load(source)
     launch_file = (source if source.is_dir() else source.parent) / LAUNCH_FILENAME
-    if not launch_file.exists():
+    if not present(launch_file):
         raise UsageError(f"--from {source}: no {LAUNCH_FILENAME} beside the profile "
                          "(compare --from needs a profile written by decode)")
     config = read_launch_file(launch_file, ChildConfig)

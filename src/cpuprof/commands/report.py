@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import defaults
 from ..model import Profile
 from ..model.compare import COMPARE_FILENAME
-from ..model.io import PROFILE_FILENAME
+from ..model.io import PROFILE_FILENAME, is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import REPORT_FORMATS, OutputOptions, ProfileSource, RanksSource, Source, SweepSource, get_output
 from .common import positive_int, write_output
@@ -29,22 +29,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+# present(), not is_file(): a FIFO or device named compare.json is read as one and refused in one
+# line saying what it is, not passed over for a profile.json that is not there.
 def _is_comparison(path: str) -> bool:
     p = Path(path)
-    if p.is_dir():
-        return (p / COMPARE_FILENAME).is_file() and not (p / PROFILE_FILENAME).is_file()
+    if is_directory(p):
+        return present(p / COMPARE_FILENAME) and not present(p / PROFILE_FILENAME)
     return p.name == COMPARE_FILENAME
 
 
 def _is_ranks(path: str) -> bool:
     p = Path(path)
-    return (p / RANKS_FILENAME).is_file() if p.is_dir() else p.name == RANKS_FILENAME
+    return present(p / RANKS_FILENAME) if is_directory(p) else p.name == RANKS_FILENAME
 
 
 def load_source(path: str) -> Source:
     """What ``path`` holds: a group of ranks, a sweep, or one profile."""
     if _is_ranks(path):
-        directory = Path(path) if Path(path).is_dir() else Path(path).parent
+        directory = Path(path) if is_directory(path) else Path(path).parent
         return RanksSource(MultiRun.load(directory), directory)
     if _is_comparison(path):
         from ..launch.sweep import load

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..model import Profile
+from ..model.io import is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
 from .common import write_output
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.path)
     source: Source
-    if directory.is_dir() and (directory / RANKS_FILENAME).is_file():
+    if is_directory(directory) and present(directory / RANKS_FILENAME):
         source = RanksSource(MultiRun.load(directory), directory)
     else:
         source = ProfileSource(Profile.load(args.path))

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import __version__, exit_codes
-from ..errors import CpuprofError, UsageError
+from ..errors import CpuprofError, FileFormatError, UsageError
 from ..model.codec import from_json, to_json
 from ..model.compare import (
+    COMPARE_FILE,
     COMPARE_FORMAT,
     COMPARE_VERSION,
     Comparison,
@@ -32,6 +33,7 @@ from ..model.compare import (
     SweepConfig,
     SweepRun,
 )
+from ..model.io import file_in
 from ..options_spec import SWEEPS, Option
 from . import parent
 from .options import DecodeOptions
@@ -169,7 +171,19 @@ def save(comparison: Comparison, out_dir: Path) -> Path:
 
 
 def load(path: str | os.PathLike[str]) -> Comparison:
-    return Comparison.load(path)
+    """A saved sweep whose every configuration can run: its base options and each configuration's
+    values are decoded here, so a damaged file is one line before anything starts (a resume), not
+    a traceback in the middle of the sweep."""
+    comparison = Comparison.load(path)
+    try:
+        base = base_options(comparison)
+        for config in comparison.configs:
+            apply(base, config.values)
+            process_layout(config.values)
+    except (CpuprofError, ValueError, TypeError, RecursionError) as exc:  # DecodeError is a ValueError
+        source = file_in(path, COMPARE_FILE)
+        raise FileFormatError(f"{source} is a damaged cpuprof comparison ({exc})") from exc
+    return comparison
 
 
 def base_options(comparison: Comparison) -> DecodeOptions:

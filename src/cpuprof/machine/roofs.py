@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import NativeModuleError
+from ..errors import FileFormatError, NativeModuleError
 from ..model.codec import DecodeError, from_json, to_json
+from ..model.io import parse_json, read_regular_file
 from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
 from .openmp import openmp_in_process
 from .topology import _meminfo, _model_name
@@ -348,17 +349,21 @@ class _Unusable(Exception):
 def _load(path: Path) -> RoofsCache | None:
     """The cache file, None when there is none; raises _Unusable when it cannot be used."""
     try:
-        text = path.read_text()
+        # A regular file of bounded size only: the cache's path comes from the environment, and a
+        # FIFO or /dev/zero there must not hang or fill memory.
+        data = read_regular_file(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except FileFormatError as exc:
+        raise _Unusable(f"the roofs cache cannot be used: {exc}; measuring again") from exc
     except OSError as exc:
         raise _Unusable(f"the roofs cache {path} cannot be read ({exc.strerror or exc}); measuring again") from exc
     try:
-        cache = from_json(RoofsCache, json.loads(text))
+        cache = from_json(RoofsCache, parse_json(data, path, "roofs cache"))
         if cache.version != CACHE_VERSION:
             raise DecodeError(f"version {cache.version}, this cpuprof writes {CACHE_VERSION}")
-    except (json.JSONDecodeError, DecodeError) as exc:
-        what = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+    except (FileFormatError, DecodeError, RecursionError) as exc:
+        what = "nested too deep" if isinstance(exc, RecursionError) else str(exc).removeprefix(f"{path}: ")
         raise _Unusable(f"the roofs cache {path} is damaged ({what}); measuring again") from exc
     return cache
 

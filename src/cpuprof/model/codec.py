@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from typing import Any, TypeVar, Union
@@ -102,7 +103,13 @@ def _decode(hint: Any, data: Any, path: str) -> Any:
     if hint is float:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise DecodeError(f"{path}: expected a number, found {type(data).__name__}")
-        return float(data)
+        try:
+            number = float(data)
+        except OverflowError:  # a whole number of 400 digits
+            number = math.inf
+        if not math.isfinite(number):  # NaN, or 1e400 (parsed as inf): cpuprof never writes one
+            raise DecodeError(f"{path}: {str(data)[:20]} is not a finite number")
+        return number
     if hint is int:
         if isinstance(data, bool) or not isinstance(data, int):
             raise DecodeError(f"{path}: expected a whole number, found {type(data).__name__}")

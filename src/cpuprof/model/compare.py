@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import FileFormatError
 from .io import FileKind, read_versioned, write_versioned
 
 
@@ -61,6 +62,9 @@ class SweepConfig:
     proposal: str | None = None  # compare --from: the verdict that proposed this configuration
 
 
+RUN_STATUSES = ("done", "failed", "interrupted")
+
+
 @dataclass
 class SweepRun:
     config: int  # index into Comparison.configs
@@ -87,6 +91,31 @@ class Comparison:
     baseline: int  # the configuration the others are judged against
     runs: list[SweepRun] = field(default_factory=list)
     source: str | None = None  # compare --from: the profile whose verdicts were swept
+
+    def validate(self) -> None:
+        """Every index points at a configuration and every count is positive (checked on load: a
+        report or a resume indexes with them); raises FileFormatError naming the first that does not."""
+        n = len(self.configs)
+        if n == 0:
+            raise FileFormatError("no configurations")
+        if self.repetitions < 1:
+            raise FileFormatError(f"repetitions is {self.repetitions}, not a positive count")
+        if not 0 <= self.baseline < n:
+            raise FileFormatError(f"baseline {self.baseline} is not one of the {n} configurations")
+        for pair in self.order:
+            if len(pair) != 2 or not 0 <= pair[0] < n or not 1 <= pair[1] <= self.repetitions:
+                raise FileFormatError(f"order holds {pair}, not a [configuration, repetition] of the {n} "
+                                      f"configurations and {self.repetitions} repetition(s)")
+        for i, run in enumerate(self.runs):
+            if not 0 <= run.config < n or not 1 <= run.repetition <= self.repetitions:
+                raise FileFormatError(f"runs[{i}] is configuration {run.config} repetition {run.repetition}, "
+                                      f"not one of the {n} configurations and {self.repetitions} repetition(s)")
+            if run.status not in RUN_STATUSES:
+                raise FileFormatError(f"runs[{i}] has status {run.status!r}, not one of {', '.join(RUN_STATUSES)}")
+            m = run.metrics
+            if m is not None and (m.tokens_per_s < 0 or m.p50_ms < 0 or m.p99_ms < 0 or any(v < 0 for v in m.step_ms)
+                                  or (m.threads is not None and m.threads < 1)):
+                raise FileFormatError(f"runs[{i}] has a negative rate, latency or thread count")
 
     def done_runs(self, config: int) -> list[SweepRun]:
         return [r for r in self.runs if r.config == config and r.status == "done" and r.metrics is not None]

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import FileFormatError
 from .io import FileKind, read_versioned, write_versioned
 
 RANKS_FILE = FileKind(name="ranks file", format="cpuprof-ranks", version=1, filename="ranks.json",
@@ -44,6 +45,21 @@ class MultiRun:
     interrupted: bool = False  # a SIGINT/SIGTERM to the launcher was passed on to the ranks
     format: str = RANKS_FORMAT
     version: int = RANKS_VERSION
+
+    def validate(self) -> None:
+        """Counts positive, ranks within the group, and each rank's directory inside the group's (a
+        report reads its profile there); raises FileFormatError naming the first that is not."""
+        if self.mode not in ("tp", "instances"):
+            raise FileFormatError(f"mode {self.mode!r} is not 'tp' or 'instances'")
+        if self.world_size < 1:
+            raise FileFormatError(f"world_size is {self.world_size}, not a positive count")
+        for r in self.ranks:
+            if not 0 <= r.rank < self.world_size:
+                raise FileFormatError(f"rank {r.rank} is not one of the {self.world_size} ranks")
+            if any(cpu < 0 for cpu in r.cpus):
+                raise FileFormatError(f"rank {r.rank} has a negative CPU number")
+            if Path(r.dir).is_absolute() or ".." in Path(r.dir).parts or not r.dir:
+                raise FileFormatError(f"rank {r.rank}'s directory {r.dir!r} is not inside the group's")
 
     def failed(self) -> list[RankOutcome]:
         """The ranks that failed, the first to fail first (the others usually followed it)."""

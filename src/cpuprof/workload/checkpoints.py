@@ -6,12 +6,12 @@ or a model that cannot fit costs a second, not a model load.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import FileFormatError, UsageError
+from ..model.io import parse_json, read_regular_file
 from .dtypes import DTYPE_BYTES
 
 # Where a checkpoint keeps its weights; the parent sizes the run from these without loading them.
@@ -27,8 +27,9 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not (directory.is_dir() and os.access(directory, os.R_OK | os.X_OK) and config_file.is_file()):
         raise UsageError(f"--hf {path}: not a readable directory with a config.json (a local Hugging Face checkpoint)")
     try:
-        data = json.loads(config_file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        # Bounded and regular-file-only, as every JSON file cpuprof reads (model.io).
+        data = parse_json(read_regular_file(config_file), config_file, "Hugging Face config")
+    except (FileFormatError, OSError) as exc:
         raise UsageError(f"--hf {path}: config.json cannot be read ({exc})") from exc
     if not isinstance(data, dict):
         raise UsageError(f"--hf {path}: config.json is not a JSON object")
