@@ -144,8 +144,9 @@ class PySpyRecorder:
             self._kill()
             raise PySpyError(reason)
         self._remember_threads()
-        # Enough py-spy periods inside the marker that it is seen whatever the phase.
-        self._marker = _cpuprof_clock_marker(max(0.03, 4.0 / hz))
+        # Enough py-spy periods inside the marker that it is seen whatever the phase, and whatever
+        # a loaded machine delays py-spy's first samples by (40 ms was missed beside a busy suite).
+        self._marker = _cpuprof_clock_marker(max(0.12, 8.0 / hz))
 
     def _read_stderr(self) -> None:
         assert self._proc.stdout is not None  # py-spy writes its messages there, errors included
