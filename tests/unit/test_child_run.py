@@ -166,6 +166,17 @@ def test_a_childs_status_as_the_launchers_exit_code(returncode: int, interrupted
     assert exit_codes.of_child(returncode, interrupted) == code
 
 
+@pytest.mark.parametrize("returncode, interrupted, code", [
+    (3, False, 3),
+    (-signal.SIGKILL, False, 137),  # as a shell says of a program the kernel's OOM killer ended
+    (-signal.SIGSEGV, False, 139),
+    (143, False, 143),  # the script child's own SIGTERM ending: 128 + 15
+    (-signal.SIGINT, True, exit_codes.INTERRUPTED),  # the launcher passed it the Ctrl-C
+])
+def test_a_programs_status_as_runs_exit_code_is_what_a_shell_says(returncode: int, interrupted: bool, code: int):
+    assert exit_codes.of_program(returncode, interrupted) == code
+
+
 def _group(returncodes: list[int | None], ended: list[float], interrupted: bool = False) -> MultiRun:
     ranks = [RankOutcome(rank=k, dir=f"rank-{k}", cpus=[k], node=None, threads=1, returncode=rc, ended_s=t,
                          failure=None if rc == 0 else f"rank {k} failed with exit code {rc}")

@@ -1,0 +1,134 @@
+"""Signals at the moments that used to go wrong, made to arrive exactly there: Ctrl-C while a child
+imports torch or its own modules, Ctrl-C between a compare run's end and its result line, a program
+that sends itself SIGTERM.
+
+The moment is not guessed with a timer: a ``sitecustomize`` module on the children's PYTHONPATH
+(:func:`signal_hook`) watches imports and sends the Ctrl-C itself, as a terminal does, to the whole
+process group (the launcher and its child), which each test starts in a session of its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runs import cpuprof, one_line_error
+
+from cpuprof.launch.sweep import load
+from cpuprof.model import Profile
+
+TINY = ["--preset", "tiny", "--prompt-len", "8", "--new-tokens", "4", "--warmup", "1", "--roofs", "off"]
+
+SITECUSTOMIZE = '''
+"""Test hook (tests/integration/test_signals_at_the_wrong_moment.py): a Ctrl-C at an exact moment."""
+import os, signal, sys
+
+_AT = os.environ.get("SIGNAL_HOOK_AT_IMPORT")  # a module name prefix: Ctrl-C as it is imported...
+_AFTER = os.environ.get("SIGNAL_HOOK_AFTER")  # ...once this module is imported (torch half imported)
+_MARK = os.environ["SIGNAL_HOOK_MARK"]  # written when the hook fired
+# The launcher's parent is the test: the hook fires in the launched children only.
+_CHILD = os.getppid() != int(os.environ["SIGNAL_HOOK_TEST_PID"])
+
+
+def _ctrl_c():
+    with open(_MARK, "a") as mark:
+        mark.write(f"{os.getpid()}\\n")
+    os.killpg(0, signal.SIGINT)
+
+
+def _imported(name):
+    """Whether ``name`` finished importing (a module being imported is in sys.modules already)."""
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+class _Finder:
+    fired = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not self.fired and fullname.startswith(_AT) and (not _AFTER or _imported(_AFTER)):
+            self.fired = True
+            _ctrl_c()
+        return None
+
+
+if _CHILD and _AT:
+    sys.meta_path.insert(0, _Finder())
+if _CHILD and os.environ.get("SIGNAL_HOOK_AT_EXIT"):
+    import atexit
+
+    atexit.register(_ctrl_c)  # registered first, so it runs last: the child's very end
+'''
+
+
+def signal_hook(tmp_path: Path, **settings: str) -> tuple[dict[str, str], Path]:
+    """The environment that makes the launched children send the Ctrl-C where ``settings`` say,
+    and the file each child that fired writes its pid in."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    mark = tmp_path / "fired"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SIGNAL_HOOK_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
+    env.update({"SIGNAL_HOOK_MARK": str(mark), "SIGNAL_HOOK_TEST_PID": str(os.getpid()),
+                **{f"SIGNAL_HOOK_{key.upper()}": value for key, value in settings.items()}})
+    return env, mark
+
+
+def cpuprof_in_own_session(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m cpuprof ARGS`` in a process group of its own, so that a Ctrl-C sent to the group
+    reaches it and its children, as a terminal's would, and never this test."""
+    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, start_new_session=True)
+
+
+def assert_interrupted_in_one_line(result: subprocess.CompletedProcess, mark: Path) -> str:
+    assert mark.exists(), f"the hook never fired: {result.stderr}"
+    assert result.returncode == 130, result.stderr
+    return one_line_error(result)
+
+
+@pytest.mark.parametrize("at, after", [("cpuprof.model", ""), ("torch.", "torch.distributed")],
+                         ids=["while-the-child-imports-cpuprof", "while-the-child-imports-torch"])
+def test_ctrl_c_while_the_decode_child_imports_is_the_interrupted_ending(tmp_path: Path, at: str, after: str):
+    env, mark = signal_hook(tmp_path, at_import=at, after=after)
+    out = tmp_path / "out"
+    result = cpuprof_in_own_session(["decode", *TINY, "--out", str(out)], env)
+    line = assert_interrupted_in_one_line(result, mark)
+    assert line.startswith("cpuprof: error: decoding was interrupted; what was measured so far (not profiled) is in")
+    status = Profile.load(out).status
+    assert not status.complete and status.reason.startswith("interrupted by SIGINT"), status
+
+
+def test_ctrl_c_while_the_program_imports_torch_is_the_interrupted_ending(tmp_path: Path):
+    script = tmp_path / "imports_torch.py"
+    script.write_text("import torch\nprint('torch imported')\n")
+    env, mark = signal_hook(tmp_path, at_import="torch.", after="torch.distributed")
+    result = cpuprof_in_own_session(["run", "--out", str(tmp_path / "out"), "--", "python", str(script)], env)
+    line = assert_interrupted_in_one_line(result, mark)
+    assert "torch imported" not in result.stdout
+    assert line.startswith("cpuprof: error: nothing was profiled: torch was never imported (the program was "
+                           "interrupted by SIGINT;"), line
+
+
+def test_ctrl_c_at_the_end_of_a_compare_run_stops_the_sweep(tmp_path: Path):
+    """The Ctrl-C comes as the run's child exits, its profile saved: after the child's last line
+    and before the launcher's result line. The run is interrupted, not done, and compare says so."""
+    env, mark = signal_hook(tmp_path, at_exit="1")
+    out = tmp_path / "sweep"
+    result = cpuprof_in_own_session(["compare", *TINY, "--threads", "1,2", "-r", "1", "--out", str(out)], env)
+    assert mark.exists(), result.stderr
+    assert result.returncode == 130, result.stderr
+    assert f"resume with: python -m cpuprof compare --resume {out}" in one_line_error(result)
+    assert [r.status for r in load(out).runs] == ["interrupted"]
+
+
+def test_a_program_that_sends_itself_sigterm_exits_as_a_shell_says(tmp_path: Path):
+    script = tmp_path / "terminates_itself.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    result = cpuprof("run", "--out", str(tmp_path / "out"), "--", "python", str(script))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert "interrupted by SIGTERM" in one_line_error(result)
