@@ -1,6 +1,6 @@
 """Signals at the moments that used to go wrong, made to arrive exactly there: Ctrl-C while a child
 imports torch or its own modules, Ctrl-C between a compare run's end and its result line, a program
-that sends itself SIGTERM.
+that sends itself SIGTERM, a child killed with its perf map on disk.
 
 The moment is not guessed with a timer: a ``sitecustomize`` module on the children's PYTHONPATH
 (:func:`signal_hook`) watches imports and sends the Ctrl-C itself, as a terminal does, to the whole
@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,47 @@ def test_ctrl_c_at_the_end_of_a_compare_run_stops_the_sweep(tmp_path: Path):
     assert result.returncode == 130, result.stderr
     assert f"resume with: python -m cpuprof compare --resume {out}" in one_line_error(result)
     assert [r.status for r in load(out).runs] == ["interrupted"]
+
+
+MAP_WRITER = """
+import os, sys, time
+from pathlib import Path
+
+import torch  # profiled from here
+
+Path(f"/tmp/perf-{os.getpid()}.map").write_text("7f0000000000 40 jit_test_kernel\\n")
+Path(sys.argv[1]).write_text(str(os.getpid()))
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["child-killed", "ctrl-c"])
+def test_the_perf_map_cpuprof_asked_for_is_removed_however_the_child_ends(tmp_path: Path, signum: int):
+    script = tmp_path / "writes_a_perf_map.py"
+    script.write_text(MAP_WRITER)
+    started = tmp_path / "started"
+    env = {key: value for key, value in os.environ.items() if key != "ONEDNN_JIT_PROFILE"}  # cpuprof asks for it
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "run", "--out", str(tmp_path / "out"), "--",
+                             "python", str(script), str(started)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() or not started.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        child = int(started.read_text())
+        perf_map = Path(f"/tmp/perf-{child}.map")
+        assert perf_map.exists()
+        if signum == signal.SIGKILL:
+            os.kill(child, signal.SIGKILL)  # nothing of the child's own runs after this
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (137 if signum == signal.SIGKILL else 130), stderr
+    assert not perf_map.exists()
 
 
 def test_a_program_that_sends_itself_sigterm_exits_as_a_shell_says(tmp_path: Path):
