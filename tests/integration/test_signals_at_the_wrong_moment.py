@@ -30,8 +30,10 @@ import os, signal, sys
 _AT = os.environ.get("SIGNAL_HOOK_AT_IMPORT")  # a module name prefix: Ctrl-C as it is imported...
 _AFTER = os.environ.get("SIGNAL_HOOK_AFTER")  # ...once this module is imported (torch half imported)
 _MARK = os.environ["SIGNAL_HOOK_MARK"]  # written when the hook fired
-# The launcher's parent is the test: the hook fires in the launched children only.
+# The launcher's parent is the test: the hooks fire in the launched children, unless IN_LAUNCHER.
 _CHILD = os.getppid() != int(os.environ["SIGNAL_HOOK_TEST_PID"])
+_HERE = _CHILD != bool(os.environ.get("SIGNAL_HOOK_IN_LAUNCHER"))
+_ONCE_EXISTS = os.environ.get("SIGNAL_HOOK_ONCE_EXISTS")  # and only once this file exists
 
 
 def _ctrl_c():
@@ -50,15 +52,16 @@ class _Finder:
     fired = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if not self.fired and fullname.startswith(_AT) and (not _AFTER or _imported(_AFTER)):
+        if (not self.fired and fullname.startswith(_AT) and (not _AFTER or _imported(_AFTER))
+                and (not _ONCE_EXISTS or os.path.exists(_ONCE_EXISTS))):
             self.fired = True
             _ctrl_c()
         return None
 
 
-if _CHILD and _AT:
+if _HERE and _AT:
     sys.meta_path.insert(0, _Finder())
-if _CHILD and os.environ.get("SIGNAL_HOOK_AT_EXIT"):
+if _HERE and os.environ.get("SIGNAL_HOOK_AT_EXIT"):
     import atexit
 
     atexit.register(_ctrl_c)  # registered first, so it runs last: the child's very end
@@ -116,11 +119,33 @@ def test_ctrl_c_while_the_program_imports_torch_is_the_interrupted_ending(tmp_pa
 
 
 def test_ctrl_c_at_the_end_of_a_compare_run_stops_the_sweep(tmp_path: Path):
-    """The Ctrl-C comes as the run's child exits, its profile saved: after the child's last line
-    and before the launcher's result line. The run is interrupted, not done, and compare says so."""
+    """The Ctrl-C comes as the run's child exits, its profile saved. The run is interrupted, not
+    done, and compare says so."""
     env, mark = signal_hook(tmp_path, at_exit="1")
     out = tmp_path / "sweep"
     result = cpuprof_in_own_session(["compare", *TINY, "--threads", "1,2", "-r", "1", "--out", str(out)], env)
+    assert mark.exists(), result.stderr
+    assert result.returncode == 130, result.stderr
+    assert f"resume with: python -m cpuprof compare --resume {out}" in one_line_error(result)
+    assert [r.status for r in load(out).runs] == ["interrupted"]
+
+
+def ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("preexec", [None, ignoring_sigint], ids=["from-a-terminal", "as-a-background-job"])
+def test_ctrl_c_after_a_compare_runs_child_ended_stops_the_sweep(tmp_path: Path, preexec):
+    """The signal comes after the run's child saved its profile and exited, before the run's result
+    line: in the launcher alone, as it reads the profile (its first import of the threads analysis).
+    A background job (``compare ... &`` in a script) starts with SIGINT ignored, so only the
+    launcher's own handlers hear it there: the run is interrupted, not done, and compare stops."""
+    out = tmp_path / "sweep"
+    env, mark = signal_hook(tmp_path, in_launcher="1", at_import="cpuprof.analysis.threads",
+                            once_exists=str(out / "config-01" / "run-1" / "profile.json"))
+    result = subprocess.run([sys.executable, "-m", "cpuprof", "compare", *TINY, "--threads", "1,2", "-r", "1",
+                             "--out", str(out)], capture_output=True, text=True, env=env, timeout=300,
+                            start_new_session=True, preexec_fn=preexec)
     assert mark.exists(), result.stderr
     assert result.returncode == 130, result.stderr
     assert f"resume with: python -m cpuprof compare --resume {out}" in one_line_error(result)
