@@ -107,15 +107,19 @@ def test_ctrl_c_while_the_decode_child_imports_is_the_interrupted_ending(tmp_pat
     assert not status.complete and status.reason.startswith("interrupted by SIGINT"), status
 
 
-def test_ctrl_c_while_the_program_imports_torch_is_the_interrupted_ending(tmp_path: Path):
+@pytest.mark.parametrize("at, after, when", [("cpuprof.model", "", " before it started"),
+                                             ("torch.", "torch.distributed", "")],
+                         ids=["while-the-child-imports-cpuprof", "while-the-program-imports-torch"])
+def test_ctrl_c_while_the_script_child_imports_is_the_interrupted_ending(tmp_path: Path, at: str, after: str,
+                                                                         when: str):
     script = tmp_path / "imports_torch.py"
     script.write_text("import torch\nprint('torch imported')\n")
-    env, mark = signal_hook(tmp_path, at_import="torch.", after="torch.distributed")
+    env, mark = signal_hook(tmp_path, at_import=at, after=after)
     result = cpuprof_in_own_session(["run", "--out", str(tmp_path / "out"), "--", "python", str(script)], env)
     line = assert_interrupted_in_one_line(result, mark)
     assert "torch imported" not in result.stdout
     assert line.startswith("cpuprof: error: nothing was profiled: torch was never imported (the program was "
-                           "interrupted by SIGINT;"), line
+                           f"interrupted by SIGINT{when};"), line
 
 
 def test_ctrl_c_at_the_end_of_a_compare_run_stops_the_sweep(tmp_path: Path):
