@@ -17,6 +17,7 @@ FAILED = 1  # the run failed; one line on stderr said what, and what was kept
 USAGE = 2  # bad input (a flag, a file): refused before anything ran
 NATIVE_MODULE = 3  # the C++ core is missing or was built against another torch
 INTERRUPTED = 130  # SIGINT/SIGTERM: 128 + SIGINT, as a shell reports Ctrl-C
+SIGNALLED = 128  # a program ended by signal N: 128 + N, as a shell reports it (`cpuprof run`)
 
 # The exit codes a child uses to say it reported its own failure in one line already.
 REPORTED_BY_CHILD = (FAILED, USAGE)
@@ -31,6 +32,21 @@ def of_child(returncode: int, interrupted: bool) -> int:
     if 0 < returncode < 256:
         return returncode
     return FAILED
+
+
+def of_signal(signum: int) -> int:
+    """The status a shell gives a program that signal ``signum`` ended: 128 + its number."""
+    return SIGNALLED + signum
+
+
+def of_program(returncode: int, interrupted: bool) -> int:
+    """The profiled program's status as ``cpuprof run``'s exit code, as a shell would give it:
+    INTERRUPTED when the launcher passed it a signal, 128 + N when signal N killed it, else its own."""
+    if interrupted:
+        return INTERRUPTED
+    if returncode < 0:
+        return of_signal(-returncode)
+    return returncode
 
 
 def of_group(returncodes: list[int], interrupted: bool) -> int:

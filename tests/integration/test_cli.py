@@ -292,8 +292,9 @@ def test_run_queue_delay_is_warned_about_only_when_a_cpu_is_shared(tmp_path: Pat
     assert dispatch.run_delay_ns > 0.2 * profile.collection.wall_ns
 
 
-@pytest.mark.parametrize("limit", [16, 32])
+@pytest.mark.parametrize("limit", [12, 16, 32])
 def test_decode_under_a_low_descriptor_limit_names_what_was_not_counted(tmp_path: Path, limit: int):
+    import re
     import resource
 
     def low_limit() -> None:
@@ -306,16 +307,22 @@ def test_decode_under_a_low_descriptor_limit_names_what_was_not_counted(tmp_path
     assert "Too many open files" not in result.stderr + result.stdout
     profile = Profile.load(tmp_path)
     assert profile.workload.steps_done == profile.workload.new_tokens
+    names_the_limit = re.compile(rf"ulimit -n (is )?{limit}\b")
     # every thread is either counted in full, or named with the reason
     for t in profile.threads:
         assert not t.uncounted or (t.counting_error and "ulimit -n" in t.counting_error), t
     uncounted = [t for t in profile.idle_threads if t.uncounted]
     for t in uncounted:
-        assert f"ulimit -n {limit}" in t.uncounted
+        assert names_the_limit.search(t.uncounted), t
     if uncounted or any(t.uncounted for t in profile.threads):
         assert "could not be counted" in result.stdout or "not counted on some threads" in result.stdout
     if limit == 16:  # the worker needs descriptors the reserve keeps for the program
         assert uncounted or any(t.uncounted for t in profile.threads)
+    if limit == 12:  # not even task-clock: no thread's CPU time says whether it worked
+        assert not profile.has_event("task-clock")
+        assert profile.idle_threads and uncounted == profile.idle_threads
+        assert "did no work" not in result.stdout, result.stdout
+        assert "their CPU time not counted" in result.stdout
 
 
 def test_ctrl_c_while_the_child_is_still_starting_is_an_interrupt(tmp_path: Path):

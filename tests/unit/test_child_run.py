@@ -18,6 +18,7 @@ from tests.profiles import settings
 
 from cpuprof import exit_codes
 from cpuprof.errors import CpuprofError, UsageError
+from cpuprof.launch import child_signals
 from cpuprof.launch.child_run import CHECKPOINT_REASON, ChildRun, SignalReceived, child_main, write_launch_file
 from cpuprof.launch.options import ProfileOptions
 from cpuprof.launch.ranks import group_failure
@@ -34,6 +35,7 @@ def keep_process_state() -> Iterator[None]:
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+    child_signals.take_pending()  # a signal a test held is that test's
     if crashes_enabled:
         faulthandler.enable(sys.__stderr__, all_threads=True)
     else:
@@ -191,6 +193,17 @@ def test_a_childs_status_as_the_launchers_exit_code(returncode: int, interrupted
     assert exit_codes.of_child(returncode, interrupted) == code
 
 
+@pytest.mark.parametrize("returncode, interrupted, code", [
+    (3, False, 3),
+    (-signal.SIGKILL, False, 137),  # as a shell says of a program the kernel's OOM killer ended
+    (-signal.SIGSEGV, False, 139),
+    (143, False, 143),  # the script child's own SIGTERM ending: 128 + 15
+    (-signal.SIGINT, True, exit_codes.INTERRUPTED),  # the launcher passed it the Ctrl-C
+])
+def test_a_programs_status_as_runs_exit_code_is_what_a_shell_says(returncode: int, interrupted: bool, code: int):
+    assert exit_codes.of_program(returncode, interrupted) == code
+
+
 def _group(returncodes: list[int | None], ended: list[float], interrupted: bool = False) -> MultiRun:
     ranks = [RankOutcome(rank=k, dir=f"rank-{k}", cpus=[k], node=None, threads=1, returncode=rc, ended_s=t,
                          failure=None if rc == 0 else f"rank {k} failed with exit code {rc}")
@@ -227,3 +240,60 @@ def test_a_real_signal_is_not_swallowed_by_a_catch_all(tmp_path: Path):
     assert CatchAllRun(tmp_path).execute() == exit_codes.INTERRUPTED
     status = Profile.load(tmp_path).status
     assert status.reason == "interrupted by SIGTERM while demangling; nothing was profiled because of it"
+
+
+class SignalledAtCloseRun(CountingRun):
+    """Ends well, then a Ctrl-C comes while it cleans up (the process group it leaves, say)."""
+
+    def close(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs here, were it to raise
+        super().close()
+
+
+def _launch_file(tmp_path: Path, steps: int) -> Path:
+    launch = tmp_path / "launch.json"
+    launch.write_text(json.dumps({"format": "cpuprof-launch", "version": 1, "steps": steps}))
+    return launch
+
+
+def test_a_signal_during_the_cleanup_is_no_traceback_and_the_run_says_it_was_interrupted(tmp_path: Path):
+    made: list[CountingRun] = []
+
+    def make(config: CountConfig) -> CountingRun:
+        made.append(SignalledAtCloseRun(tmp_path, steps_to_run=config.steps))
+        return made[0]
+
+    assert child_main(["child", str(_launch_file(tmp_path, 2))], CountConfig, make) == exit_codes.INTERRUPTED
+    assert made[0].closed  # the cleanup ran to its end
+    assert Profile.load(tmp_path).status.complete  # what it measured was all there was to measure
+
+
+class CloseFailsRun(CountingRun):
+    def close(self) -> None:
+        raise AttributeError("partially initialized module 'torch' has no attribute 'distributed'")
+
+
+def test_a_failing_cleanup_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    code = child_main(["child", str(_launch_file(tmp_path, 2))], CountConfig, lambda c: CloseFailsRun(tmp_path))
+    assert code == exit_codes.FAILED
+    assert capsys.readouterr().err == ("cpuprof: error: counting ended, but leaving what it joined failed "
+                                       "(AttributeError: partially initialized module 'torch' has no attribute "
+                                       "'distributed')\n")
+
+
+class SignalledWhileSavingRun(CountingRun):
+    """Fails, and a SIGTERM comes while the failure's profile is being saved."""
+
+    def save(self, complete: bool, reason: str | None = None) -> Path:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        return super().save(complete, reason)
+
+
+def test_a_signal_while_a_failure_is_saved_leaves_the_failure_the_ending(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]):
+    run = SignalledWhileSavingRun(tmp_path, fail_with=RuntimeError("the abacus broke"))
+    assert run.execute() == exit_codes.FAILED
+    assert "counting failed: RuntimeError: the abacus broke" in capsys.readouterr().err
+    assert not Profile.load(tmp_path).status.complete

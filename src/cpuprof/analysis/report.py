@@ -157,9 +157,10 @@ def _threads_section(profile: Profile) -> Section:
     if c.wall_ns:
         idle = sum(1 for t in profile.idle_threads if not t.uncounted)
         uncounted = len(profile.idle_threads) - idle
-        lines.append(f"{len(rows)} thread{'s' if len(rows) != 1 else ''} worked, using {fmt_ns(total_cpu)} of CPU in "
-                     f"{fmt_ns(c.wall_ns)}: "
-                     f"{total_cpu / c.wall_ns:.2f} CPUs on average"
+        # Without CPU time nothing says how much a thread worked (every idle thread is uncounted then).
+        used = (f"using {fmt_ns(total_cpu)} of CPU in {fmt_ns(c.wall_ns)}: {total_cpu / c.wall_ns:.2f} CPUs on average"
+                if profile.has_event(CPU_EVENT) else f"in {fmt_ns(c.wall_ns)}, their CPU time not counted")
+        lines.append(f"{len(rows)} thread{'s' if len(rows) != 1 else ''} worked, {used}"
                      + (f"; {idle} more thread{'s' if idle != 1 else ''} did no work (not shown)" if idle else "")
                      + (f"; {uncounted} thread{'s' if uncounted != 1 else ''} could not be counted (see the notes)"
                         if uncounted else ""))

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..model import (
+    CPU_EVENT,
     EXACT,
     Collection,
     DroppedEvent,
@@ -87,6 +88,12 @@ def _sampling_error(err: int) -> str | None:
 
 def _counting_error(err: int) -> str | None:
     return _errno_text(err, " (perf_event_paranoid, or a seccomp filter)") if err > 0 else None
+
+
+def _cpu_time_not_counted(dropped: list[DroppedEvent]) -> str:
+    """Why no thread's CPU time was counted: the reason its event was dropped for the session."""
+    reason = next((d.reason for d in dropped if d.name == CPU_EVENT), "it was not among the events asked for")
+    return f"{CPU_EVENT} (CPU time) was not counted: {reason}"
 
 
 def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int]) -> tuple[Sampling, Stacks]:
@@ -181,8 +188,12 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             sampling_error=_sampling_error(t.sample_errno) if snap.sampling.enabled else None,
             counting_error=_counting_error(t.open_errno) if not all(t.counted) else None,
         ))
+    # Whether a thread did work is read from its CPU time: with task-clock not counted in this
+    # session (dropped at the descriptor limit, say), a thread that shows nothing may well have
+    # worked, so it is uncounted, with the reason, never "did no work".
+    no_cpu_time = None if CPU_EVENT in names else _cpu_time_not_counted(dropped)
     idle = [IdleThread(tid=t.tid, name=t.name,
-                       uncounted=_counting_error(t.open_errno) if not any(t.counted) else None)
+                       uncounted=(_counting_error(t.open_errno) if not any(t.counted) else None) or no_cpu_time)
             for slot, t in enumerate(snap.threads) if slot not in index_of_slot]
     by_index = {e.index: e for e in snap.entries}
 

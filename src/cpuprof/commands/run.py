@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "imports torch and covers every ATen op across every thread; torch.profiler.record_function "
                     "and cpuprof.region blocks are regions. When the program ends (or is interrupted) the profile "
                     "is saved and the report follows the program's own output on stdout. The exit code is the "
-                    "program's (1 if it raised, 130 if interrupted).")
+                    "program's (1 if it raised, 130 if interrupted, 128 + N if signal N ended it, as a shell "
+                    "says).")
     add_launch_arguments(p)
     r = p.add_argument_group("several processes, torchrun-style: each pinned to its share of the machine and profiled")
     spec.add_arguments(r, spec.PROCESSES)
@@ -140,21 +142,28 @@ def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: enviro
     return group_exit(run, out_dir, member="process")
 
 
+# What the script child exits with when the program was interrupted (SIGINT, SIGTERM) after the
+# child had said so itself, in its one line, when it had nothing to save (see script_child).
+_INTERRUPTED_BY_THE_CHILD = (exit_codes.INTERRUPTED, exit_codes.of_signal(signal.SIGTERM))
+
+
 def exit_code(outcome: parent.DecodeOutcome) -> int:
-    """The program's exit status; one error line (after the report) when it did not end well."""
+    """The program's exit status, as a shell would give it (128 + N for signal N); one error line
+    (after the report) when it did not end well."""
     rc = outcome.returncode
-    if outcome.interrupted and outcome.profile is None:  # a child still starting Python exits 1 on Ctrl-C
+    if outcome.interrupted and outcome.profile is None and rc not in _INTERRUPTED_BY_THE_CHILD:
+        # Interrupted before its handlers were set (Python still starting): it said nothing.
         raise ChildFailed(parent.failure_message(outcome, child="the program") or "the program was interrupted",
                           exit_codes.INTERRUPTED)
     if rc < 0:
         raise ChildFailed(parent.failure_message(outcome, child="the program's process")
-                          or f"the program's process ended with {rc}")
+                          or f"the program's process ended with {rc}", exit_codes.of_program(rc, outcome.interrupted))
     if outcome.profile is None:
         if rc == exit_codes.OK:
             raise CpuprofError(f"the program's process ended without saving a profile in {outcome.out_dir}")
-        return rc  # the child said why in its own error line: it saved nothing
+        return exit_codes.of_program(rc, outcome.interrupted)  # the child said why in its own line
     if rc == exit_codes.OK:
         return rc
     reason = outcome.profile.status.reason or f"the program exited with status {rc}"
     raise ChildFailed(f"{reason}; what was measured is in {outcome.out_dir / PROFILE_FILENAME}",
-                      exit_codes.of_child(rc, outcome.interrupted))
+                      exit_codes.of_program(rc, outcome.interrupted))

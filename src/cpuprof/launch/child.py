@@ -10,6 +10,11 @@ codes) is :class:`cpuprof.launch.child_run.ChildRun`'s.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: a Ctrl-C while the modules below import is held for the run
+    from .child_signals import defer
+
+    defer()
+
 import os
 import resource
 import sys
@@ -289,10 +294,13 @@ class DecodeRun(ChildRun):
         return super().where()
 
     def close(self) -> None:
-        if "torch.distributed" in sys.modules:
-            from ..workload.tensor_parallel import leave_group
-
-            leave_group()
+        # Never an import: an interrupt inside torch's import leaves torch.distributed loaded in
+        # sys.modules (torch imports it on the way) but torch not, and importing torch again fails
+        # ("partially initialized module 'torch'"). Only a torch that finished importing has a group
+        # (joined in join_tensor_parallel).
+        dist = sys.modules.get("torch.distributed")
+        if "torch" in sys.modules and dist is not None and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def main(argv: list[str]) -> int:

@@ -6,7 +6,10 @@ Whatever it runs (a built-in decode: :mod:`.child`; the user's program: :mod:`.s
 it does the same things at its start and at its end, here:
 
 - reads ``launch.json`` (:func:`read_launch_file`; the parent wrote it with :func:`write_launch_file`);
-- records a crash's Python stacks (:func:`record_crashes`) and removes oneDNN's perf map at exit;
+- holds SIGINT and SIGTERM from the child's first line (:mod:`.child_signals`), so that an
+  interrupt at any moment, imports included, is the interrupted ending;
+- records a crash's Python stacks (:func:`record_crashes`) and removes oneDNN's perf map at exit
+  (the launcher removes it when the child could not: killed);
 - builds the profiler from :class:`~cpuprof.launch.options.ProfileOptions`, event names checked
   once, before any slow setup (:meth:`ChildRun.make_profiler`);
 - reads back the settings in force (:meth:`ChildRun.read_settings`);
@@ -27,7 +30,6 @@ from __future__ import annotations
 import faulthandler
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +41,8 @@ from ..errors import CpuprofError, FileFormatError
 from ..model import PROFILE_FILENAME, MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..safe_text import printable
+from . import child_signals
+from .child_signals import SignalReceived
 from .options import CRASH_FILENAME, ProfileOptions
 from .progress import Progress
 
@@ -76,13 +80,18 @@ def record_crashes(out_dir: str | os.PathLike[str]) -> TextIO:
     return crash_file
 
 
+def perf_map_path(pid: int) -> Path:
+    """Where a process's JIT symbols go for perf (oneDNN's kernels, when asked): perf's own convention."""
+    return Path(f"/tmp/perf-{pid}.map")
+
+
 def remove_perf_map() -> None:
     """The perf map oneDNN wrote because the launcher asked for it: read by now, not kept."""
     if os.environ.get(REMOVE_PERF_MAP) == "1":
         try:
-            os.unlink(f"/tmp/perf-{os.getpid()}.map")
+            perf_map_path(os.getpid()).unlink(missing_ok=True)
         except OSError:
-            pass
+            pass  # /tmp not writable, say: the map stays, as it would without cpuprof
 
 
 def error_line(message: str) -> None:
@@ -101,25 +110,6 @@ def process_meta() -> Meta:
     return Meta(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 cpuprof_version=__version__, torch_version=getattr(torch, "__version__", None),
                 python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv))
-
-
-class SignalReceived(BaseException):
-    """SIGINT or SIGTERM, raised where the child was when it came (see :meth:`ChildRun.handle_signals`).
-
-    A BaseException, as KeyboardInterrupt is: raised inside code that catches ``Exception`` (the
-    symbol demangler a checkpoint calls, a library's fallback) it would be swallowed, and since
-    the handler then ignores further signals, the run would go on, never interrupted."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_signal_received(signum: int, _frame: object) -> None:
-    # Once is enough: further signals while the profile is being saved are ignored.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise SignalReceived(signum)
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -170,7 +160,18 @@ class ChildRun:
         return f"while {self.stage}"
 
     def close(self) -> None:
-        """Leaves whatever the run joined; called once the process is about to exit."""
+        """Leaves whatever the run joined; called once the process is about to exit, however the
+        run ended, even inside an import of torch cut short: it must not import torch (a module
+        half imported is in ``sys.modules`` and breaks a new import), only use what is loaded."""
+
+    def leave(self) -> bool:
+        """:meth:`close`, its failure one line instead of a traceback; False when it failed."""
+        try:
+            self.close()
+        except Exception as exc:
+            error_line(f"{self.work} ended, but leaving what it joined failed ({type(exc).__name__}: {exc})")
+            return False
+        return True
 
     # -- the profiler -----------------------------------------------------------------------------
     def make_profiler(self, modules: bool | Any = False) -> Any:
@@ -279,46 +280,63 @@ class ChildRun:
         return exit_codes.FAILED
 
     def interrupted(self, name: str) -> int:
-        """SIGINT/SIGTERM: the profile so far is saved as incomplete."""
-        self.stop_profiler()
-        self.save(complete=False, reason=self.failed_reason(f"interrupted by {name}"))
+        """SIGINT/SIGTERM: the profile so far is saved as incomplete (the launcher's line says where)."""
+        try:
+            self.stop_profiler()
+            self.save(complete=False, reason=self.failed_reason(f"interrupted by {name}"))
+        except Exception as exc:  # the interrupt stays the ending: one line, no traceback
+            error_line(f"{self.work} was interrupted by {name} {self.where()}; saving the profile failed "
+                       f"({type(exc).__name__}: {exc})")
         return exit_codes.INTERRUPTED
 
     def handle_signals(self) -> None:
-        """SIGINT and SIGTERM raise SignalReceived where the run is, once; later ones are ignored."""
-        signal.signal(signal.SIGTERM, _raise_signal_received)
-        signal.signal(signal.SIGINT, _raise_signal_received)
+        """SIGINT and SIGTERM raise SignalReceived where the run is, once; later ones are ignored.
+        One that came before (while the child imported its modules) is raised now."""
+        child_signals.raise_on_signal()
 
     def execute(self) -> int:
         """Runs ``steps()`` and saves the complete profile; every other ending as the class says."""
-        self.handle_signals()
         try:
+            self.handle_signals()
             self.steps()
             try:
                 self.save(complete=True)
             except OSError as exc:
                 return self.not_saved(exc)
             return exit_codes.OK
-        except CpuprofError as exc:
-            self.progress.done("")
+        except BaseException as exc:
+            # The ending is decided: saving what was measured runs to its end, signals are held.
+            child_signals.defer()
+            return self.ending_of(exc)
+
+    def ending_of(self, exc: BaseException) -> int:
+        """The exit code of a run that raised ``exc``, its profile saved and its one line said."""
+        self.progress.done("")
+        if isinstance(exc, SignalReceived):
+            return self.interrupted(exc.args[0])
+        if isinstance(exc, KeyboardInterrupt):
+            return self.interrupted("SIGINT")
+        if isinstance(exc, CpuprofError):
             if exc.exit_code == exit_codes.USAGE:  # bad input found here: one line, nothing ran
                 error_line(str(exc))
                 return exit_codes.USAGE
             return self.fail(str(exc))
-        except (SignalReceived, KeyboardInterrupt) as exc:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            self.progress.done("")
-            return self.interrupted(exc.args[0] if isinstance(exc, SignalReceived) else "SIGINT")
-        except Exception as exc:
-            if os.environ.get("CPUPROF_DEBUG"):
-                raise
-            self.progress.done("")
-            return self.fail(f"{type(exc).__name__}: {exc}", debug_hint=True)
+        if not isinstance(exc, Exception) or os.environ.get("CPUPROF_DEBUG"):
+            raise exc  # SystemExit and the like are no failure of the run; a debug run wants the traceback
+        return self.fail(f"{type(exc).__name__}: {exc}", debug_hint=True)
 
 
 def child_main(argv: list[str], config_type: type[C], make_run: Callable[[C], ChildRun]) -> int:
-    """A child process from start to exit: ``argv[1]`` is its launch file."""
+    """A child process from start to exit: ``argv[1]`` is its launch file.
+
+    The child module called :func:`child_signals.defer` on its first line, so a signal while it
+    imported is held until the run's ``execute`` raises it where it is handled. Once the ending is
+    decided, signals are held again: the cleanup and the interpreter's shutdown run to their end
+    (a signal raised into them would print a traceback and could change the exit status), and a
+    run that ended well but was interrupted during them says so in its status."""
+    child_signals.defer()
     run: ChildRun | None = None
+    left = True
     try:
         try:
             config = read_launch_file(argv[1], config_type)
@@ -327,8 +345,14 @@ def child_main(argv: list[str], config_type: type[C], make_run: Callable[[C], Ch
             return exit_codes.USAGE
         run = make_run(config)
         record_crashes(run.out)
-        return run.execute()
+        code = run.execute()
     finally:
+        child_signals.defer()
         remove_perf_map()
         if run is not None:
-            run.close()
+            left = run.leave()
+    if not left and code == exit_codes.OK:
+        return exit_codes.FAILED
+    if code == exit_codes.OK and child_signals.take_pending() is not None:
+        return exit_codes.INTERRUPTED
+    return code

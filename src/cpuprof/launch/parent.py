@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from ..machine.topology import read_topology
 from ..model import PROFILE_FILENAME, Profile
 from ..workload.dtypes import check_dtype, dtype_bytes
 from . import environment
-from .child_run import LAUNCH_FILENAME, REMOVE_PERF_MAP, write_launch_file
+from .child_run import LAUNCH_FILENAME, REMOVE_PERF_MAP, perf_map_path, write_launch_file
 from .options import CRASH_FILENAME, ChildConfig, DecodeOptions, WorkloadOptions
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 
 KILL_GRACE_S = 15.0  # after the launcher's interrupt: time for a child to save its profile before SIGKILL
 CHILD_MODULE = "cpuprof.launch.child"  # the decode child; `run` starts cpuprof.launch.script_child
+# The children whose perf map cpuprof asked for (start_child). Each removes its own at any ending it
+# can catch; the launcher removes it once the child is dead, for the endings it cannot (SIGKILL).
+_OWN_PERF_MAP: weakref.WeakSet[subprocess.Popen[bytes]] = weakref.WeakSet()
 
 
 @dataclass
@@ -199,12 +203,15 @@ def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: P
     env.update(extra_env or {})
     log_file = open(log, "w") if log is not None else None  # noqa: SIM115 (the child keeps its own copy)
     try:
-        return subprocess.Popen(
+        child = subprocess.Popen(
             [sys.executable, "-m", module, str(launch_file)],
             env=env,
             preexec_fn=resolved.preexec(),
             stdout=log_file, stderr=log_file,
         )
+        if env.get(REMOVE_PERF_MAP) == "1":
+            _OWN_PERF_MAP.add(child)
+        return child
     finally:
         if log_file is not None:
             log_file.close()  # the child holds its own descriptor
@@ -243,7 +250,8 @@ class Supervision:
     A signal no child's outcome carries (every child exited 0 anyway: it came as they finished,
     or after) is raised here as KeyboardInterrupt when the block ends, so a sweep stops instead of
     starting its next run. An exception out of the block interrupts the children still running,
-    then kills them: none is left behind."""
+    then kills them: none is left behind. A dead child's perf map, when cpuprof asked for one, is
+    removed here: a child killed by SIGKILL cannot remove its own."""
 
     def __init__(self) -> None:
         self.children: list[subprocess.Popen[bytes]] = []
@@ -277,6 +285,7 @@ class Supervision:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            _remove_perf_map(child)
 
     def _forward(self, signum: int, _frame: object) -> None:
         self.forwarded.append(signum)
@@ -301,7 +310,7 @@ class Supervision:
         while True:
             now = time.monotonic()
             for i, child in enumerate(children):
-                code = child.poll()
+                code = _poll(child)
                 if code is not None and i not in ended:
                     ended[i] = Ended(index=i, returncode=int(code), ended_s=now - started, stopped_by=stopped.get(i),
                                      interrupted=bool(self.forwarded))
@@ -325,6 +334,29 @@ class Supervision:
             if on_poll is not None:
                 on_poll()
             time.sleep(poll_s)
+
+
+def _poll(child: subprocess.Popen[bytes]) -> int | None:
+    """``child.poll()``; a dead child's perf map is removed first, while it is a zombie: its pid
+    cannot be another process's yet, so the map removed is certainly the child's."""
+    if child.returncode is None and child in _OWN_PERF_MAP:
+        try:
+            dead = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            dead = False  # reaped elsewhere: poll() below says so
+        if dead:
+            _remove_perf_map(child)
+    return child.poll()
+
+
+def _remove_perf_map(child: subprocess.Popen[bytes]) -> None:
+    """The perf map cpuprof asked ``child`` for, which a killed child leaves behind in /tmp."""
+    if child in _OWN_PERF_MAP:
+        _OWN_PERF_MAP.discard(child)
+        try:
+            perf_map_path(child.pid).unlink(missing_ok=True)
+        except OSError:
+            pass  # not ours to remove after all (another user's file): leave it
 
 
 def _send(child: subprocess.Popen[bytes], signum: int) -> None:

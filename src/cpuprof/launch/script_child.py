@@ -18,6 +18,11 @@ no profile. The profiler, the settings, the saving and the launch file are the c
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: a Ctrl-C while the modules below import is held for the run
+    from .child_signals import defer
+
+    defer()
+
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -35,6 +40,7 @@ from typing import Any
 from .. import exit_codes
 from ..errors import CpuprofError
 from ..model import Profile, Requested, Topology
+from . import child_signals
 from .child_run import ChildRun, child_main, error_line
 from .environment import LaunchSettings
 from .options import ProfileOptions
@@ -73,6 +79,10 @@ class ScriptConfig:
 class Terminated(BaseException):
     """SIGTERM, raised in the program like SIGINT's KeyboardInterrupt: a BaseException, so that the
     program's ``except Exception`` handlers do not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 class ProfilerFailed(BaseException):
@@ -177,7 +187,7 @@ class ScriptRun(ChildRun):
         self._last_signal = now
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        raise Terminated(signal.Signals(signum).name)
+        raise Terminated(signum)
 
     # -- the program ----------------------------------------------------------------------------
     def run_program(self) -> Ending:
@@ -200,9 +210,9 @@ class ScriptRun(ChildRun):
         except SystemExit as exc:
             return _exit_ending(exc.code)
         except KeyboardInterrupt:
-            return Ending(status=exit_codes.INTERRUPTED, reason="the program was interrupted by SIGINT")
+            return interrupted_ending(signal.SIGINT)
         except Terminated as exc:
-            return Ending(status=exit_codes.INTERRUPTED, reason=f"the program was interrupted by {exc.args[0]}")
+            return interrupted_ending(exc.signum)
         except ProfilerFailed as exc:
             return Ending(status=exc.error.exit_code, reason=str(exc.error), usage=True)
         except BaseException as exc:  # the program's own failure: its traceback, as Python would print it
@@ -250,8 +260,12 @@ class ScriptRun(ChildRun):
         hook.install()
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGTERM, self.on_signal)
+        early = child_signals.take_pending()  # came while this child imported its own modules
         try:
-            ending = self.run_program()
+            if early is not None:
+                ending = interrupted_ending(early, before_start=True)
+            else:
+                ending = self.run_program()
         finally:
             hook.remove()
             # Whatever arrives now would cut the saving of what was measured short.
@@ -265,6 +279,14 @@ class ScriptRun(ChildRun):
             error_line(f"saving the profile failed ({type(exc).__name__}: {exc}) (set CPUPROF_DEBUG=1 for the "
                        "traceback)")
             return exit_codes.FAILED
+
+
+def interrupted_ending(signum: int, before_start: bool = False) -> Ending:
+    """SIGINT or SIGTERM: the status a shell gives a program its signal ended, 128 + the signal's
+    number (130 for Ctrl-C, 143 for SIGTERM), which is what the program would have died of here."""
+    name = signal.Signals(signum).name
+    when = " before it started" if before_start else ""
+    return Ending(status=exit_codes.of_signal(signum), reason=f"the program was interrupted by {name}{when}")
 
 
 def _module_exists(name: str) -> bool:

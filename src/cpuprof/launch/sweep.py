@@ -269,30 +269,70 @@ def _measured(record: SweepRun, metrics: RunMetrics | None, who: str) -> SweepRu
     return record
 
 
+class _SweepSignals:
+    """SIGINT and SIGTERM for as long as the sweep runs, heard whatever this process's handlers were.
+
+    Between runs, and between a run's child's end and the run's result line, the launcher's own
+    forwarding (parent.Supervision) is not in force, and the process's handler was all there was:
+    in a background job (``compare ... &`` in a script) SIGINT is ignored, so a signal there was
+    lost and the sweep went on to mark every run done. Here it raises KeyboardInterrupt while a
+    run is under way (``raising``: the run is interrupted, not done, whatever its child did) and
+    is recorded otherwise: the sweep stops before its next run."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.raising = False
+        self._previous: dict[int, typing.Any] = {}
+
+    def __enter__(self) -> _SweepSignals:
+        self._previous = {sig: signal.signal(sig, self._heard) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _heard(self, signum: int, _frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+        if self.raising:
+            self.raising = False  # once: the run's interrupted ending is being recorded
+            raise KeyboardInterrupt
+
+
 def run_sweep(comparison: Comparison, out_dir: Path,
               report_progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
-    """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C."""
+    """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C or SIGTERM."""
     todo = [(c, r) for c, r in comparison.order if not comparison.finished(c, r)]
     total = len(comparison.order)
     done_before = total - len(todo)
-    save(comparison, out_dir)
-    for k, (config, repetition) in enumerate(todo, done_before + 1):
-        what = f"[{k}/{total}] {comparison.configs[config].label}, run {repetition}"
-        report_progress(f"cpuprof: {what} ...")
-        try:
-            record = run_one(comparison, config, repetition, out_dir)
-        except KeyboardInterrupt:
-            record = SweepRun(config=config, repetition=repetition, status="interrupted",
-                              out_dir=str(out_dir / f"config-{config + 1:02d}" / f"run-{repetition}"))
-        comparison.runs = [r for r in comparison.runs if (r.config, r.repetition) != (config, repetition)]
-        comparison.runs.append(record)
+    with _SweepSignals() as signals:
         save(comparison, out_dir)
-        if record.status == "interrupted":
-            raise SweepInterrupted(what)
-        if record.status == "failed":
-            report_progress(f"cpuprof: {what}: failed: {record.error}")
-        else:
-            m = record.metrics
-            assert m is not None
-            report_progress(f"cpuprof: {what}: {m.tokens_per_s:.2f} tokens/s, p50 {m.p50_ms:.1f} ms "
-                            f"({record.wall_s:.0f} s)")
+        for k, (config, repetition) in enumerate(todo, done_before + 1):
+            what = f"[{k}/{total}] {comparison.configs[config].label}, run {repetition}"
+            if signals.received is not None:  # between two runs
+                raise SweepInterrupted(what)
+            report_progress(f"cpuprof: {what} ...")
+            run_dir = out_dir / f"config-{config + 1:02d}" / f"run-{repetition}"
+            try:
+                signals.raising = True
+                record = run_one(comparison, config, repetition, out_dir)
+                signals.raising = False
+            except KeyboardInterrupt:
+                record = SweepRun(config=config, repetition=repetition, status="interrupted", out_dir=str(run_dir))
+            signals.raising = False
+            if signals.received is not None and record.status != "interrupted":
+                # It came after the run's child ended, before this result: the run does not count.
+                record = SweepRun(config=config, repetition=repetition, status="interrupted", out_dir=str(run_dir))
+            comparison.runs = [r for r in comparison.runs if (r.config, r.repetition) != (config, repetition)]
+            comparison.runs.append(record)
+            save(comparison, out_dir)
+            if record.status == "interrupted":
+                raise SweepInterrupted(what)
+            if record.status == "failed":
+                report_progress(f"cpuprof: {what}: failed: {record.error}")
+            else:
+                m = record.metrics
+                assert m is not None
+                report_progress(f"cpuprof: {what}: {m.tokens_per_s:.2f} tokens/s, p50 {m.p50_ms:.1f} ms "
+                                f"({record.wall_s:.0f} s)")

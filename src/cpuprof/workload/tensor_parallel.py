@@ -35,11 +35,6 @@ def join_group(backend: str, timeout_s: float) -> dist.ProcessGroup:
     return group
 
 
-def leave_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 class AllReduceRecorder:
     """The model's reduce function: ``dist.all_reduce`` (sum), each call timed on CLOCK_MONOTONIC.
 
