@@ -13,7 +13,7 @@ from ..analysis.report import ProfileFigures
 from ..analysis.report_model import Report
 from ..analysis.timeline import BusyTimeline
 from ..exports.charts import BLUE, GREEN, GREY, ORANGE, SKY, VERMILION, Chart, esc, linear, tooltip
-from ..model import DecodeWorkload, Profile
+from ..model import SAMPLED, DecodeWorkload, Profile
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
 from .html_page import Drawn, Page, figure, kpis_html, lines_html, notes_html, section_html, table_html
 
@@ -145,9 +145,13 @@ def _busy_colour(share: float) -> str:
 
 def thread_busy_chart(profile: Profile, timeline: BusyTimeline | None) -> Drawn:
     if timeline is None:
-        why = ("the run was not profiled" if not profile.profiled else
-               "this profile has no sample timeline (exact mode, or no thread was sampled)")
-        return None, f"{why}; per-thread CPU busy over time needs the sampled mode."
+        if not profile.profiled:
+            return None, "the run was not profiled; per-thread CPU busy over time needs the sampled mode."
+        if profile.collection is not None and profile.collection.mode == SAMPLED and profile.stacks is not None:
+            return None, ("this profile kept no sample timeline: sampled mode keeps one with --timeline N or "
+                          "--flamegraph (or --python-hz), for this chart and for traces.")
+        return None, ("this profile has no sample timeline (exact mode, or no thread was sampled); per-thread "
+                      "CPU busy over time needs the sampled mode.")
     rows = timeline.threads
     row_h, gap = 22, 5
     height = 34 + len(rows) * (row_h + gap) + 50
