@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from . import exit_codes, native
 from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, trace
@@ -22,7 +23,13 @@ PROFILING_COMMANDS = frozenset({"decode", "run", "compare", "calibrate", "doctor
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors in the same one-line form and exit code as ours."""
+    """argparse, with usage errors in the same one-line form and exit code as ours, and no
+    abbreviated flags: `--thread 2` taken for `--threads 2` hides a typo, and an abbreviation that
+    works today breaks when a flag sharing its prefix is added."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"cpuprof: error: {printable(message)} (see: python -m {self.prog.replace(' ', ' ', 1)} --help)",

@@ -298,3 +298,14 @@ def test_a_version_1_comparison_still_loads_and_reports(tmp_path):
     with pytest.raises(FileFormatError, match=r"newer cpuprof \(comparison format version 9\); this cpuprof reads "
                                               "versions 1 to 2"):
         sweep.load(tmp_path)
+
+
+def test_a_partial_sweep_says_the_command_that_resumes_it_with_its_directory():
+    from cpuprof.analysis.compare import comparison_report
+    from profiles import make_sweep
+
+    sweep = make_sweep()
+    sweep.runs[0].status = "interrupted"  # runs again on resume: not finished
+    warnings = comparison_report(sweep, "/tmp/my sweeps/a").warnings
+    assert any("resume with python -m cpuprof compare --resume '/tmp/my sweeps/a'" in w for w in warnings), warnings
+    assert not any("DIR" in w for w in comparison_report(sweep).warnings)

@@ -89,3 +89,13 @@ def test_each_sweep_axis_sets_the_field_its_option_names(axis: str):
 def test_the_baseline_of_a_sweep_is_what_decode_runs_without_the_flag():
     assert sweep.DECODE_DEFAULTS == {"tp": "1", "instances": "1", "omp": "gnu", "bind": "close",
                                      "allocator": "default", "dtype": "bf16", "batch": "1", "compile": "off"}
+
+
+@pytest.mark.parametrize("command", ["decode", "run", "calibrate", "compare", "report"])
+def test_abbreviated_flags_are_refused(command: str, capsys: pytest.CaptureFixture[str]):
+    # `--thread 2` for `--threads 2` (or `--form` for `--format`) is a typo to name, not to guess
+    flag = "--form" if command == "report" else "--thread"
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args([command, flag, "2"])
+    assert exit.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

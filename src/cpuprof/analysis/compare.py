@@ -16,6 +16,7 @@ import numpy as np
 from ..model import CPU_EVENT, SAMPLED, Profile
 from ..model.compare import Comparison, RunMetrics, SweepConfig
 from ..model.ranks import MultiRun
+from ..safe_text import cpuprof_command
 from ..units import fmt_percent
 from .report_model import Column, Report, Section, Table
 from .stats import SIGNIFICANCE, Summary, WelchResult, summarize, welch_test
@@ -346,7 +347,7 @@ class SweepFigures:
     step_distributions: list[StepDistribution]
 
 
-def comparison_report(comparison: Comparison) -> Report:
+def comparison_report(comparison: Comparison, directory: str | None = None) -> Report:
     summaries = summarize_configs(comparison)
     planned = len(comparison.order)
     finished = sum(1 for c, r in comparison.order if comparison.finished(c, r))
@@ -354,8 +355,9 @@ def comparison_report(comparison: Comparison) -> Report:
     report = Report(title=f"cpuprof compare: {axes or 'one configuration'}, {comparison.repetitions} run(s) each",
                     figures=SweepFigures(step_distributions(comparison)))
     if finished < planned:
-        report.warnings.append(f"PARTIAL: {finished} of {planned} runs finished; resume with "
-                               "python -m cpuprof compare --resume DIR")
+        resume = (cpuprof_command("compare", "--resume", directory) if directory else
+                  "python -m cpuprof compare --resume <the sweep's directory>")
+        report.warnings.append(f"PARTIAL: {finished} of {planned} runs finished; resume with {resume}")
     if any(r.metrics is not None and not r.metrics.profiled for r in comparison.runs):
         report.warnings.append("runs made with --no-profile carry no spin, sleep, switch or roofline figures")
     lines = []

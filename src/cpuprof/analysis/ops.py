@@ -103,7 +103,10 @@ def op_table(profile: Profile, top: int = defaults.TOP_OPS) -> OpTable:
     sampled = collection is not None and collection.mode == SAMPLED
     statistical = cpu_is_statistical(profile)
     has_cpu = profile.has_event(CPU_EVENT)
-    table = OpTable(rows=[], n_keys=len(ops), total_self_ns=total_self, outside_cpu_ns=_special(profile, "[outside"),
+    # Exact mode reads the team at op boundaries only: CPU outside ops is not measured there (None),
+    # which is not zero.
+    table = OpTable(rows=[], n_keys=len(ops), total_self_ns=total_self,
+                    outside_cpu_ns=_special(profile, "[outside") if sampled else None,
                     profiler_cpu_ns=_special(profile, "[cpuprof") if sampled else None)
     for op in sorted(ops, key=lambda o: o.self_ns, reverse=True):
         raw = op.counters_self.get(CPU_EVENT, [])

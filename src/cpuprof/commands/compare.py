@@ -192,7 +192,7 @@ def run_sweep(comparison: Comparison, out_dir: Path, args: argparse.Namespace) -
 
 
 def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -> None:
-    render_comparison(comparison, sys.stdout, fmt)
+    render_comparison(comparison, sys.stdout, fmt, out_dir)
     stream = sys.stdout if fmt == "terminal" else sys.stderr
     stream.write(("\n" if fmt == "terminal" else "") + f"comparison saved in {out_dir / COMPARE_FILENAME}; "
                  f"re-render with: {cpuprof_command('report', out_dir)}\n")
@@ -200,12 +200,13 @@ def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -
         from ..reports import OutputOptions, SweepSource, get_output
 
         target = out_dir / HTML_FILENAME
-        write_output(str(target), lambda out: get_output("html", "sweep").write(SweepSource(comparison), out,
-                                                                                OutputOptions()))
+        source = SweepSource(comparison, str(out_dir))
+        write_output(str(target), lambda out: get_output("html", "sweep").write(source, out, OutputOptions()))
         stream.write(f"HTML report: {target}\n")
 
 
-def render_comparison(comparison: Comparison, out: TextIO, fmt: str) -> None:
+def render_comparison(comparison: Comparison, out: TextIO, fmt: str, out_dir: Path | None = None) -> None:
     from ..reports import OutputOptions, SweepSource, get_output
 
-    get_output(fmt, "sweep", roles=("report",)).write(SweepSource(comparison), out, OutputOptions())
+    source = SweepSource(comparison, str(out_dir) if out_dir is not None else None)
+    get_output(fmt, "sweep", roles=("report",)).write(source, out, OutputOptions())

@@ -51,7 +51,7 @@ def load_source(path: str) -> Source:
     if _is_comparison(path):
         from ..launch.sweep import load
 
-        return SweepSource(load(path))
+        return SweepSource(load(path), str(Path(path) if is_directory(path) else Path(path).parent))
     return ProfileSource(Profile.load(path))
 
 

@@ -46,12 +46,13 @@ class SweepSource:
     """A configuration sweep (``cpuprof compare``), finished or not."""
 
     comparison: Comparison
+    directory: str | None = None  # where it is saved, for the command that resumes it
     kind: ClassVar[SourceKind] = "sweep"
 
     def report(self, options: OutputOptions) -> Report:
         from ..analysis.compare import comparison_report
 
-        return comparison_report(self.comparison)
+        return comparison_report(self.comparison, self.directory)
 
 
 @dataclass(frozen=True)
