@@ -478,3 +478,27 @@ def test_a_thread_that_ends_is_charged_only_what_it_ran(kernel: str):
         assert data["switch_records"] > 0 and data["by_interval"] > 10 * data["by_sample"], data
     else:
         assert data["switch_records"] == 0 and data["by_interval"] == 0 and data["by_sample"] > 0, data
+
+
+def test_sampled_and_exact_modes_agree_on_a_decodes_busy_threads(tmp_path: Path):
+    # The same decode in both modes, interleaved so load that comes and goes falls on both: the ops
+    # that hold most of the time must read the same busy threads. CPU comes from intervals in sampled
+    # mode and from clock reads in exact mode, two independent measurements of one truth.
+    busy: dict[str, list[dict]] = {"sampled": [], "exact": []}
+    for round in range(2):
+        for mode in (("sampled", "exact") if round == 0 else ("exact", "sampled")):
+            (tmp_path / f"{mode}-{round}").mkdir()
+            profile = decode_profile(tmp_path / f"{mode}-{round}", "--mode", mode)["profile"]
+            run_delay = sum(t.run_delay_ns or 0 for t in profile.threads) / profile.collection.wall_ns
+            if run_delay > 0.05:
+                pytest.skip(f"the decode's threads waited {run_delay:.0%} of the run for a CPU: the machine is too "
+                            "busy to compare the modes")
+            total = sum(op.self_ns for op in profile.ops if op.kind == "op")
+            busy[mode].append({(op.name, str(op.region), op.calls): sum(op.counters_self["task-clock"]) / op.self_ns
+                               for op in profile.ops if op.kind == "op" and op.self_ns > 0.05 * total})
+    compared = 0
+    for sampled, exact in zip(busy["sampled"], busy["exact"], strict=True):
+        for key in sampled.keys() & exact.keys():
+            assert abs(sampled[key] - exact[key]) <= 0.25, (key, sampled[key], exact[key])
+            compared += 1
+    assert compared >= 2, busy

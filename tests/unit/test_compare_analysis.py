@@ -301,8 +301,9 @@ def test_a_version_1_comparison_still_loads_and_reports(tmp_path):
 
 
 def test_a_partial_sweep_says_the_command_that_resumes_it_with_its_directory():
-    from cpuprof.analysis.compare import comparison_report
     from profiles import make_sweep
+
+    from cpuprof.analysis.compare import comparison_report
 
     sweep = make_sweep()
     sweep.runs[0].status = "interrupted"  # runs again on resume: not finished
