@@ -298,6 +298,14 @@ PROCESSES: tuple[Option, ...] = (
               "%(default)g)"),
 )
 
+# run: the processes the program starts.
+FOLLOW: tuple[Option, ...] = (
+    Option("--no-follow", "profile the program's own process only; by default every Python process it starts "
+                          "that imports torch (multiprocessing workers, a serving engine's engine core, subprocess "
+                          "children, recursively) is profiled too, each into DIR/processes/PID", dest="follow",
+           action="store_false", default=True),
+)
+
 # -- the profiler: decode and run (compare takes --events and --mode) -------------------------------
 _SAMPLED_ONLY = "sampled mode: "
 PROFILING: tuple[Option, ...] = (

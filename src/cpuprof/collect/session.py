@@ -204,7 +204,7 @@ class profile:
         meta = Meta(
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             cpuprof_version=__version__, torch_version=torch.__version__, python=sys.version.split()[0],
-            hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv),
+            hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv), ppid=os.getppid(),
         )
         core, collectors = self._make_collectors(nat, meta)
         start_all(collectors)

@@ -7,11 +7,21 @@ import sys
 from pathlib import Path
 
 from .. import defaults
+from ..analysis.processes import has_followed
 from ..model import Profile
 from ..model.compare import COMPARE_FILENAME
 from ..model.io import PROFILE_FILENAME, is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
-from ..reports import REPORT_FORMATS, OutputOptions, ProfileSource, RanksSource, Source, SweepSource, get_output
+from ..reports import (
+    REPORT_FORMATS,
+    OutputOptions,
+    ProcessesSource,
+    ProfileSource,
+    RanksSource,
+    Source,
+    SweepSource,
+    get_output,
+)
 from .common import positive_int, write_output
 
 
@@ -52,6 +62,8 @@ def load_source(path: str) -> Source:
         from ..launch.sweep import load
 
         return SweepSource(load(path), str(Path(path) if is_directory(path) else Path(path).parent))
+    if is_directory(path) and has_followed(path):
+        return ProcessesSource.load(path)
     return ProfileSource(Profile.load(path))
 
 

@@ -11,12 +11,15 @@ from pathlib import Path
 
 from .. import exit_codes
 from .. import options_spec as spec
+from ..analysis.processes import has_followed
 from ..errors import ChildFailed, CpuprofError, UsageError
 from ..launch import environment, parent, run_dir
+from ..launch.followed_run import end_followed
 from ..launch.options import ProfileOptions
 from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
 from ..machine.topology import read_topology
 from ..model import PROFILE_FILENAME
+from ..safe_text import cpuprof_command
 from .common import (
     add_output_arguments,
     add_profiling_arguments,
@@ -49,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_launch_arguments(p)
     r = p.add_argument_group("several processes, torchrun-style: each pinned to its share of the machine and profiled")
     spec.add_arguments(r, spec.PROCESSES)
+    spec.add_arguments(p.add_argument_group("the processes the program starts"), spec.FOLLOW)
     add_profiling_arguments(p.add_argument_group("profiling"), "the program")
     add_output_arguments(p.add_argument_group("output"), "run")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python script.py [args]",
@@ -93,13 +97,14 @@ def script_target(command: list[str]) -> ScriptTarget:
 
 
 def prepare(target: ScriptTarget, launch: environment.LaunchSettings, profile: ProfileOptions,
-            out_dir: Path) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
+            out_dir: Path, follow: bool = True) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
     """Checks the launch against this machine and the output directory before anything starts."""
     topology = read_topology()
     resolved = environment.validate(launch, topology)
     parent.check_out_dir(out_dir)
     config = ScriptConfig(target=target, profile=profile, launch=resolved.settings, requested=resolved.requested(),
-                          cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir))
+                          cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir.resolve()),
+                          follow=follow)
     return resolved, config
 
 
@@ -119,11 +124,63 @@ def run_in(args: argparse.Namespace, target: ScriptTarget, launch: environment.L
         return run_processes(args, target, launch, profile, out_dir, fmt)
     if args.ranks_per_node is not None:
         raise UsageError("--ranks-per-node places the processes of --nproc N; give --nproc")
-    resolved, config = prepare(target, launch, profile, out_dir)
-    outcome = parent.run_child(resolved, config, out_dir, profiled=True, module=MODULE)
+    resolved, config = prepare(target, launch, profile, out_dir, follow=args.follow)
+    try:
+        outcome = run_program(resolved, config, out_dir, args.follow)
+    finally:
+        if args.follow:
+            end_followed(out_dir.resolve())  # none outlives the run, however it ended
+    if args.follow and has_followed(out_dir):
+        show_processes(out_dir, fmt, args.top)
+        return exit_code(outcome)
     if outcome.profile is not None:
         show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
     return exit_code(outcome)
+
+
+# After a SIGINT or SIGTERM sent to the launcher alone (a terminal's Ctrl-C reaches every process of
+# the program), how long the program gets to end its followed processes itself before they are asked
+# to: a program that joins a worker that never ends would otherwise wait forever.
+FOLLOWED_STOP_AFTER_S = 2.0
+
+
+def run_program(resolved: environment.ResolvedLaunch, config: ScriptConfig, out_dir: Path,
+                follow: bool) -> parent.DecodeOutcome:
+    """The script child, supervised; once a signal was passed on to it, and it has not ended within
+    FOLLOWED_STOP_AFTER_S, the followed processes are stopped too (they save their profiles)."""
+    import math
+    import threading
+    import time
+
+    stopping: list[threading.Thread] = []
+    first_signal: list[float] = []
+
+    def on_poll() -> None:
+        if not follow or not group.forwarded or stopping:
+            return
+        if not first_signal:
+            first_signal.append(time.monotonic())
+        elif time.monotonic() - first_signal[0] > FOLLOWED_STOP_AFTER_S:
+            stopping.append(threading.Thread(target=end_followed, args=(out_dir.resolve(),), daemon=True))
+            stopping[0].start()
+
+    with parent.Supervision() as group:
+        group.add(parent.start_child(resolved, config, out_dir, profiled=True, module=MODULE))
+        (ended,) = group.wait(timeout_s=math.inf, on_poll=on_poll)
+    return parent.finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
+
+
+def show_processes(out_dir: Path, fmt: str, top: int) -> None:
+    """The merged report of the program's processes on stdout, then where their profiles are."""
+    from ..reports import OutputOptions, ProcessesSource, get_output
+
+    source = ProcessesSource.load(out_dir)
+    get_output(fmt, "processes", roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
+    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    followed = sum(1 for p in source.processes if p.followed)
+    stream.write(("\n" if fmt == "terminal" else "") + f"profiles of {followed} followed process"
+                 f"{'es' if followed != 1 else ''} saved in {out_dir}/processes/PID, the program's in {out_dir}; "
+                 f"re-render this report with: {cpuprof_command('report', str(out_dir))}\n")
 
 
 def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: environment.LaunchSettings,

@@ -109,7 +109,8 @@ def process_meta() -> Meta:
     torch = sys.modules.get("torch")
     return Meta(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 cpuprof_version=__version__, torch_version=getattr(torch, "__version__", None),
-                python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv))
+                python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv),
+                ppid=os.getppid())
 
 
 # -- the run ----------------------------------------------------------------------------------------

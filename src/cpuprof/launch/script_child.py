@@ -32,10 +32,8 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import ModuleType, TracebackType
-from typing import Any
+from types import TracebackType
 
 from .. import exit_codes
 from ..errors import CpuprofError
@@ -43,7 +41,9 @@ from ..model import Profile, Requested, Topology
 from . import child_signals
 from .child_run import ChildRun, child_main, error_line
 from .environment import LaunchSettings
+from .followed_run import FollowConfig, enable
 from .options import ProfileOptions
+from .torch_import import TorchImportHook
 
 MODULE = "cpuprof.launch.script_child"
 # One Ctrl-C in a terminal reaches this process twice: from the terminal, and forwarded by the
@@ -74,6 +74,8 @@ class ScriptConfig:
     cpu_set: str
     topology: Topology
     out: str
+    # Every Python process the program starts that imports torch is profiled too (launch.followed).
+    follow: bool = True
 
 
 class Terminated(BaseException):
@@ -92,51 +94,6 @@ class ProfilerFailed(BaseException):
     def __init__(self, error: CpuprofError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class TorchImportHook(importlib.abc.MetaPathFinder):
-    """Calls ``on_imported`` once, the moment torch's own module has finished executing, from the
-    thread that imported it, before the import statement returns to the program.
-
-    It finds torch's spec as the rest of ``sys.meta_path`` would, and wraps that one spec's
-    loader instance's ``exec_module`` (never the loader's class, nor its type), so torch keeps
-    its own loader, spec and module attributes."""
-
-    def __init__(self, on_imported: Callable[[], None]) -> None:
-        self.on_imported = on_imported
-        self.fired = False
-        self._finding = False
-
-    def install(self) -> None:
-        sys.meta_path.insert(0, self)
-
-    def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch" or self._finding or self.fired:
-            return None
-        self._finding = True  # the lookup below walks sys.meta_path again, this finder included
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._finding = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader: Any = spec.loader
-        original = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            del loader.exec_module  # torch's loader is its own again, whatever happens next
-            original(module)
-            self.fired = True
-            self.remove()
-            self.on_imported()
-
-        loader.exec_module = exec_module
-        return spec
 
 
 @dataclass
@@ -158,11 +115,20 @@ class ScriptRun(ChildRun):
         super().__init__(config.out, config.profile, config.requested, config.cpu_set, config.topology)
         self.config = config
         self.start_error: CpuprofError | None = None
+        self.pid = os.getpid()
         self._last_signal = -DUPLICATE_SIGNAL_S
 
     # -- the profile ----------------------------------------------------------------------------
     def start_profile(self) -> None:
         """Runs inside the program's first ``import torch``, just after torch has loaded."""
+        if os.getpid() != self.pid:
+            # A child the program forked before it imported torch: profiled as a followed process.
+            if self.config.follow:
+                from . import followed
+                from .followed_run import FollowedRun
+
+                followed._run = FollowedRun.started(self.follow_config())
+            return
         import torch
 
         try:
@@ -175,9 +141,18 @@ class ScriptRun(ChildRun):
         except CpuprofError as exc:
             self.start_error = exc
             raise ProfilerFailed(exc) from None
+        if self.config.follow:
+            from .followed_run import follow_forks
+
+            follow_forks(self.follow_config())
         threads = self.config.requested.threads
         self.progress.done(f"torch imported: profiling every op from here ({self.config.profile.mode} mode, "
                            f"{threads} thread{'s' if threads != 1 else ''})")
+
+    def follow_config(self) -> FollowConfig:
+        c = self.config
+        return FollowConfig(profile=c.profile, requested=c.requested, cpu_set=c.cpu_set, topology=c.topology,
+                            root=os.path.abspath(c.out))
 
     # -- signals --------------------------------------------------------------------------------
     def on_signal(self, signum: int, _frame: object) -> None:
@@ -231,6 +206,10 @@ class ScriptRun(ChildRun):
             self.stop_profiler()
             error_line(f"{ending.reason}")
             return ending.status
+        if not self.profiled and self.followed_any():
+            # The program's own process never imported torch, the processes it started did.
+            self.save(complete=ending.status == exit_codes.OK, reason=ending.reason)
+            return ending.status
         if not self.profiled:
             ran = f"it ran for {time.monotonic() - self.started:.1f} s"
             how = f"{ending.reason}; " if ending.reason else ""
@@ -241,23 +220,21 @@ class ScriptRun(ChildRun):
         self.save(complete=ending.status == exit_codes.OK, reason=ending.reason)
         return ending.status
 
-    def contribute(self, profile: Profile, complete: bool) -> None:
-        """The settings in force as the program ends, and the roofs a decode or `cpuprof calibrate`
-        measured under this same launch, if any: a program's run is its own, so they are never
-        measured here."""
-        from ..machine import roofs
+    def followed_any(self) -> bool:
+        from .followed_run import processes_dir
 
-        self.read_settings()
-        cpus = sorted(self.config.requested.cpus or os.sched_getaffinity(0))
-        self.roofs, _ = roofs.cached(self.config.requested.threads, cpus)
-        if self.roofs is None:
-            self.progress.done("note: the cache has no roofs measured for this machine, torch and launch, so GEMMs "
-                               "are not judged against them (measure them with: python -m cpuprof calibrate and "
-                               "the same launch options)")
+        # Started, not saved: a followed process saves its profile when it ends, maybe after this one.
+        base = processes_dir(self.config.out)
+        return self.config.follow and base.is_dir() and any(p.name.isdigit() for p in base.iterdir())
+
+    def contribute(self, profile: Profile, complete: bool) -> None:
+        launch_context(self)
 
     def execute(self) -> int:
         hook = TorchImportHook(self.start_profile)
         hook.install()
+        if self.config.follow:
+            enable(self.follow_config())
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGTERM, self.on_signal)
         early = child_signals.take_pending()  # came while this child imported its own modules
@@ -279,6 +256,21 @@ class ScriptRun(ChildRun):
             error_line(f"saving the profile failed ({type(exc).__name__}: {exc}) (set CPUPROF_DEBUG=1 for the "
                        "traceback)")
             return exit_codes.FAILED
+
+
+def launch_context(run: ChildRun, note: bool = True) -> None:
+    """The settings in force as the program ends, and the roofs a decode or `cpuprof calibrate`
+    measured under this same launch, if any: a program's run is its own, so they are never
+    measured here. ``note``: say so when there are none."""
+    from ..machine import roofs
+
+    run.read_settings()
+    cpus = sorted(run.settings.requested.cpus or os.sched_getaffinity(0))
+    run.roofs, _ = roofs.cached(run.settings.requested.threads, cpus)
+    if run.roofs is None and note:
+        run.progress.done("note: the cache has no roofs measured for this machine, torch and launch, so GEMMs "
+                          "are not judged against them (measure them with: python -m cpuprof calibrate and "
+                          "the same launch options)")
 
 
 def interrupted_ending(signum: int, before_start: bool = False) -> Ending:

@@ -35,6 +35,10 @@ class Meta:
     hostname: str
     pid: int
     argv: list[str] = field(default_factory=list)
+    ppid: int | None = None  # the parent process; None in profiles written before it was kept
+    # What the process is to its program, for a process cpuprof run followed: its multiprocessing
+    # name, the title it set itself (setproctitle), or its main module; None for the one cpuprof started.
+    role: str | None = None
 
 
 @dataclass

@@ -20,6 +20,7 @@ from .registry import OUTPUTS, by_suffix, describe, get_output, output_names
 from .sources import (
     DiffSource,
     OutputOptions,
+    ProcessesSource,
     ProfileSource,
     RanksSource,
     Source,
@@ -46,5 +47,5 @@ def render(profile: Profile, out: TextIO, format: str = "terminal", top: int = d
 
 
 __all__ = ["FORMATS", "OUTPUTS", "RENDERERS", "REPORT_FORMATS", "DiffSource", "Output", "OutputOptions",
-           "ProfileSource", "RanksSource", "Renderer", "Source", "StacksSource", "SweepSource", "by_suffix",
-           "describe", "get_output", "get_renderer", "output_names", "render"]
+           "ProcessesSource", "ProfileSource", "RanksSource", "Renderer", "Source", "StacksSource", "SweepSource",
+           "by_suffix", "describe", "get_output", "get_renderer", "output_names", "render"]

@@ -54,6 +54,10 @@ class Renderer:
         return 0
 
 
+# Integer columns that name a thread or process: printed as the system prints them, without separators.
+IDENTIFIER_KEYS = frozenset({"tid", "pid", "ppid"})
+
+
 def cell_text(value: Any, column: Column) -> str:
     if value is None:
         return NOT_MEASURED
@@ -63,7 +67,7 @@ def cell_text(value: Any, column: Column) -> str:
     if unit == "count":
         return fmt_count(value)
     if unit == "int":
-        return f"{value:,}" if column.key != "tid" else str(value)
+        return f"{value:,}" if column.key not in IDENTIFIER_KEYS else str(value)
     if unit == "ratio":
         return f"{value:.2f}"
     if unit == "share":

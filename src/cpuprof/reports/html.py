@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from ..errors import UsageError
 from .base import Role
-from .sources import OutputOptions, ProfileSource, RanksSource, Source, SourceKind, SweepSource
+from .sources import OutputOptions, ProcessesSource, ProfileSource, RanksSource, Source, SourceKind, SweepSource
 
 
 class HtmlOutput:
     name = "html"
     suffix = ".html"
     other_suffixes: tuple[str, ...] = ()
-    reads: tuple[SourceKind, ...] = ("profile", "sweep", "ranks")
+    reads: tuple[SourceKind, ...] = ("profile", "sweep", "ranks", "processes")
     role: Role = "page"
     help = "one self-contained page with charts, opens offline"
 
@@ -36,6 +37,14 @@ def page(source: Source, options: OutputOptions) -> str:
         from .html_profile import profile_page
 
         return profile_page(source.profile, source.report(options))
+    if isinstance(source, ProcessesSource):
+        from ..analysis.processes import busiest
+        from .html_profile import profile_page
+
+        shown = busiest(source.processes)
+        if shown is not None:  # the busiest process's page, its processes table first
+            return profile_page(shown.profile, source.report(options))
+        raise UsageError("no process of this run was profiled: there is no page to make")
     if isinstance(source, SweepSource):
         from .html_compare import comparison_page
 

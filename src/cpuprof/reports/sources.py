@@ -12,15 +12,16 @@ from typing import ClassVar, Literal
 
 from .. import defaults
 from ..analysis.flame import FlameGraph
+from ..analysis.processes import ProcessProfile
 from ..analysis.report_model import Report
 from ..errors import UsageError
 from ..model import Profile
 from ..model.compare import Comparison
 from ..model.ranks import MultiRun
 
-SourceKind = Literal["profile", "sweep", "ranks", "diff", "stacks"]
+SourceKind = Literal["profile", "sweep", "ranks", "processes", "diff", "stacks"]
 # The sources a report (sections and tables) is made from; "stacks" is drawn, not reported.
-REPORT_SOURCES: tuple[SourceKind, ...] = ("profile", "sweep", "ranks", "diff")
+REPORT_SOURCES: tuple[SourceKind, ...] = ("profile", "sweep", "ranks", "processes", "diff")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,26 @@ class RanksSource:
 
 
 @dataclass(frozen=True)
+class ProcessesSource:
+    """A run whose program started processes that cpuprof followed: the program's profile and theirs."""
+
+    processes: list[ProcessProfile]
+    directory: Path
+    kind: ClassVar[SourceKind] = "processes"
+
+    def report(self, options: OutputOptions) -> Report:
+        from ..analysis.processes import processes_report
+
+        return processes_report(self.processes, top=options.top)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ProcessesSource:
+        from ..analysis.processes import load_processes
+
+        return cls(load_processes(directory), Path(directory))
+
+
+@dataclass(frozen=True)
 class DiffSource:
     """Two profiles to compare, before (a) and after (b), with the names the report calls them."""
 
@@ -102,7 +123,7 @@ class StacksSource:
     kind: ClassVar[SourceKind] = "stacks"
 
 
-Source = ProfileSource | SweepSource | RanksSource | DiffSource | StacksSource
+Source = ProfileSource | SweepSource | RanksSource | ProcessesSource | DiffSource | StacksSource
 
 
 def report_of(source: Source, options: OutputOptions) -> Report:
@@ -111,5 +132,5 @@ def report_of(source: Source, options: OutputOptions) -> Report:
     return source.report(options)
 
 
-__all__ = ["REPORT_SOURCES", "DiffSource", "OutputOptions", "ProfileSource", "RanksSource", "Source", "SourceKind",
-           "StacksSource", "SweepSource", "report_of"]
+__all__ = ["REPORT_SOURCES", "DiffSource", "OutputOptions", "ProcessesSource", "ProfileSource", "RanksSource", "Source",
+           "SourceKind", "StacksSource", "SweepSource", "report_of"]

@@ -1,0 +1,149 @@
+"""A run whose program started other processes (``cpuprof run`` follows every Python process that
+imports torch: :mod:`cpuprof.launch.followed`): one row per process, and the full report of the
+one that ran the most op time, which is where a serving engine's model runs (its engine-core or
+worker process, not the front end the user started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import defaults
+from ..model import CPU_EVENT, PROFILE_FILENAME, Profile
+from ..safe_text import cpuprof_command
+from .report_model import Column, Report, Section, Table
+
+CHECKPOINT_PREFIX = "checkpoint"
+PROCESSES_DIRNAME = "processes"  # DIR/processes/<pid>/profile.json: one profile per followed process
+
+
+@dataclass
+class ProcessProfile:
+    """One process's saved profile and where it is: the program's own (``directory`` is the run's)
+    or a followed one's (``processes/<pid>``)."""
+
+    directory: Path
+    profile: Profile
+    followed: bool
+
+
+@dataclass
+class ProcessRow:
+    role: str
+    pid: int
+    ppid: int | None
+    wall_ns: int | None
+    cpu_ns: int | None
+    ops: int | None
+    op_ns: int | None
+    ended: str
+    directory: str
+
+
+def has_followed(directory: str | Path) -> bool:
+    """Whether a run directory holds profiles of processes its program started."""
+    base = Path(directory) / PROCESSES_DIRNAME
+    return base.is_dir() and any((entry / PROFILE_FILENAME).is_file() for entry in base.iterdir()
+                                 if entry.name.isdigit())
+
+
+def load_processes(directory: str | Path, warn: bool = True) -> list[ProcessProfile]:
+    """The program's profile (if it saved one) and every followed process's, in pid order. A
+    followed profile that cannot be read is one warning line; the others still count."""
+    import sys
+
+    root = Path(directory)
+    found = []
+    if (root / PROFILE_FILENAME).exists():
+        found.append(ProcessProfile(root, Profile.load(root), followed=False))
+    base = root / PROCESSES_DIRNAME
+    entries = [e for e in base.iterdir() if e.name.isdigit()] if base.is_dir() else []
+    for entry in sorted(entries, key=lambda e: int(e.name)):
+        if not (entry / PROFILE_FILENAME).exists():
+            continue
+        try:
+            found.append(ProcessProfile(entry, Profile.load(entry), followed=True))
+        except Exception as exc:
+            if warn:
+                print(f"cpuprof: warning: process {entry.name}'s profile is left out: {exc}", file=sys.stderr)
+    return found
+
+
+def op_time_ns(profile: Profile) -> int:
+    """Time inside ATen ops on the process's threads: the sum of every op's self time."""
+    return sum(op.self_ns for op in profile.ops if op.kind == "op")
+
+
+def ending(profile: Profile) -> str:
+    status = profile.status
+    if status.complete:
+        return "ended"
+    reason = status.reason or "did not finish"
+    if reason.startswith(CHECKPOINT_PREFIX):
+        return "killed, or still running when the run ended: its last checkpoint"
+    return reason
+
+
+def row(p: ProcessProfile) -> ProcessRow:
+    profile = p.profile
+    meta = profile.meta
+    role = meta.role or (f"the program ({' '.join(meta.argv[:2])})" if meta.argv else "the program")
+    profiled = profile.profiled
+    cpu = None
+    if profiled and any(t.cpu_ns is not None for t in profile.threads):
+        cpu = sum(t.cpu_ns or 0 for t in profile.threads)
+    wall = profile.collection.wall_ns if profile.collection is not None else None
+    ops = sum(op.calls for op in profile.ops if op.kind == "op") if profiled else None
+    return ProcessRow(role=role if p.followed or profiled else f"{role}, never imported torch", pid=meta.pid,
+                      ppid=meta.ppid, wall_ns=wall, cpu_ns=cpu, ops=ops,
+                      op_ns=op_time_ns(profile) if profiled else None,
+                      ended=ending(profile), directory=str(p.directory))
+
+
+def busiest(processes: list[ProcessProfile]) -> ProcessProfile | None:
+    """The process that ran the most op time (the first such, in pid order, on a tie)."""
+    profiled = [p for p in processes if p.profile.profiled]
+    return max(profiled, key=lambda p: op_time_ns(p.profile)) if profiled else None
+
+
+def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | None) -> Section:
+    rows = [row(p) for p in processes]
+    table = Table(
+        columns=[
+            Column("role", "process", help="what the process is to its program: its multiprocessing name, the "
+                                           "title it set, or what python ran"),
+            Column("pid", "pid", "int"),
+            Column("ppid", "parent", "int", help="the pid of the process that started it"),
+            Column("wall_ns", "profiled", "ns", help="wall time from its import of torch to its end (or its "
+                                                      "last checkpoint)"),
+            Column("cpu_ns", "CPU", "ns", help=f"CPU time of its threads while profiled ({CPU_EVENT})"),
+            Column("ops", "ops", "count", help="ATen op calls"),
+            Column("op_ns", "op time", "ns", help="time inside ATen ops, summed over its threads (self times)"),
+            Column("ended", "how it ended"),
+            Column("directory", "profile in"),
+        ],
+        rows=[r.__dict__ for r in rows],
+        caption="every process of the run that imported torch, in the order they started",
+    )
+    lines = []
+    if shown is not None:
+        r = row(shown)
+        lines.append(f"The report below is of {r.role} (pid {r.pid}), the process that ran the most op time; "
+                     f"any process's own report: {cpuprof_command('report', 'DIR')} with DIR from the last column")
+    else:
+        lines.append("No process was profiled: none imported torch.")
+    return Section("processes", "Processes", lines=lines, tables=[table])
+
+
+def processes_report(processes: list[ProcessProfile], top: int = defaults.TOP_OPS) -> Report:
+    """The busiest process's full report, with the processes table first."""
+    from .report import build_report
+
+    shown = busiest(processes)
+    if shown is None:
+        report = Report(title="cpuprof run")
+    else:
+        report = build_report(shown.profile, top=top)
+    report.sections.insert(0, processes_section(processes, shown))
+    return report

@@ -1,0 +1,41 @@
+"""Run by every Python that ``cpuprof run`` follows, as it starts (this directory is first on the
+PYTHONPATH a followed program passes to its children): see :mod:`cpuprof.launch.followed`.
+
+It hides itself, so that the ``sitecustomize`` this one stands before (a distribution's, a
+virtual environment's) still runs, and the program's own path is what it would be without
+cpuprof. Nothing here may stop the program: a failure is one warning line.
+"""
+
+import os
+import sys
+
+
+def _chain_to_the_hidden_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    # Run the next one on the path as a module of its own: this module's entry in sys.modules is
+    # the import system's until this file has run.
+    import importlib.machinery
+    import importlib.util
+
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
+    if spec is not None and spec.loader is not None:
+        hidden = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hidden)
+
+
+def _follow() -> None:
+    path = os.environ.get("CPUPROF_FOLLOW")
+    if not path:
+        return
+    try:
+        from cpuprof.launch.followed import follow
+
+        follow(path)
+    except Exception as exc:
+        print(f"cpuprof: warning: process {os.getpid()} is not followed ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+
+
+_chain_to_the_hidden_sitecustomize()
+_follow()

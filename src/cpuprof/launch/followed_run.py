@@ -1,0 +1,295 @@
+"""A followed process's profile (:mod:`.followed` says how a process comes to be followed), and
+what the launcher does with the followed processes once the program has ended.
+
+Loaded in a followed process only once it has imported torch; the script child loads it to
+:func:`enable` following before it runs the program.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import defaults
+from ..analysis.processes import PROCESSES_DIRNAME
+from ..model import Profile, Requested, Topology
+from ..model.io import FileKind, read_versioned, write_versioned
+from .child_run import CHECKPOINT_REASON, ChildRun, remove_perf_map
+from .followed import FOLLOW_ENV, warn
+from .options import ProfileOptions
+
+FOLLOW_FILE = FileKind(name="follow file", format="cpuprof-follow", version=1, filename="follow.json",
+                       written_by="cpuprof run")
+BOOT_DIRNAME = "follow_boot"  # holds the sitecustomize.py every followed Python runs as it starts
+# How long the launcher gives followed processes still running when the program has ended to save
+# their profiles (a SIGTERM asks them), before it kills them.
+END_GRACE_S = 10.0
+
+
+@dataclass
+class FollowConfig:
+    """What a followed process needs to profile itself as the run's program is profiled."""
+
+    profile: ProfileOptions
+    requested: Requested  # the launch the program was started under
+    cpu_set: str
+    topology: Topology
+    root: str  # the run's output directory; each process saves under processes/<pid>
+
+
+def boot_dir() -> str:
+    return str(Path(__file__).resolve().parent / BOOT_DIRNAME)
+
+
+def processes_dir(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / PROCESSES_DIRNAME
+
+
+def enable(config: FollowConfig, environ: Any = os.environ) -> Path:
+    """Writes the follow file and sets ``environ`` so that every Python started with it is followed."""
+    # An earlier run's processes (a directory reused with --overwrite) are not this run's.
+    shutil.rmtree(processes_dir(config.root), ignore_errors=True)
+    path = write_versioned(Path(config.root) / FOLLOW_FILE.filename, FOLLOW_FILE, config)
+    environ[FOLLOW_ENV] = str(path)
+    previous = environ.get("PYTHONPATH")
+    environ["PYTHONPATH"] = boot_dir() + (os.pathsep + previous if previous else "")
+    return path
+
+
+def start_followed(path: str) -> FollowedRun | None:
+    """In a followed process that has just imported torch: its profile, started."""
+    return FollowedRun.started(read_versioned(path, FOLLOW_FILE, FollowConfig))
+
+
+def process_role() -> str:
+    """What the process is to its program: its multiprocessing name, the title it gave itself
+    (setproctitle rewrites the command line), or what python ran."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        name = mp.current_process().name
+        if name != "MainProcess":
+            return name
+    try:
+        cmdline = Path("/proc/self/cmdline").read_bytes().split(b"\0")
+        title = cmdline[0].decode(errors="replace") if cmdline else ""
+    except OSError:
+        title = ""
+    if title and not os.path.basename(title).startswith("python") and len([c for c in cmdline if c]) == 1:
+        return title  # a title set with setproctitle: one word, no arguments
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 in ("-c", ""):
+        return "python -c"
+    return f"python {os.path.basename(argv0)}"
+
+
+class FollowedRun(ChildRun):
+    """One followed process's profile: started once torch is imported, saved at the process's end
+    and at checkpoints. The program runs as it would without cpuprof; nothing here raises into it."""
+
+    work = "the followed process"
+
+    def __init__(self, config: FollowConfig) -> None:
+        pid = os.getpid()
+        out = processes_dir(config.root) / str(pid)
+        super().__init__(out, config.profile, config.requested, config.cpu_set, config.topology,
+                         checkpoint_s=defaults.CHECKPOINT_S)
+        self.config = config
+        self.pid = pid
+        self.ending: str | None = None  # why the profile is incomplete, once the process is ending
+        self._lock = threading.Lock()  # one save at a time: the checkpoint thread's, the exit's
+        self._saved_final = False
+        self._stop = threading.Event()
+        self._ending = False  # the final save has begun
+        self._terminated = False  # a SIGTERM came: the process dies of it once saved
+
+    @classmethod
+    def started(cls, config: FollowConfig) -> FollowedRun | None:
+        """A profile of this process, started; None (and one warning line) when it could not start:
+        the program runs on, unprofiled."""
+        try:
+            run = cls(config)
+            run.begin()
+        except Exception as exc:
+            warn(f"not profiled: {type(exc).__name__}: {exc}")
+            return None
+        return run
+
+    def begin(self) -> None:
+        """Creates processes/<pid>, starts the profile and arranges for it to be saved."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        prof = self.make_profiler()
+        if prof is None:
+            return
+        prof.warn = False  # the profile keeps its limitations; a line per process would bury the program's output
+        prof.start()
+        atexit.register(self.end)
+        self._at_multiprocessing_exit()
+        if _left_to_default(signal.getsignal(signal.SIGTERM)) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        follow_forks(self.config)
+        threading.Thread(target=self._checkpoints, name="cpuprof-checkpoint", daemon=True).start()
+        print(f"cpuprof: following process {self.pid} ({process_role()}): profiling every op from its import of "
+              f"torch into {self.out}", file=sys.stderr)
+
+    def _at_multiprocessing_exit(self) -> None:
+        """A process multiprocessing started ends with os._exit, after its own exit function
+        (which runs the finalizers with an exit priority): atexit never runs there."""
+        from multiprocessing import util
+
+        util.Finalize(self, FollowedRun.end, args=(self,), exitpriority=-100)
+
+    def _on_sigterm(self, signum: int, _frame: object) -> None:
+        """The program left SIGTERM to its default, to die of it: save, then die of it. One that
+        comes while the profile is being saved (Pool.terminate sends them as workers end) waits
+        for the save."""
+        self._terminated = True
+        if self._ending:
+            return
+        self.ending = "ended by SIGTERM"
+        self.end()
+
+    def _die_of_sigterm(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _checkpoints(self) -> None:
+        while not self._stop.wait(self.checkpoint_s):
+            try:
+                with self._lock:
+                    if self._saved_final or os.getpid() != self.pid:
+                        return
+                    self.save(complete=False, reason=CHECKPOINT_REASON)
+            except Exception as exc:  # a full disk: the final save says so again
+                warn(f"a checkpoint of the profile failed ({type(exc).__name__}: {exc})")
+                return
+
+    def contribute(self, profile: Profile, complete: bool) -> None:
+        from .script_child import launch_context
+
+        launch_context(self, note=False)
+        profile.meta.role = process_role()
+        profile.meta.ppid = os.getppid()
+
+    def end(self) -> None:
+        """The final save, once, whichever way the process ends first."""
+        if os.getpid() != self.pid or self._ending:  # a forked copy (the parent saves this profile), or saving
+            return
+        self._ending = True
+        self._stop.set()
+        with self._lock:
+            if self._saved_final:
+                return
+            self._saved_final = True
+            try:
+                self.stop_profiler()
+                self.save(complete=self.ending is None, reason=self.ending)
+            except Exception as exc:
+                warn(f"its profile could not be saved ({type(exc).__name__}: {exc})")
+            finally:
+                remove_perf_map()
+        if self._terminated:
+            self._die_of_sigterm()
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def _left_to_default(handler: object) -> bool:
+    """SIGTERM's default, or a handler of cpuprof's copied into a forked child (the program's own
+    process or a followed one): the program has none of its own."""
+    if handler is signal.SIG_DFL:
+        return True
+    code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+    # By file: the script child's module runs as __main__, so its classes' module names say nothing.
+    return code is not None and code.co_filename.startswith(_PACKAGE_DIR)
+
+
+class _ForkFollower:
+    """What a child that multiprocessing forks from a profiled process profiles itself with."""
+
+    config: FollowConfig | None = None
+    registered = False
+
+
+_FORKS = _ForkFollower()
+
+
+def follow_forks(config: FollowConfig) -> None:
+    """Children that multiprocessing forks from this process (the program's own, or a followed one)
+    start a profile of their own, as the spawned ones do."""
+    _FORKS.config = config
+    if not _FORKS.registered:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _FORKS.registered = True
+
+
+def _after_fork_in_child() -> None:
+    """Between fork and whatever the child does next: only note that a multiprocessing child must
+    start its profile when multiprocessing runs its after-fork hooks (in ``Process._bootstrap``).
+    Nothing is imported here (another thread may have held the import lock at fork); a child that
+    execs (subprocess) never gets there and is followed, if it is a Python, by its environment."""
+    from . import followed
+
+    followed._run = None  # the parent's, copied: the native core has stopped it in this child
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None and _FORKS.config is not None:
+        util.register_after_fork(_FORKS, _start_in_forked_child)
+
+
+def _start_in_forked_child(forks: _ForkFollower) -> None:
+    from . import followed
+
+    if forks.config is not None:
+        followed._run = FollowedRun.started(forks.config)
+
+
+# -- in the launcher, once the program has ended ------------------------------------------------------
+def end_followed(root: str | os.PathLike[str]) -> None:
+    """No followed process outlives the run: those still running when the program has ended get a
+    SIGTERM (they save their profile), then, after END_GRACE_S, a SIGKILL (their last checkpoint
+    stands)."""
+    base = processes_dir(root)
+    if not base.is_dir():
+        return
+    alive = [pid for pid in (int(p.name) for p in base.iterdir() if p.name.isdigit()) if _is_followed(pid, root)]
+    for pid in alive:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + END_GRACE_S
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if _is_followed(pid, root)]
+    for pid in alive:
+        _signal(pid, signal.SIGKILL)
+
+
+def _is_followed(pid: int, root: str | os.PathLike[str]) -> bool:
+    """Whether ``pid`` is still a process this run followed (not a later process given the same pid):
+    it runs with this run's follow file in its environment."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False  # a zombie: it has ended, its parent has not waited for it yet
+    marker = f"{FOLLOW_ENV}={Path(root) / FOLLOW_FILE.filename}".encode()
+    return marker in environ.split(b"\0")
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
