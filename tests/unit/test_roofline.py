@@ -558,3 +558,30 @@ def test_without_enough_samples_an_op_outside_the_table_is_not_called_a_gemm() -
     stacks = gemm_kernel_stacks(1, 2, 3)
     stacks.counts = [StackCount(stack=1, path=0, thread=0, op=1, samples=5, cpu_ns=5 * MS)]
     assert gemm_summary(profile([engine], mode="sampled", stacks=stacks)) is None
+
+
+def test_weight_only_int8_and_int4_kernels_are_compute_not_repacking() -> None:
+    frames = [NativeFrame("void at::native::(anonymous namespace)::tinygemm_kernel<1, 4>(…)", "libtorch_cpu.so",
+                          "compute"),
+              NativeFrame("at::native::(anonymous namespace)::int8pack_mm_kernel_<c10::BFloat16>(at::Tensor const&)",
+                          "libtorch_cpu.so", "compute"),
+              NativeFrame("at::native::_weight_int8pack_mm_cpu(at::Tensor const&)", "libtorch_cpu.so", "compute"),
+              NativeFrame("[jit code at 0x7f0000001000]", "[jit]", "compute"),
+              NativeFrame("dnnl::impl::cpu::x64::matmul::brgemm_matmul_t<(cpu_isa_t)13168>::execute(ctx const&) const",
+                          "libdnnl.so.3", "compute")]
+    int8 = op(1, "aten::_weight_int8pack_mm", [t("bf16", 1, 2048), t("i8", 8192, 2048), t("bf16", 8192)],
+              100 * MS, calls=10)
+    onednn = op(2, "_C::onednn_mm", [t("bf16", 1, 3072), t("bf16", 1, 512), OpInput(kind="none"), t("i64")],
+                50 * MS, calls=10)
+    stacks = Stacks(frames=frames, stacks=[[], [0, 1, 2], [3, 4]], counts=[
+        StackCount(stack=1, path=0, thread=0, op=1, samples=100, cpu_ns=100 * MS),
+        StackCount(stack=2, path=0, thread=0, op=2, samples=50, cpu_ns=50 * MS)])
+    groups = {g.op_names[0]: g for g in gemm_groups(profile([int8, onednn], mode="sampled", stacks=stacks))}
+    split = groups["aten::_weight_int8pack_mm"].native
+    assert split is not None and split.share("repack") == 0 and split.share("compute") == 1
+    assert split.kernel == "at::native::(…)::tinygemm_kernel<…>(…)"
+    assert "repack" not in groups["aten::_weight_int8pack_mm"].verdict
+    # JIT code without a perf map is named by the driver that runs it, not by its address
+    onednn_split = groups["_C::onednn_mm"].native
+    assert onednn_split is not None
+    assert onednn_split.kernel == "unnamed JIT code under brgemm_matmul_t<…>::execute(…) const"

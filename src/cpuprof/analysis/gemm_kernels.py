@@ -66,7 +66,14 @@ class KernelTally:
         if not frames or frames[0].category != "compute":
             return
         compute = [f.name for f in frames if f.category == "compute"]
-        key = (short_function(frames[0], 64), kernel_isa(compute))
+        name = short_function(frames[0], 64).removeprefix("void ")  # a function template's demangled return type
+        if frames[0].module == "[jit]" and frames[0].name.startswith("[jit code"):
+            # JIT code no perf map names (a library's own oneDNN that writes none): its address says
+            # nothing to a reader; the nearest named caller says which driver generated it.
+            caller = next((f for f in frames[1:] if not f.name.startswith("[jit code")), None)
+            driver = "::".join(short_function(caller, 10_000).split("::")[-2:]) if caller is not None else None
+            name = "unnamed JIT code" + (f" under {driver}" if driver else "")
+        key = (name, kernel_isa(compute))
         self.cpu_ns[key] = self.cpu_ns.get(key, 0) + cpu_ns
 
     def top(self, n: int = 3) -> list[tuple[str, int]]:

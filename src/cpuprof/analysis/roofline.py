@@ -50,9 +50,10 @@ CACHE_LINE_BYTES = 64
 # Frames that repack a matrix into a kernel's blocked layout: oneDNN's brgemm copy kernels
 # (jit_brgemm_matmul_copy_b...), its gemm driver's copy_bn/copy_bt kernels, reorders
 # (simple_reorder, jit_uni_reorder), MKL's and cpublas's pack routines. "packed" (a kernel working on an
-# already packed matrix), "unpack", "packet" (vector types) and cpublas's could_pack (a query) are
+# already packed matrix), "unpack", "packet" (vector types), cpublas's could_pack (a query) and the
+# weight-only GEMMs on packed weights (int8pack_mm_kernel_, int4pack_mm_kernel_: their compute) are
 # not repacking.
-REPACK_FRAME = re.compile(r"copy_?b|reorder|(?<!un)(?<!could_)pack(?!ed|et)", re.IGNORECASE)
+REPACK_FRAME = re.compile(r"copy_?b|reorder|(?<!un)(?<!could_)pack(?!ed|et|_mm)", re.IGNORECASE)
 
 
 @dataclass
