@@ -128,3 +128,20 @@ def test_a_negative_remainder_reads_as_a_duration() -> None:
     from cpuprof.units import fmt_ns
 
     assert fmt_ns(-11_577_360) == "-11.6 ms" and fmt_ns(11_577_360) == "11.6 ms" and fmt_ns(-5) == "-5 ns"
+
+
+def test_gemm_like_ops_whose_work_is_unknown_are_a_part_of_their_own() -> None:
+    # vLLM's paged attention: its KV lengths are values, so it has no roof time; its 2 ms over the 4
+    # steps (0.5 ms per step) are named, not hidden among the other ops
+    p = decode_profile()
+    paged = OpStat(id=10, kind="op", name="_C::cpu_attention_with_kv_cache", region=[], calls=8, incl_ns=2 * MS,
+                   self_ns=2 * MS, max_ns=MS, counters_self={}, counters_incl={},
+                   inputs=[OpInput(kind="tensor", dtype="bf16", sizes=[1, 8, 64], strides=[512, 64, 1])])
+    p.ops.append(paged)
+    c = decode_ceiling(p)
+    assert c is not None
+    parts = {part.key: part for part in c.parts}
+    assert parts["unknown_gemm"].ns_per_step == pytest.approx(0.5 * MS)
+    assert "_C::cpu_attention_with_kv_cache" in parts["unknown_gemm"].help
+    assert parts["ops"].ns_per_step == pytest.approx(1 * MS)  # still the add alone
+    assert sum(part.ns_per_step for part in c.parts) == pytest.approx(c.step_ns)

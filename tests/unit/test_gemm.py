@@ -8,7 +8,7 @@ import random
 import pytest
 from profiles import tensor
 
-from cpuprof.analysis.gemm import COMPOSITE_OPS, GEMM_OPS, GemmWork, gemm_work
+from cpuprof.analysis.gemm import COMPOSITE_OPS, GEMM_OPS, GEMM_TABLE, GemmWork, gemm_work, why_no_work
 from cpuprof.model import OpInput, OpStat
 
 BF16, F32, I8, I32 = 2, 4, 1, 4  # bytes per element
@@ -203,6 +203,58 @@ def test_integer_and_int8_weight_gemms() -> None:
     assert "(i8 weight)" in w.shape_text
 
 
+def test_int4_weight_gemm_reads_half_a_byte_per_weight() -> None:
+    # x [8,1024] against an int4 [2048,1024] weight, packed two to a byte by
+    # _convert_weight_to_int4pack_for_cpu (u8 [2048,512]); groups of 64: scales and zeros [16,2048,2].
+    m, n, k, group = 8, 2048, 1024, 64
+    w = work("aten::_weight_int4pack_mm_for_cpu", t("bf16", m, k), t("u8", n, k // 2), scalar("int"),
+             t("bf16", k // group, n, 2))
+    assert (w.m, w.n, w.k, w.dtype, w.weight_dtype, w.weight_element_bytes) == (m, n, k, "bf16", "i4", 0.5)
+    assert w.flops == 2 * m * n * k
+    assert w.weight_bytes == n * k // 2
+    assert w.bytes_min == m * k * BF16 + n * k // 2 + (k // group) * n * 2 * BF16 + m * n * BF16
+    assert w.shape_text == "[8,1024]x[1024,2048]ᵖ (i4 weight)"
+
+
+def test_vllm_onednn_mm_reads_n_from_the_output_and_the_weight_behind_its_handle() -> None:
+    # As recorded in a vLLM decode: onednn_mm(c bf16[4,3072], a bf16[4,512], bias None, handler i64[]).
+    m, n, k = 4, 3072, 512
+    w = work("_C::onednn_mm", t("bf16", m, n), t("bf16", m, k), scalar("none"), t("i64"))
+    assert (w.kind, w.m, w.n, w.k, w.batch) == ("gemm", m, n, k, 1)
+    assert w.flops == 2 * m * n * k
+    # the prepacked weight: n·k elements of the activations' dtype (vLLM packs the model's weight as is)
+    assert (w.weight_dtype, w.weight_element_bytes, w.weight_bytes) == ("bf16", 2, n * k * BF16)
+    assert w.bytes_min == (m * k + n * k + m * n) * BF16
+    assert w.shape_text == "[4,512]x[512,3072]ᵖ"
+    with_bias = work("_C::onednn_mm", t("bf16", m, n), t("bf16", m, k), t("bf16", n), t("i64"))
+    assert with_bias.bytes_min == w.bytes_min + n * BF16 and with_bias.shape_text.endswith(" +bias")
+    # an output whose rows are not the activation's: not this op's signature
+    assert gemm_work(op("_C::onednn_mm", t("bf16", 5, n), t("bf16", m, k), scalar("none"), t("i64"))) is None
+
+
+def test_vllm_onednn_scaled_mm_has_an_int8_weight() -> None:
+    # W8A8: c bf16[4,3072], a i8[4,512], a_scales f32[4,1], azp None, azp_adj None, bias None, handler.
+    m, n, k = 4, 3072, 512
+    w = work("_C::onednn_scaled_mm", t("bf16", m, n), t("i8", m, k), t("f32", m, 1), scalar("none"),
+             scalar("none"), scalar("none"), t("i64"))
+    assert (w.m, w.n, w.k, w.dtype, w.weight_dtype) == (m, n, k, "i8", "i8")
+    assert w.flops == 2 * m * n * k
+    assert w.weight_bytes == n * k * I8
+    assert w.bytes_min == m * k * I8 + n * k * I8 + m * F32 + m * n * BF16
+
+
+def test_vllm_paged_attention_is_listed_with_why_its_work_is_unknown() -> None:
+    stat = op("_C::cpu_attention_with_kv_cache", t("bf16", 4, 8, 64), t("bf16", 100, 4, 16, 64),
+              t("bf16", 100, 4, 16, 64), t("bf16", 4, 8, 64), t("i32", 5), t("i32", 4), scalar("float"))
+    assert gemm_work(stat) is None
+    reason = why_no_work(stat)
+    assert reason is not None and "seq_lens" in reason
+    assert why_no_work(op("aten::mm", t("bf16", 4, 512), t("bf16", 512, 8))) is None
+    no_shapes = op("aten::mm")
+    no_shapes.inputs = None
+    assert why_no_work(no_shapes) == "its shapes were not recorded"
+
+
 @pytest.mark.parametrize("inputs", [
     None,
     [],
@@ -248,7 +300,38 @@ def test_random_inputs_never_raise() -> None:
 def test_op_names_are_real_torch_ops_and_composites_have_no_kernel() -> None:
     torch = pytest.importorskip("torch")
     known = set(torch._C._dispatch_get_all_op_names())
-    assert GEMM_OPS <= known, sorted(GEMM_OPS - known)
-    for name in GEMM_OPS:
+    torch_ops = {name for name, spec in GEMM_TABLE.items() if spec.source == "torch"}
+    assert torch_ops <= known, sorted(torch_ops - known)
+    for name in torch_ops:
         composite = torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
         assert composite == (name in COMPOSITE_OPS), name
+
+
+# The arguments each vLLM row reads, by name, from vLLM 0.32's schemas (vllm._C): a test against the
+# installed vLLM checks them where vLLM can be imported.
+VLLM_ARGUMENTS = {
+    "_C::onednn_mm": {"a": "a", "out": "c", "bias": "bias"},
+    "_C::onednn_scaled_mm": {"a": "a", "out": "c", "bias": "bias", "reads": ("a_scales", "azp", "azp_adj")},
+    "_C::weight_packed_linear": {"a": "mat1", "b": "mat2", "out": "out", "bias": "bias"},
+    "_C::cpu_attention_with_kv_cache": {},
+}
+
+
+def test_the_vllm_rows_read_the_arguments_their_schemas_name() -> None:
+    assert {name for name, spec in GEMM_TABLE.items() if spec.source == "vllm"} == set(VLLM_ARGUMENTS)
+    # vllm._C registers the ops; importing it needs vLLM's own package (not installed in every test
+    # environment: CI may add it).
+    pytest.importorskip("vllm._C", reason="vLLM's CPU backend is not installed here: its op schemas cannot be read")
+    import torch
+
+    for name, fields in VLLM_ARGUMENTS.items():
+        namespace, op_name = name.split("::")
+        schema = getattr(getattr(torch.ops, namespace), op_name).default._schema
+        arguments = [argument.name for argument in schema.arguments]
+        spec = GEMM_TABLE[name]
+        for field, expected in fields.items():
+            position = getattr(spec, field)
+            if isinstance(expected, tuple):
+                assert tuple(arguments[i] for i in position) == expected, (name, field, arguments)
+            else:
+                assert arguments[position] == expected, (name, field, arguments)

