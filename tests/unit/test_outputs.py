@@ -21,6 +21,7 @@ from cpuprof.reports import (
     OUTPUTS,
     DiffSource,
     OutputOptions,
+    ProcessesSource,
     ProfileSource,
     RanksSource,
     Source,
@@ -40,6 +41,12 @@ def source_of(kind: str, tmp_path: Path) -> Source:
         return SweepSource(make_sweep())
     if kind == "diff":
         return DiffSource(make_profile(), profile, "before", "after")
+    if kind == "processes":  # the program's own profile and two followed processes'
+        profile.save(tmp_path)
+        for pid in (101, 102):
+            profile.meta.pid, profile.meta.role = pid, f"SpawnPoolWorker-{pid - 100}"
+            profile.save(tmp_path / "processes" / str(pid))
+        return ProcessesSource.load(tmp_path)
     assert kind == "ranks"
     run = MultiRun(mode="instances", world_size=2, backend="gloo", argv=["cpuprof", "decode", "--instances", "2"],
                    timeout_s=60, finished=True,

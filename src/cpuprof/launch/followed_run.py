@@ -66,7 +66,7 @@ def enable(config: FollowConfig, environ: Any = os.environ) -> Path:
 
 def start_followed(path: str) -> FollowedRun | None:
     """In a followed process that has just imported torch: its profile, started."""
-    return FollowedRun.started(read_versioned(path, FOLLOW_FILE, FollowConfig))
+    return FollowedRun.start_new(read_versioned(path, FOLLOW_FILE, FollowConfig))
 
 
 def process_role() -> str:
@@ -115,7 +115,7 @@ class FollowedRun(ChildRun):
         self._terminated = False  # a SIGTERM came: the process dies of it once saved
 
     @classmethod
-    def started(cls, config: FollowConfig) -> FollowedRun | None:
+    def start_new(cls, config: FollowConfig) -> FollowedRun | None:
         """A profile of this process, started; None (and one warning line) when it could not start:
         the program runs on, unprofiled."""
         try:
@@ -252,7 +252,7 @@ def _start_in_forked_child(forks: _ForkFollower) -> None:
     from . import followed
 
     if forks.config is not None:
-        followed._run = FollowedRun.started(forks.config)
+        followed._run = FollowedRun.start_new(forks.config)
 
 
 # -- in the launcher, once the program has ended ------------------------------------------------------

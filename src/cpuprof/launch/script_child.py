@@ -127,7 +127,7 @@ class ScriptRun(ChildRun):
                 from . import followed
                 from .followed_run import FollowedRun
 
-                followed._run = FollowedRun.started(self.follow_config())
+                followed._run = FollowedRun.start_new(self.follow_config())
             return
         import torch
 
