@@ -118,7 +118,8 @@ def test_a_subprocess_python_child_is_followed_and_no_follow_turns_it_off(tmp_pa
     assert "Processes" not in result.stdout
 
 
-KILLED_WORKER = """
+# A worker that runs mm until it is stopped.
+WORKER_FOREVER = """
 import multiprocessing as mp
 import os
 import signal
@@ -134,8 +135,9 @@ def work():
     while True:
         torch.mm(a, a)
         time.sleep(0.001)
+"""
 
-
+KILLED_WORKER = WORKER_FOREVER + """
 if __name__ == "__main__":
     worker = mp.get_context("spawn").Process(target=work)
     worker.start()
@@ -161,20 +163,7 @@ def test_a_worker_killed_by_sigkill_keeps_its_last_checkpoint(tmp_path: Path):
     assert "last checkpoint" in result.stdout
 
 
-FOREVER = """
-import multiprocessing as mp
-import time
-
-
-def work():
-    import torch
-
-    a = torch.ones(16, 16)
-    while True:
-        torch.mm(a, a)
-        time.sleep(0.001)
-
-
+FOREVER = WORKER_FOREVER + """
 if __name__ == "__main__":
     worker = mp.get_context("spawn").Process(target=work, daemon=False)
     worker.start()
