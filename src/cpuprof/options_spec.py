@@ -27,6 +27,7 @@ from .errors import UsageError
 from .launch import environment
 from .launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
 from .launch.ranks import BACKENDS, DEFAULT_TIMEOUT_S
+from .launch.window import WindowPlan
 from .workload.dtypes import DTYPE_NAMES
 from .workload.presets import OVERRIDABLE_FIELDS, PRESETS
 
@@ -304,6 +305,19 @@ FOLLOW: tuple[Option, ...] = (
                           "that imports torch (multiprocessing workers, a serving engine's engine core, subprocess "
                           "children, recursively) is profiled too, each into DIR/processes/PID", dest="follow",
            action="store_false", default=True),
+)
+
+non_negative_float = _bounded(float, 0.0, True, "0 or more seconds")
+
+# run: a window of a long-running program (launch.window).
+WINDOW: tuple[Option, ...] = (
+    Option("--delay", "start profiling S seconds after each process imports torch (default 0): past a server's "
+                      "start-up", (WindowPlan, "delay_s"), type=non_negative_float, metavar="S"),
+    Option("--duration", "profile for S seconds, then save the profile; the program runs on unprofiled "
+                         "(default: to its end)", (WindowPlan, "duration_s"), type=positive_float, metavar="S"),
+    Option("--on-demand", "start the program unprofiled; `python -m cpuprof signal PID start` (PID: this "
+                          "launcher's, printed at the start) opens a window in every profiled process, `... stop` "
+                          "closes and saves it into DIR/window-N", (WindowPlan, "on_demand"), action="store_true"),
 )
 
 # -- the profiler: decode and run (compare takes --events and --mode) -------------------------------

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.cli_runs import cpuprof
+from tests.cli_runs import cpuprof, one_line_error
 
 from cpuprof.analysis.processes import load_processes
-from cpuprof.launch.followed_run import FOLLOW_FILE
+from cpuprof.launch.followed_run import followed_alive
 
 MM_PER_TASK = 25
 TASKS = 4
@@ -165,36 +165,25 @@ def test_a_worker_killed_by_sigkill_keeps_its_last_checkpoint(tmp_path: Path):
 
 FOREVER = WORKER_FOREVER + """
 if __name__ == "__main__":
-    worker = mp.get_context("spawn").Process(target=work, daemon=False)
+    worker = mp.get_context(sys.argv[1]).Process(target=work, daemon=False)
     worker.start()
     while True:
         time.sleep(0.1)
 """
 
 
-def _followed_alive(out: Path) -> list[int]:
-    marker = f"CPUPROF_FOLLOW={out / FOLLOW_FILE.filename}".encode()
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-                    if state != "Z":
-                        alive.append(int(entry.name))
-            except OSError:
-                pass
-    return alive
-
-
-def test_ctrl_c_keeps_every_profile_and_leaves_no_process_behind(tmp_path: Path):
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_ctrl_c_keeps_every_profile_and_leaves_no_process_behind(tmp_path: Path, method: str):
+    """A worker the program joins forever: a SIGINT to the launcher alone (kill -INT) ends the program,
+    then its worker, each saving its profile. A forked worker inherits the program's environment as
+    it was at exec, without the follow variables: it is found by its pid and start time."""
     program = _write(tmp_path, "forever.py", FOREVER)
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "run", "--out", str(out), "--", "python",
-                             str(program)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(program), method], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not (out / "processes").is_dir() or not any((out / "processes").iterdir()):
+        while not followed_alive(out):
             assert time.monotonic() < deadline and proc.poll() is None, "the worker was never followed"
             time.sleep(0.1)
         time.sleep(0.5)  # the worker runs its ops
@@ -205,7 +194,7 @@ def test_ctrl_c_keeps_every_profile_and_leaves_no_process_behind(tmp_path: Path)
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
-    assert _followed_alive(out) == []
+    assert followed_alive(out) == []
     (followed,) = _followed(out)
     assert _mm_calls(followed.profile) > 0
     assert os.path.exists(out / "profile.json")
@@ -226,3 +215,92 @@ def test_a_sitecustomize_the_boot_directory_hides_still_runs(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "False", "False"]
     assert result.stderr == ""
+
+
+SERVER = """
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+torch.zeros(256, 256).fill_(1.0)  # start-up, which a window past it leaves out
+Path(sys.argv[1]).write_text("ready")
+a = torch.ones(32, 32)
+stop = Path(sys.argv[2])
+deadline = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < deadline and not stop.exists():
+    torch.mm(a, a)
+    time.sleep(0.001)
+"""
+
+
+def _op_names(profile) -> set[str]:
+    return {op.name for op in profile.ops if op.kind == "op"}
+
+
+def test_a_delayed_window_leaves_out_the_start_up_and_lasts_its_duration(tmp_path: Path):
+    program = _write(tmp_path, "server.py", SERVER)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--delay", "1", "--duration", "1.5", "--out", str(out), "--", "python", str(program),
+                     str(tmp_path / "ready"), str(tmp_path / "never"), "5", timeout=300)
+    assert result.returncode == 0, result.stderr
+    (program_profile,) = load_processes(out)
+    profile = program_profile.profile
+    assert profile.status.complete
+    assert "aten::fill_" not in _op_names(profile) and _mm_calls(profile) > 0
+    # The window's length is the collection's: 1.5 s, give or take a start and a stop.
+    assert 1.4e9 <= profile.collection.wall_ns <= 3.0e9
+
+
+def test_a_delay_longer_than_the_program_says_so(tmp_path: Path):
+    program = _write(tmp_path, "server.py", SERVER)
+    result = cpuprof("run", "--delay", "60", "--out", str(tmp_path / "out"), "--", "python", str(program),
+                     str(tmp_path / "ready"), str(tmp_path / "never"), "0.2", timeout=300)
+    assert result.returncode == 1
+    line = one_line_error(result)
+    assert "nothing was profiled" in line and "before the window opened (--delay 60)" in line
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s"
+        time.sleep(0.05)
+
+
+def test_on_demand_windows_are_saved_each_as_its_own_run(tmp_path: Path):
+    program = _write(tmp_path, "server.py", SERVER)
+    out, ready, stop = tmp_path / "out", tmp_path / "ready", tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "run", "--on-demand", "--out", str(out), "--", "python",
+                             str(program), str(ready), str(stop), "300"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready, proc, "start of the program")
+        for window in (1, 2):
+            started = cpuprof("signal", str(proc.pid), "start")
+            assert started.returncode == 0, started.stderr
+            _wait_for(out / f"window-{window}", proc, f"window {window}")
+            time.sleep(0.5)
+            assert cpuprof("signal", str(proc.pid), "stop").returncode == 0
+            _wait_for(out / f"window-{window}" / "profile.json", proc, f"window {window}'s profile")
+        stop.write_text("stop")
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    for window in (1, 2):
+        (saved,) = load_processes(out / f"window-{window}")
+        assert _mm_calls(saved.profile) > 0 and "aten::fill_" not in _op_names(saved.profile)
+    assert "2 windows saved" in stdout
+
+
+def test_signal_refuses_what_is_not_an_on_demand_launcher(tmp_path: Path):
+    line = one_line_error(cpuprof("signal", str(os.getpid()), "start"))
+    assert "is not a `cpuprof run --on-demand` launcher" in line
+    assert "no process" in one_line_error(cpuprof("signal", "999999999", "stop"))
+    program = _write(tmp_path, "x.py", "print('never run')\n")
+    result = cpuprof("run", "--on-demand", "--delay", "1", "--", "python", str(program))
+    assert result.returncode == 2 and "--delay and --duration do not apply" in one_line_error(result)

@@ -6,6 +6,7 @@ worker process, not the front end the user started).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def op_time_ns(profile: Profile) -> int:
 def ending(profile: Profile) -> str:
     status = profile.status
     if status.complete:
-        return "ended"
+        return "saved at its end"
     reason = status.reason or "did not finish"
     if reason.startswith(CHECKPOINT_PREFIX):
         return "killed, or still running when the run ended: its last checkpoint"
@@ -88,7 +89,7 @@ def ending(profile: Profile) -> str:
 def row(p: ProcessProfile) -> ProcessRow:
     profile = p.profile
     meta = profile.meta
-    role = meta.role or (f"the program ({' '.join(meta.argv[:2])})" if meta.argv else "the program")
+    role = meta.role or (f"the program ({os.path.basename(meta.argv[0])})" if meta.argv else "the program")
     profiled = profile.profiled
     cpu = None
     if profiled and any(t.cpu_ns is not None for t in profile.threads):
@@ -107,7 +108,9 @@ def busiest(processes: list[ProcessProfile]) -> ProcessProfile | None:
     return max(profiled, key=lambda p: op_time_ns(p.profile)) if profiled else None
 
 
-def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | None) -> Section:
+def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | None,
+                      unsaved: list[int] | None = None) -> Section:
+    unsaved = unsaved or []
     rows = [row(p) for p in processes]
     table = Table(
         columns=[
@@ -115,8 +118,8 @@ def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | N
                                            "title it set, or what python ran"),
             Column("pid", "pid", "int"),
             Column("ppid", "parent", "int", help="the pid of the process that started it"),
-            Column("wall_ns", "profiled", "ns", help="wall time from its import of torch to its end (or its "
-                                                      "last checkpoint)"),
+            Column("wall_ns", "profiled for", "ns", help="wall time from its import of torch (or its window's "
+                                                          "start) to its end (or its last checkpoint)"),
             Column("cpu_ns", "CPU", "ns", help=f"CPU time of its threads while profiled ({CPU_EVENT})"),
             Column("ops", "ops", "count", help="ATen op calls"),
             Column("op_ns", "op time", "ns", help="time inside ATen ops, summed over its threads (self times)"),
@@ -124,19 +127,32 @@ def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | N
             Column("directory", "profile in"),
         ],
         rows=[r.__dict__ for r in rows],
-        caption="every process of the run that imported torch, in the order they started",
+        caption="the program's process, then every process it started that imported torch, by pid",
     )
     lines = []
     if shown is not None:
         r = row(shown)
         lines.append(f"The report below is of {r.role} (pid {r.pid}), the process that ran the most op time; "
-                     f"any process's own report: {cpuprof_command('report', 'DIR')} with DIR from the last column")
+                     f"one process's own report: {cpuprof_command('report', 'DIR/profile.json')} with DIR from the "
+                     "last column")
     else:
         lines.append("No process was profiled: none imported torch.")
+    if unsaved:
+        lines.append(f"{len(unsaved)} more process{'es' if len(unsaved) != 1 else ''} started profiling but saved "
+                     f"nothing (killed before its first checkpoint): pid {', '.join(str(p) for p in unsaved)}")
     return Section("processes", "Processes", lines=lines, tables=[table])
 
 
-def processes_report(processes: list[ProcessProfile], top: int = defaults.TOP_OPS) -> Report:
+def unsaved_processes(directory: str | Path) -> list[int]:
+    """The followed processes that started a profile (their directory exists) but saved none."""
+    base = Path(directory) / PROCESSES_DIRNAME
+    if not base.is_dir():
+        return []
+    return sorted(int(e.name) for e in base.iterdir() if e.name.isdigit() and not (e / PROFILE_FILENAME).exists())
+
+
+def processes_report(processes: list[ProcessProfile], top: int = defaults.TOP_OPS,
+                     unsaved: list[int] | None = None) -> Report:
     """The busiest process's full report, with the processes table first."""
     from .report import build_report
 
@@ -145,5 +161,5 @@ def processes_report(processes: list[ProcessProfile], top: int = defaults.TOP_OP
         report = Report(title="cpuprof run")
     else:
         report = build_report(shown.profile, top=top)
-    report.sections.insert(0, processes_section(processes, shown))
+    report.sections.insert(0, processes_section(processes, shown, unsaved))
     return report

@@ -8,17 +8,19 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from .. import exit_codes
 from .. import options_spec as spec
-from ..analysis.processes import has_followed
+from ..analysis.processes import has_followed, unsaved_processes
 from ..errors import ChildFailed, CpuprofError, UsageError
 from ..launch import environment, parent, run_dir
 from ..launch.followed_run import end_followed
 from ..launch.options import ProfileOptions
 from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
+from ..launch.window import WindowControl, WindowPlan, window_dir, windows_of, write_control
 from ..machine.topology import read_topology
-from ..model import PROFILE_FILENAME
+from ..model import PROFILE_FILENAME, Profile
 from ..safe_text import cpuprof_command
 from .common import (
     add_output_arguments,
@@ -53,6 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r = p.add_argument_group("several processes, torchrun-style: each pinned to its share of the machine and profiled")
     spec.add_arguments(r, spec.PROCESSES)
     spec.add_arguments(p.add_argument_group("the processes the program starts"), spec.FOLLOW)
+    spec.add_arguments(p.add_argument_group("a window of a long-running program (a server)"), spec.WINDOW)
     add_profiling_arguments(p.add_argument_group("profiling"), "the program")
     add_output_arguments(p.add_argument_group("output"), "run")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python script.py [args]",
@@ -96,15 +99,28 @@ def script_target(command: list[str]) -> ScriptTarget:
     return ScriptTarget(path=os.path.abspath(script), module=None, args=rest[1:])
 
 
+def window_plan(args: argparse.Namespace) -> WindowPlan:
+    """--delay, --duration and --on-demand as one plan; UsageError for the pairs that contradict."""
+    plan = spec.build(WindowPlan, spec.WINDOW, args)
+    if plan.on_demand and (plan.delay_s or plan.duration_s is not None):
+        raise UsageError("--on-demand windows open and close with `cpuprof signal`: --delay and --duration do not "
+                         "apply to them")
+    if plan.on_demand and args.nproc is not None:
+        raise UsageError("--on-demand with --nproc is not supported: give --delay and --duration, which every "
+                         "process applies from its own import of torch")
+    return plan
+
+
 def prepare(target: ScriptTarget, launch: environment.LaunchSettings, profile: ProfileOptions,
-            out_dir: Path, follow: bool = True) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
+            out_dir: Path, follow: bool = True,
+            window: WindowPlan | None = None) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
     """Checks the launch against this machine and the output directory before anything starts."""
     topology = read_topology()
     resolved = environment.validate(launch, topology)
     parent.check_out_dir(out_dir)
     config = ScriptConfig(target=target, profile=profile, launch=resolved.settings, requested=resolved.requested(),
                           cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir.resolve()),
-                          follow=follow)
+                          follow=follow, window=window or WindowPlan())
     return resolved, config
 
 
@@ -113,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     launch = launch_from_args(args)
     profile = profile_options(args)
     check_profile_options(profile, args.flamegraph)
+    window_plan(args)  # its contradictions, before anything starts
     with run_dir.claimed(args.out, "run", overwrite=args.overwrite) as out_dir:
         return run_in(args, target, launch, profile, out_dir)
 
@@ -124,13 +141,17 @@ def run_in(args: argparse.Namespace, target: ScriptTarget, launch: environment.L
         return run_processes(args, target, launch, profile, out_dir, fmt)
     if args.ranks_per_node is not None:
         raise UsageError("--ranks-per-node places the processes of --nproc N; give --nproc")
-    resolved, config = prepare(target, launch, profile, out_dir, follow=args.follow)
+    plan = window_plan(args)
+    resolved, config = prepare(target, launch, profile, out_dir, follow=args.follow, window=plan)
     try:
         outcome = run_program(resolved, config, out_dir, args.follow)
     finally:
         if args.follow:
             end_followed(out_dir.resolve())  # none outlives the run, however it ended
-    if args.follow and has_followed(out_dir):
+    if plan.on_demand and outcome.profile is not None:
+        show_windows(out_dir, fmt, args.top)
+        return exit_code(outcome)
+    if args.follow and (has_followed(out_dir) or unsaved_processes(out_dir)):
         show_processes(out_dir, fmt, args.top)
         return exit_code(outcome)
     if outcome.profile is not None:
@@ -164,10 +185,63 @@ def run_program(resolved: environment.ResolvedLaunch, config: ScriptConfig, out_
             stopping.append(threading.Thread(target=end_followed, args=(out_dir.resolve(),), daemon=True))
             stopping[0].start()
 
-    with parent.Supervision() as group:
+    with parent.Supervision() as group, WindowSignals(out_dir.resolve(), config.window.on_demand):
         group.add(parent.start_child(resolved, config, out_dir, profiled=True, module=MODULE))
         (ended,) = group.wait(timeout_s=math.inf, on_poll=on_poll)
     return parent.finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
+
+
+class WindowSignals:
+    """run --on-demand: SIGUSR1 (``cpuprof signal PID start``) opens the next window and SIGUSR2
+    (``stop``) closes it, by rewriting the control file every profiled process polls."""
+
+    def __init__(self, root: Path, on_demand: bool) -> None:
+        self.root = root
+        self.on_demand = on_demand
+        self.control = WindowControl()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> WindowSignals:
+        if self.on_demand:
+            write_control(self.root, self.control)
+            self._previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGUSR1, signal.SIGUSR2)}
+            print(f"cpuprof: the program runs unprofiled; open a window with: python -m cpuprof signal {os.getpid()} "
+                  "start (and close it with ... stop)", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        opening = signum == signal.SIGUSR1
+        if opening == self.control.open:
+            state = "open" if opening else "closed"
+            print(f"cpuprof: window {self.control.window} is already {state}", file=sys.stderr, flush=True)
+            return
+        window = self.control.window + 1 if opening else self.control.window
+        self.control = WindowControl(window=window, open=opening)
+        write_control(self.root, self.control)
+        what = "opening" if opening else "closing"
+        print(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})", file=sys.stderr, flush=True)
+
+
+def show_windows(out_dir: Path, fmt: str, top: int) -> None:
+    """run --on-demand: the last window's report, then every window's directory."""
+    from ..reports import OutputOptions, ProcessesSource, ProfileSource, get_output
+
+    windows = [w for w in windows_of(out_dir) if has_followed(w) or (w / PROFILE_FILENAME).exists()]
+    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    if not windows:
+        stream.write("no window was opened: nothing was profiled (open one with: python -m cpuprof signal "
+                     "<launcher pid> start)\n")
+        return
+    last = windows[-1]
+    source: Any = ProcessesSource.load(last) if has_followed(last) else ProfileSource(Profile.load(last))
+    get_output(fmt, source.kind, roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
+    shown = "; ".join(cpuprof_command("report", str(w)) for w in windows)
+    stream.write(("\n" if fmt == "terminal" else "") + f"{len(windows)} window{'s' if len(windows) != 1 else ''} "
+                 f"saved (the report above is of {last.name}); each window's report: {shown}\n")
 
 
 def show_processes(out_dir: Path, fmt: str, top: int) -> None:
@@ -191,10 +265,13 @@ def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: enviro
 
     def prepare_rank(_place: ranks.RankPlacement, rank_launch: environment.LaunchSettings,
                      rank_dir: Path) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
-        return prepare(target, rank_launch, profile, rank_dir)
+        return prepare(target, rank_launch, profile, rank_dir, follow=args.follow, window=window_plan(args))
 
     run = ranks.run_group(launch, out_dir, args.nproc, args.ranks_per_node, prepare_rank, mode="nproc", backend=None,
                           timeout_s=args.rank_timeout, profiled=True, module=MODULE)
+    if args.follow:
+        for rank in run.ranks:  # none of a rank's followed processes outlives the run
+            end_followed((out_dir / rank.dir).resolve())
     show_group(run, out_dir, fmt, also=f"; each process's own output (rank 0's is above): {out_dir}/rank-N/child.log")
     return group_exit(run, out_dir, member="process")
 

@@ -116,6 +116,15 @@ class ResolvedLaunch:
             for entry in re.split(r"[:\s]+", source.get("LD_PRELOAD", ""))
             if entry and not any(fnmatch(os.path.basename(entry), p) for p in _OWNED_PRELOADS)
         ]
+        # A cpuprof run inside a followed program (it runs `cpuprof decode`, say) is its own run:
+        # its child is not one of the outer run's followed processes.
+        result.pop("CPUPROF_FOLLOW", None)
+        paths = [p for p in result.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and os.path.basename(os.path.normpath(p)) != "follow_boot"]
+        if paths:
+            result["PYTHONPATH"] = os.pathsep.join(paths)
+        else:
+            result.pop("PYTHONPATH", None)
         result.update(self.env)
         preload = [p for p in self.env.get("LD_PRELOAD", "").split(":") if p] + inherited
         if preload:

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,12 @@ from ..model.io import FileKind, read_versioned, write_versioned
 from .child_run import CHECKPOINT_REASON, ChildRun, remove_perf_map
 from .followed import FOLLOW_ENV, warn
 from .options import ProfileOptions
+from .window import WindowPlan, Windows
 
 FOLLOW_FILE = FileKind(name="follow file", format="cpuprof-follow", version=1, filename="follow.json",
                        written_by="cpuprof run")
 BOOT_DIRNAME = "follow_boot"  # holds the sitecustomize.py every followed Python runs as it starts
+START_FILENAME = "started"  # processes/<pid>/started: the process's start time, in clock ticks since boot
 # How long the launcher gives followed processes still running when the program has ended to save
 # their profiles (a SIGTERM asks them), before it kills them.
 END_GRACE_S = 10.0
@@ -43,6 +45,7 @@ class FollowConfig:
     cpu_set: str
     topology: Topology
     root: str  # the run's output directory; each process saves under processes/<pid>
+    window: WindowPlan = field(default_factory=WindowPlan)  # when each process profiles
 
 
 def boot_dir() -> str:
@@ -108,10 +111,12 @@ class FollowedRun(ChildRun):
         self.config = config
         self.pid = pid
         self.ending: str | None = None  # why the profile is incomplete, once the process is ending
-        self._lock = threading.Lock()  # one save at a time: the checkpoint thread's, the exit's
+        self._lock = threading.RLock()  # one save at a time: the checkpoint thread's, a window's, the exit's
+        self.windows: Windows | None = None
         self._saved_final = False
         self._stop = threading.Event()
         self._ending = False  # the final save has begun
+        self._saved = False  # the final save is done
         self._terminated = False  # a SIGTERM came: the process dies of it once saved
 
     @classmethod
@@ -129,19 +134,28 @@ class FollowedRun(ChildRun):
     def begin(self) -> None:
         """Creates processes/<pid>, starts the profile and arranges for it to be saved."""
         self.out.mkdir(parents=True, exist_ok=True)
-        prof = self.make_profiler()
+        # How the launcher tells this process from a later one given the same pid: its start time.
+        (self.out / START_FILENAME).write_text(str(_start_time(self.pid)))
+        _preload_saving()
+        prof = self.make_profiler()  # the events are checked here, whenever profiling starts
         if prof is None:
             return
         prof.warn = False  # the profile keeps its limitations; a line per process would bury the program's output
-        prof.start()
+        plan = self.config.window
+        if plan.whole:
+            prof.start()
+        else:
+            self.prof = None  # each window makes its own
+            self.windows = Windows(self, plan, self.config.root, f"{PROCESSES_DIRNAME}/{self.pid}", lock=self._lock)
+            self.windows.begin()
         atexit.register(self.end)
         self._at_multiprocessing_exit()
         if _left_to_default(signal.getsignal(signal.SIGTERM)) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
         follow_forks(self.config)
         threading.Thread(target=self._checkpoints, name="cpuprof-checkpoint", daemon=True).start()
-        print(f"cpuprof: following process {self.pid} ({process_role()}): profiling every op from its import of "
-              f"torch into {self.out}", file=sys.stderr)
+        when = "every op from its import of torch" if plan.whole else plan.describe().removeprefix("profiling ")
+        print(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}", file=sys.stderr)
 
     def _at_multiprocessing_exit(self) -> None:
         """A process multiprocessing started ends with os._exit, after its own exit function
@@ -149,14 +163,26 @@ class FollowedRun(ChildRun):
         from multiprocessing import util
 
         util.Finalize(self, FollowedRun.end, args=(self,), exitpriority=-100)
+        # Process._bootstrap clears the finalizers before it runs the target (torch may have been
+        # imported while the process object was unpickled, before that), then runs these.
+        util.register_after_fork(self, FollowedRun._finalize_again)
+
+    def _finalize_again(self) -> None:
+        if os.getpid() == self.pid:
+            from multiprocessing import util
+
+            util.Finalize(self, FollowedRun.end, args=(self,), exitpriority=-100)
 
     def _on_sigterm(self, signum: int, _frame: object) -> None:
         """The program left SIGTERM to its default, to die of it: save, then die of it. One that
         comes while the profile is being saved (Pool.terminate sends them as workers end) waits
         for the save."""
+        if os.getpid() != self.pid or self._saved:
+            self._die_of_sigterm()  # a forked copy's, or the profile is saved: nothing to wait for
+            return
         self._terminated = True
         if self._ending:
-            return
+            return  # the save under way dies of it when done
         self.ending = "ended by SIGTERM"
         self.end()
 
@@ -170,7 +196,8 @@ class FollowedRun(ChildRun):
                 with self._lock:
                     if self._saved_final or os.getpid() != self.pid:
                         return
-                    self.save(complete=False, reason=CHECKPOINT_REASON)
+                    if self.windows is None or self.windows.is_open:  # between windows there is nothing new
+                        self.save(complete=False, reason=CHECKPOINT_REASON)
             except Exception as exc:  # a full disk: the final save says so again
                 warn(f"a checkpoint of the profile failed ({type(exc).__name__}: {exc})")
                 return
@@ -180,7 +207,6 @@ class FollowedRun(ChildRun):
 
         launch_context(self, note=False)
         profile.meta.role = process_role()
-        profile.meta.ppid = os.getppid()
 
     def end(self) -> None:
         """The final save, once, whichever way the process ends first."""
@@ -188,17 +214,26 @@ class FollowedRun(ChildRun):
             return
         self._ending = True
         self._stop.set()
-        with self._lock:
+        if not self._lock.acquire(timeout=END_GRACE_S / 2):
+            warn("its profile was not saved: a checkpoint held the profile too long")
+            return
+        try:
             if self._saved_final:
                 return
             self._saved_final = True
             try:
-                self.stop_profiler()
-                self.save(complete=self.ending is None, reason=self.ending)
+                if self.windows is not None:
+                    self.windows.end(complete=self.ending is None, reason=self.ending)
+                else:
+                    self.stop_profiler()
+                    self.save(complete=self.ending is None, reason=self.ending)
             except Exception as exc:
                 warn(f"its profile could not be saved ({type(exc).__name__}: {exc})")
             finally:
                 remove_perf_map()
+        finally:
+            self._saved = True
+            self._lock.release()
         if self._terminated:
             self._die_of_sigterm()
 
@@ -213,7 +248,7 @@ def _left_to_default(handler: object) -> bool:
         return True
     code = getattr(getattr(handler, "__func__", handler), "__code__", None)
     # By file: the script child's module runs as __main__, so its classes' module names say nothing.
-    return code is not None and code.co_filename.startswith(_PACKAGE_DIR)
+    return code is not None and os.path.realpath(code.co_filename).startswith(_PACKAGE_DIR)
 
 
 class _ForkFollower:
@@ -242,7 +277,10 @@ def _after_fork_in_child() -> None:
     execs (subprocess) never gets there and is followed, if it is a Python, by its environment."""
     from . import followed
 
+    inherited = followed._run
     followed._run = None  # the parent's, copied: the native core has stopped it in this child
+    if inherited is not None and signal.getsignal(signal.SIGTERM) == inherited._on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until this child's own profile sets it again
     util = sys.modules.get("multiprocessing.util")
     if util is not None and _FORKS.config is not None:
         util.register_after_fork(_FORKS, _start_in_forked_child)
@@ -251,7 +289,8 @@ def _after_fork_in_child() -> None:
 def _start_in_forked_child(forks: _ForkFollower) -> None:
     from . import followed
 
-    if forks.config is not None:
+    current = followed._run
+    if forks.config is not None and (current is None or current.pid != os.getpid()):
         followed._run = FollowedRun.start_new(forks.config)
 
 
@@ -259,33 +298,63 @@ def _start_in_forked_child(forks: _ForkFollower) -> None:
 def end_followed(root: str | os.PathLike[str]) -> None:
     """No followed process outlives the run: those still running when the program has ended get a
     SIGTERM (they save their profile), then, after END_GRACE_S, a SIGKILL (their last checkpoint
-    stands)."""
-    base = processes_dir(root)
-    if not base.is_dir():
-        return
-    alive = [pid for pid in (int(p.name) for p in base.iterdir() if p.name.isdigit()) if _is_followed(pid, root)]
-    for pid in alive:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + END_GRACE_S
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [pid for pid in alive if _is_followed(pid, root)]
-    for pid in alive:
-        _signal(pid, signal.SIGKILL)
-
-
-def _is_followed(pid: int, root: str | os.PathLike[str]) -> bool:
-    """Whether ``pid`` is still a process this run followed (not a later process given the same pid):
-    it runs with this run's follow file in its environment."""
+    stands). Looked for again at every poll: a pool whose owner is saving may start new workers."""
+    signalled: set[int] = set()
+    alive: list[int] = []
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        deadline = time.monotonic() + END_GRACE_S
+        while True:
+            alive = followed_alive(root)
+            for pid in alive:
+                if pid not in signalled:
+                    _signal(pid, signal.SIGTERM)
+                    signalled.add(pid)
+            if not alive or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    finally:  # a second Ctrl-C during the grace period still leaves none behind
+        for pid in followed_alive(root):
+            _signal(pid, signal.SIGKILL)
+
+
+def followed_alive(root: str | os.PathLike[str]) -> list[int]:
+    """The followed processes of the run in ``root`` (and its windows) still running: each is the
+    pid of a processes/<pid> whose process has the start time it wrote there, and is no zombie."""
+    alive = []
+    for started in Path(root).glob(f"**/{PROCESSES_DIRNAME}/*/{START_FILENAME}"):
+        pid_text = started.parent.name
+        if not pid_text.isdigit():
+            continue
+        try:
+            recorded = int(started.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = int(pid_text)
+        if _start_time(pid) == recorded and pid not in alive:
+            alive.append(pid)
+    return alive
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, /proc/PID/stat field 22); None when it is gone
+    or a zombie."""
+    try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-        return False  # a zombie: it has ended, its parent has not waited for it yet
-    marker = f"{FOLLOW_ENV}={Path(root) / FOLLOW_FILE.filename}".encode()
-    return marker in environ.split(b"\0")
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the name, which may hold spaces and parentheses
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def _preload_saving() -> None:
+    """Imports what saving a profile needs, now: a save from a signal handler or at exit must not
+    wait on an import the interrupted main thread holds the lock of (a deadlock)."""
+    from ..analysis import roofline  # noqa: F401
+    from ..exports import roofline_svg  # noqa: F401
+    from ..machine import roofs  # noqa: F401
+    from . import in_force, script_child  # noqa: F401
 
 
 def _signal(pid: int, signum: int) -> None:

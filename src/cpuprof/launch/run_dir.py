@@ -23,6 +23,7 @@ import datetime
 import errno
 import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,8 @@ OVERWRITE_FLAG = "--overwrite"
 # What makes a directory hold a run: the files cpuprof reads back from it.
 RUN_FILES = ("profile.json", "launch.json", "ranks.json", "compare.json")
 # What a run writes beside them: removed with them, so no old page or chart describes the new run.
-DERIVED_FILES = ("crash.txt", "child.log", "roofline.svg", "report.html", "flame.svg", "trace.json")
+DERIVED_FILES = ("crash.txt", "child.log", "roofline.svg", "report.html", "flame.svg", "trace.json", "follow.json",
+                 "window.json")
 _MAX_SUFFIX = 1000  # same-second runs of one command; beyond this something else is wrong
 
 
@@ -92,6 +94,10 @@ def previous_run_files(directory: Path) -> list[str]:
 
 
 def _remove_previous_run(directory: Path, flag: str) -> None:
+    # What `run` leaves beside its profile: the followed processes' profiles and the windows.
+    for tree in (directory / "processes", *directory.glob("window-*")):
+        if tree.is_dir() and not tree.is_symlink():
+            shutil.rmtree(tree, ignore_errors=True)
     for name in (*RUN_FILES, *DERIVED_FILES):
         try:
             (directory / name).unlink(missing_ok=True)

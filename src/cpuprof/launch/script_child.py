@@ -32,7 +32,8 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
 from .. import exit_codes
@@ -44,6 +45,7 @@ from .environment import LaunchSettings
 from .followed_run import FollowConfig, enable
 from .options import ProfileOptions
 from .torch_import import TorchImportHook
+from .window import WindowPlan, Windows
 
 MODULE = "cpuprof.launch.script_child"
 # One Ctrl-C in a terminal reaches this process twice: from the terminal, and forwarded by the
@@ -76,6 +78,7 @@ class ScriptConfig:
     out: str
     # Every Python process the program starts that imports torch is profiled too (launch.followed).
     follow: bool = True
+    window: WindowPlan = field(default_factory=WindowPlan)  # when each process profiles
 
 
 class Terminated(BaseException):
@@ -116,6 +119,7 @@ class ScriptRun(ChildRun):
         self.config = config
         self.start_error: CpuprofError | None = None
         self.pid = os.getpid()
+        self.windows: Windows | None = None
         self._last_signal = -DUPLICATE_SIGNAL_S
 
     # -- the profile ----------------------------------------------------------------------------
@@ -135,9 +139,10 @@ class ScriptRun(ChildRun):
             # As the decode child does: the launch's thread count, whatever torch read at start-up.
             torch.set_num_threads(self.config.requested.threads)
             # Held before it starts: a signal between the two would otherwise lose a running session.
-            prof = self.make_profiler()
+            prof = self.make_profiler()  # the events are checked here, whenever profiling starts
             assert prof is not None, "cpuprof run always profiles"
-            prof.start()
+            if self.config.window.whole:
+                prof.start()
         except CpuprofError as exc:
             self.start_error = exc
             raise ProfilerFailed(exc) from None
@@ -146,13 +151,19 @@ class ScriptRun(ChildRun):
 
             follow_forks(self.follow_config())
         threads = self.config.requested.threads
-        self.progress.done(f"torch imported: profiling every op from here ({self.config.profile.mode} mode, "
-                           f"{threads} thread{'s' if threads != 1 else ''})")
+        how = f"({self.config.profile.mode} mode, {threads} thread{'s' if threads != 1 else ''})"
+        if self.config.window.whole:
+            self.progress.done(f"torch imported: profiling every op from here {how}")
+            return
+        self.prof = None  # each window makes its own
+        self.windows = Windows(self, self.config.window, os.path.abspath(self.config.out))
+        self.windows.begin()
+        self.progress.done(f"torch imported: {self.config.window.describe()} {how}")
 
     def follow_config(self) -> FollowConfig:
         c = self.config
         return FollowConfig(profile=c.profile, requested=c.requested, cpu_set=c.cpu_set, topology=c.topology,
-                            root=os.path.abspath(c.out))
+                            root=os.path.abspath(c.out), window=c.window)
 
     # -- signals --------------------------------------------------------------------------------
     def on_signal(self, signum: int, _frame: object) -> None:
@@ -206,6 +217,8 @@ class ScriptRun(ChildRun):
             self.stop_profiler()
             error_line(f"{ending.reason}")
             return ending.status
+        if self.windows is not None:
+            return self.finish_windows(ending)
         if not self.profiled and self.followed_any():
             # The program's own process never imported torch, the processes it started did.
             self.save(complete=ending.status == exit_codes.OK, reason=ending.reason)
@@ -218,6 +231,21 @@ class ScriptRun(ChildRun):
             return ending.status or exit_codes.FAILED
         self.stop_profiler()
         self.save(complete=ending.status == exit_codes.OK, reason=ending.reason)
+        return ending.status
+
+    def finish_windows(self, ending: Ending) -> int:
+        """The end of a run profiled in windows: an open window is saved; the program's own
+        profile.json in the output directory is its window's (--delay) or, --on-demand, its
+        settings and ending, the windows being in window-N."""
+        assert self.windows is not None
+        complete = ending.status == exit_codes.OK
+        self.windows.end(complete=complete, reason=ending.reason)
+        if self.windows.opened == 0 and not self.followed_any():
+            error_line(f"nothing was profiled: {self.windows.nothing_profiled()}")
+            return ending.status or exit_codes.FAILED
+        if self.windows.opened == 0 or self.config.window.on_demand:
+            self.out, self.prof = Path(self.config.out), None
+            self.save(complete=complete, reason=ending.reason)
         return ending.status
 
     def followed_any(self) -> bool:

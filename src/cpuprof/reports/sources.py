@@ -87,9 +87,9 @@ class ProcessesSource:
     kind: ClassVar[SourceKind] = "processes"
 
     def report(self, options: OutputOptions) -> Report:
-        from ..analysis.processes import processes_report
+        from ..analysis.processes import processes_report, unsaved_processes
 
-        return processes_report(self.processes, top=options.top)
+        return processes_report(self.processes, top=options.top, unsaved=unsaved_processes(self.directory))
 
     @classmethod
     def load(cls, directory: str | Path) -> ProcessesSource:

@@ -33,9 +33,15 @@ def _follow() -> None:
 
         follow(path)
     except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name in ("cpuprof", "cpuprof.launch",
+                                                                 "cpuprof.launch.followed"):
+            return  # another Python, or an environment without cpuprof: not followed, said nowhere
         print(f"cpuprof: warning: process {os.getpid()} is not followed ({type(exc).__name__}: {exc})",
               file=sys.stderr)
 
 
-_chain_to_the_hidden_sitecustomize()
+try:
+    _chain_to_the_hidden_sitecustomize()
+except Exception as exc:  # the hidden one's own failure, as Python would report it, and follow anyway
+    print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}", file=sys.stderr)
 _follow()

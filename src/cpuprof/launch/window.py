@@ -1,0 +1,183 @@
+"""Profiling windows of a long-running program: ``run --delay S --duration D`` and ``run --on-demand``.
+
+A serving engine's first minute is start-up (weights loaded, a KV cache of gigabytes filled): a
+profile of the whole program buries the steady state a user wants to see. So a window:
+
+- ``--delay S --duration D``: each profiled process (the program's and every followed one) starts
+  its profile S seconds after its own ``import torch`` and saves it D seconds later, then runs on
+  unprofiled (without ``--duration``: to its end);
+- ``--on-demand``: the processes start unprofiled; ``python -m cpuprof signal PID start|stop``
+  (PID of the ``cpuprof run`` launcher) makes the launcher write ``window.json`` in the output
+  directory, which every profiled process polls (a ``stat`` every ``POLL_S``): each window is
+  saved as its own run under ``DIR/window-N`` (the program's profile and ``processes/PID``).
+
+What opening and closing a window cost the process (starting the profile; stopping and saving it)
+is measured in the process and said in its progress lines.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..model.io import FileKind, read_versioned, write_versioned
+
+CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
+                        written_by="cpuprof run --on-demand")
+POLL_S = 0.1  # how often a process looks at the control file: a window opens within this
+
+
+@dataclass
+class WindowPlan:
+    """When each process profiles: from ``delay_s`` after its import of torch, for ``duration_s``
+    (None: to its end); or, ``on_demand``, when ``cpuprof signal`` says."""
+
+    delay_s: float = 0.0
+    duration_s: float | None = None
+    on_demand: bool = False
+
+    @property
+    def whole(self) -> bool:
+        """From the import of torch to the end: no window."""
+        return not self.on_demand and self.delay_s == 0 and self.duration_s is None
+
+    def describe(self) -> str:
+        if self.on_demand:
+            return "profiling starts and stops with: python -m cpuprof signal <launcher pid> start|stop"
+        when = f"{self.delay_s:g} s after it imported torch" if self.delay_s else "when it imported torch"
+        until = f", for {self.duration_s:g} s" if self.duration_s is not None else ""
+        return f"profiling starts {when}{until}"
+
+
+@dataclass
+class WindowControl:
+    """What the launcher asks for: window ``window`` (1 the first; 0 none yet) open or closed."""
+
+    window: int = 0
+    open: bool = False
+
+
+def control_path(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / CONTROL_FILE.filename
+
+
+def write_control(root: str | os.PathLike[str], control: WindowControl) -> None:
+    write_versioned(control_path(root), CONTROL_FILE, control)
+
+
+def window_dir(root: str | os.PathLike[str], window: int) -> Path:
+    return Path(root) / f"window-{window}"
+
+
+def windows_of(root: str | os.PathLike[str]) -> list[Path]:
+    """The window directories of an --on-demand run, in order."""
+    base = Path(root)
+    found = [p for p in base.glob("window-*") if p.is_dir() and p.name.removeprefix("window-").isdigit()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("window-")))
+
+
+class Windows:
+    """Opens and closes one process's profiling windows. ``run`` is the process's ChildRun: a window
+    sets its ``out`` and its ``prof`` (a new profile per window) and saves through it; ``place`` is
+    where the process saves inside a window's directory ("" for the program, "processes/PID")."""
+
+    def __init__(self, run: Any, plan: WindowPlan, root: str, place: str = "",
+                 lock: Any = None) -> None:
+        self.run = run
+        self.plan = plan
+        self.root = root
+        self.place = place
+        self.lock = lock or threading.RLock()  # the run's own, where it saves from another thread too
+        self.opened = 0  # windows opened so far
+        self.is_open = False
+        self.torch_imported = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def begin(self) -> None:
+        target = self._on_demand if self.plan.on_demand else self._timed
+        self._thread = threading.Thread(target=target, name="cpuprof-window", daemon=True)
+        self._thread.start()
+
+    # -- the two plans --------------------------------------------------------------------------
+    def _timed(self) -> None:
+        if self._stop.wait(self.plan.delay_s):
+            return
+        self.open(Path(self.run.out), window=1)
+        if self.plan.duration_s is not None and not self._stop.wait(self.plan.duration_s):
+            self.close()
+
+    def _on_demand(self) -> None:
+        path = control_path(self.root)
+        seen: float | None = None
+        while not self._stop.wait(POLL_S):
+            try:
+                changed = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            if changed == seen:
+                continue
+            seen = changed
+            try:
+                control = read_versioned(path, CONTROL_FILE, WindowControl)
+            except Exception:
+                seen = None  # being replaced: read it again next time
+                continue
+            if control.open and control.window > self.opened:
+                self.close()
+                self.open(window_dir(self.root, control.window) / self.place, window=control.window)
+            elif not control.open:
+                self.close()
+
+    # -- a window -------------------------------------------------------------------------------
+    def open(self, out: Path, window: int) -> None:
+        with self.lock:
+            if self._stop.is_set():
+                return
+            self.run.out = out
+            out.mkdir(parents=True, exist_ok=True)
+            began = time.perf_counter()
+            prof = self.run.make_profiler()
+            prof.warn = False
+            prof.start()
+            self.opened, self.is_open = window, True
+            took = time.perf_counter() - began
+        _say(f"window {window} open: profiling into {out} (starting the profile took {took * 1e3:.0f} ms)")
+
+    def close(self, complete: bool = True, reason: str | None = None) -> bool:
+        """Stops and saves the open window, if one is; True when one was."""
+        with self.lock:
+            if not self.is_open:
+                return False
+            self.is_open = False
+            began = time.perf_counter()
+            self.run.stop_profiler()
+            self.run.save(complete=complete, reason=reason)
+            took = time.perf_counter() - began
+        _say(f"window {self.opened} closed: saved {Path(self.run.out) / 'profile.json'} (stopping and saving took "
+             f"{took * 1e3:.0f} ms)")
+        return True
+
+    def end(self, complete: bool = True, reason: str | None = None) -> None:
+        """The process is ending: no window opens from now on; one that is open is saved, with how
+        the process ended."""
+        self._stop.set()
+        self.close(complete, reason)
+
+    def nothing_profiled(self) -> str:
+        """Why a process that ended profiled nothing, in the words of its plan."""
+        ran = time.monotonic() - self.torch_imported
+        if self.plan.on_demand:
+            return (f"no window was opened in the {ran:.1f} s it ran after importing torch (open one with: "
+                    "python -m cpuprof signal <launcher pid> start)")
+        return (f"the program ended {ran:.1f} s after it imported torch, before the window opened "
+                f"(--delay {self.plan.delay_s:g})")
+
+
+def _say(line: str) -> None:
+    print(f"cpuprof: process {os.getpid()}: {line}", file=sys.stderr, flush=True)
