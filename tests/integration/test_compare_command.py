@@ -148,6 +148,14 @@ def test_from_a_profile_measures_what_its_figures_propose(tmp_path: Path):
     first = cpuprof("decode", *SHORT, "--new-tokens", "240", "--threads", "1", "--cpus", "0,1", "--out", str(profiled),
                     "--format", "json")
     assert first.returncode == 0, first.stderr
+    from cpuprof.analysis.compare import run_metrics
+    from cpuprof.analysis.proposals import RUN_DELAY_PROPOSAL_SHARE
+    from cpuprof.model import Profile
+
+    metrics = run_metrics(Profile.load(profiled))
+    if metrics is not None and (metrics.run_delay_share or 0) >= RUN_DELAY_PROPOSAL_SHARE:
+        pytest.skip(f"the machine was busy: the decode's thread waited {metrics.run_delay_share:.0%} of the time "
+                    "for a CPU, so using the second CPU is rightly not proposed")
     out = tmp_path / "proposals"
     result = cpuprof("compare", "--from", str(profiled), "-r", "2", "--out", str(out), "--format", "json")
     assert result.returncode == 0, result.stderr

@@ -30,6 +30,7 @@ from .window import WindowPlan, Windows
 FOLLOW_FILE = FileKind(name="follow file", format="cpuprof-follow", version=1, filename="follow.json",
                        written_by="cpuprof run")
 BOOT_DIRNAME = "follow_boot"  # holds the sitecustomize.py every followed Python runs as it starts
+CHECKPOINT_SHARE = 20  # a followed process spends at most 1/20 of its time saving checkpoints
 START_FILENAME = "started"  # processes/<pid>/started: the process's start time, in clock ticks since boot
 # How long the launcher gives followed processes still running when the program has ended to save
 # their profiles (a SIGTERM asks them), before it kills them.
@@ -191,13 +192,19 @@ class FollowedRun(ChildRun):
         os.kill(os.getpid(), signal.SIGTERM)
 
     def _checkpoints(self) -> None:
-        while not self._stop.wait(self.checkpoint_s):
+        """A checkpoint every ``checkpoint_s``, or less often where saving is slow: never more than
+        1/CHECKPOINT_SHARE of the time (a large profile on a busy machine takes a second to save,
+        and that second is CPU taken from the program)."""
+        wait_s = self.checkpoint_s
+        while not self._stop.wait(wait_s):
             try:
                 with self._lock:
                     if self._saved_final or os.getpid() != self.pid:
                         return
                     if self.windows is None or self.windows.is_open:  # between windows there is nothing new
+                        began = time.monotonic()
                         self.save(complete=False, reason=CHECKPOINT_REASON)
+                        wait_s = max(self.checkpoint_s, CHECKPOINT_SHARE * (time.monotonic() - began))
             except Exception as exc:  # a full disk: the final save says so again
                 warn(f"a checkpoint of the profile failed ({type(exc).__name__}: {exc})")
                 return

@@ -33,9 +33,13 @@ class RankOutcome:
     failure: str | None = None  # one line: how it failed and what it saved
 
 
+# decode --tp, decode --instances, run --nproc
+GROUP_MODES = ("tp", "instances", "nproc")
+
+
 @dataclass
 class MultiRun:
-    mode: str  # "tp" or "instances"
+    mode: str  # one of GROUP_MODES
     world_size: int
     backend: str | None
     argv: list[str]
@@ -49,8 +53,8 @@ class MultiRun:
     def validate(self) -> None:
         """Counts positive, ranks within the group, and each rank's directory inside the group's (a
         report reads its profile there); raises FileFormatError naming the first that is not."""
-        if self.mode not in ("tp", "instances"):
-            raise FileFormatError(f"mode {self.mode!r} is not 'tp' or 'instances'")
+        if self.mode not in GROUP_MODES:
+            raise FileFormatError(f"mode {self.mode!r} is not one of {', '.join(GROUP_MODES)}")
         if self.world_size < 1:
             raise FileFormatError(f"world_size is {self.world_size}, not a positive count")
         for r in self.ranks:
