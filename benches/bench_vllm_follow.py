@@ -1,0 +1,107 @@
+"""vLLM's offline throughput with and without cpuprof following its processes.
+
+Each round runs one ``LLM.generate`` script three ways, in an order rotated every round: alone;
+under ``cpuprof run`` (the engine core and worker followed and profiled); under ``cpuprof run
+--no-follow`` (only the front end profiled: what following adds over it). The script times its own
+``generate`` call (engine start-up is outside it) and prints tokens/s; printed per variant: the
+median tokens/s with its min–max, and the median per-round ratio to the run without cpuprof.
+
+Needs vLLM's CPU backend (README command 2 installs it). It writes a random 4-layer Llama
+(hidden 512, 8 heads, 4 KV heads, FFN 1536, vocab 4096, bf16) with a word-level tokenizer into a
+temporary directory: nothing is downloaded. Each run starts an engine (~30 s here), so:
+
+    python benches/bench_vllm_follow.py                       # 10 rounds, ~20 min here
+    python benches/bench_vllm_follow.py --rounds 3 --tokens 32  # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from _common import machine_line, median, render_table, rotated, span
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.integration.test_vllm import write_checkpoint  # noqa: E402 (one checkpoint writer for both)
+
+GENERATE = """
+import sys
+import time
+
+from vllm import LLM, SamplingParams
+
+
+def main():
+    llm = LLM(model=sys.argv[1], dtype="bfloat16", max_model_len=512, enforce_eager=True)
+    prompts = [" ".join(f"w{(i * 7 + j) % 4000 + 3}" for j in range(16)) for i in range(int(sys.argv[3]))]
+    params = SamplingParams(max_tokens=int(sys.argv[2]), ignore_eos=True, temperature=0)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
+    began = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    elapsed = time.perf_counter() - began
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    print(f"THROUGHPUT {tokens / elapsed:.3f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+VARIANTS = {
+    "no cpuprof": [],
+    "cpuprof run (following)": ["-m", "cpuprof", "run", "--threads", "2"],
+    "cpuprof run --no-follow": ["-m", "cpuprof", "run", "--threads", "2", "--no-follow"],
+}
+
+
+def run(prefix: list[str], script: Path, model: Path, tokens: int, prompts: int, out: Path) -> float:
+    args = [sys.executable, *prefix]
+    if prefix:
+        args += ["--out", str(out), "--overwrite", "--", "python"]
+    args += [str(script), str(model), str(tokens), str(prompts)]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
+    found = re.search(r"THROUGHPUT ([0-9.]+)", result.stdout)
+    if result.returncode != 0 or found is None:
+        raise SystemExit(f"{' '.join(args)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    return float(found.group(1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per prompt")
+    parser.add_argument("--prompts", type=int, default=4)
+    args = parser.parse_args()
+    print(machine_line())
+    with tempfile.TemporaryDirectory(prefix="cpuprof-bench-vllm-") as tmp:
+        work = Path(tmp)
+        model = work / "model"
+        write_checkpoint(model)
+        script = work / "generate.py"
+        script.write_text(textwrap.dedent(GENERATE))
+        names = list(VARIANTS)
+        results: dict[str, list[float]] = {name: [] for name in names}
+        for k in range(args.rounds):
+            for name in rotated(names, k):
+                results[name].append(run(VARIANTS[name], script, model, args.tokens, args.prompts, work / "out"))
+            print(f"round {k + 1}/{args.rounds}: " + ", ".join(f"{n} {results[n][-1]:.1f}" for n in names),
+                  flush=True)
+    base = results["no cpuprof"]
+    rows = []
+    for name in names:
+        ratios = [v / b for v, b in zip(results[name], base, strict=True)]
+        rows.append([name, f"{median(results[name]):.1f}", span(results[name], "{:.1f}"),
+                     f"{median(ratios):.2f}", span(ratios)])
+    print(render_table(["variant", "tokens/s (median)", "min-max", "ratio to no cpuprof", "min-max"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
