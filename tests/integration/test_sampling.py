@@ -489,10 +489,14 @@ def test_sampled_and_exact_modes_agree_on_a_decodes_busy_threads(tmp_path: Path)
         for mode in (("sampled", "exact") if round == 0 else ("exact", "sampled")):
             (tmp_path / f"{mode}-{round}").mkdir()
             profile = decode_profile(tmp_path / f"{mode}-{round}", "--mode", mode)["profile"]
-            run_delay = sum(t.run_delay_ns or 0 for t in profile.threads) / profile.collection.wall_ns
+            # Beyond what cpuprof's own collector took from the team (on 2 CPUs it competes with them):
+            # the wait that something else on the machine caused, as the report's warning counts it.
+            ours = profile.overhead.discovery_cpu_ns if profile.overhead else 0
+            waited = sum(t.run_delay_ns or 0 for t in profile.threads)
+            run_delay = max(0, waited - ours) / profile.collection.wall_ns
             if run_delay > 0.05:
-                pytest.skip(f"the decode's threads waited {run_delay:.0%} of the run for a CPU: the machine is too "
-                            "busy to compare the modes")
+                pytest.skip(f"the decode's threads waited {run_delay:.0%} of the run for a CPU beyond cpuprof's own "
+                            "collector: the machine is too busy to compare the modes")
             total = sum(op.self_ns for op in profile.ops if op.kind == "op")
             busy[mode].append({(op.name, str(op.region), op.calls): sum(op.counters_self["task-clock"]) / op.self_ns
                                for op in profile.ops if op.kind == "op" and op.self_ns > 0.05 * total})

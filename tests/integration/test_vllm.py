@@ -15,10 +15,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.cli_runs import cpuprof
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.processes import busiest, load_processes
-from tests.cli_runs import cpuprof
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM's CPU backend is not installed here (README command 2 installs it)")
