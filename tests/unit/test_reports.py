@@ -191,3 +191,25 @@ def test_inputs_text_cuts_at_an_input_boundary():
     op.inputs = op.inputs * 5
     text = inputs_text(op, max_len=40)
     assert text.endswith("more") and text.count("bf16[") == 2
+
+
+def test_background_threads_are_one_row_per_kind():
+    """A serving engine's worker has dozens of gloo and ZMQ threads that ran no op: each kind is one
+    row with its count and their CPU together, the working threads keep a row each."""
+    from cpuprof.model import ThreadStat
+
+    profile = make_profile()
+    gloo = [ThreadStat(tid=100 + i, name="gloo_tcp_loop", role="worker", counters={"task-clock": 1 * MS})
+            for i in range(5)]
+    zmq = ThreadStat(tid=200, name="ZMQbg/IO/0", role="worker", counters={"task-clock": 2 * MS})
+    profile.threads += [*gloo, zmq]
+    for op in profile.ops:
+        for values in (*op.counters_self.values(), *op.counters_incl.values()):
+            values += [0] * (len(profile.threads) - len(values))
+    section = build_report(profile).section("threads")
+    rows = section.tables[0].rows
+    assert [r["name"] for r in rows] == ["python", "python", "ZMQbg/IO/0", "gloo_tcp_loop ×5"]
+    grouped = rows[-1]
+    assert grouped["role"] == "background" and grouped["cpu"] == 5 * MS and grouped["tid"] is None
+    assert section.lines[0].startswith("8 threads worked")
+    assert any("background: 5 threads" in note for note in section.tables[0].legend_notes)

@@ -19,7 +19,7 @@ from .ops import counted_ratios, cpu_is_statistical, op_ratios, op_table, region
 from .report_model import Column, Report, Section, Table
 from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
-from .threads import run_queue_warning, thread_rows
+from .threads import BACKGROUND_UTILISATION, run_queue_warning, split_background, thread_rows
 from .timeline import BusyTimeline, busy_timeline
 
 # Counted events shown as totals, in this order when present: (header, event, help).
@@ -146,11 +146,21 @@ def _threads_section(profile: Profile) -> Section:
     ] + [Column(e, h, "count", help=help_) for h, e, help_ in counted]
     rows = []
     threads = thread_rows(profile)
-    for r in threads:
+    shown, background = split_background(threads)
+    for r in shown:
         row = {"thread": r.label, "tid": r.thread.tid, "name": r.thread.name, "role": r.thread.role,
                "cpus": _cpus_text(r.allowed_cpus), "cpu": r.cpu_ns, "util": r.utilisation, "wait": r.run_delay_share}
         for _, e, _ in counted:
             row[e] = r.thread.counters.get(e)
+        rows.append(row)
+    for kind, group in background.items():
+        cpu = sum(r.cpu_ns or 0 for r in group) if all(r.cpu_ns is not None for r in group) else None
+        row = {"thread": f"{group[0].label}…" if len(group) > 1 else group[0].label, "tid": None,
+               "name": f"{kind} ×{len(group)}", "role": "background", "cpus": None, "cpu": cpu,
+               "util": cpu / c.wall_ns if cpu is not None and c.wall_ns else None, "wait": None}
+        for _, e, _ in counted:
+            values = [r.thread.counters.get(e) for r in group]
+            row[e] = sum(v for v in values if v is not None) if any(v is not None for v in values) else None
         rows.append(row)
     lines = []
     total_cpu = sum(r.cpu_ns or 0 for r in threads)
@@ -160,11 +170,18 @@ def _threads_section(profile: Profile) -> Section:
         # Without CPU time nothing says how much a thread worked (every idle thread is uncounted then).
         used = (f"using {fmt_ns(total_cpu)} of CPU in {fmt_ns(c.wall_ns)}: {total_cpu / c.wall_ns:.2f} CPUs on average"
                 if profile.has_event(CPU_EVENT) else f"in {fmt_ns(c.wall_ns)}, their CPU time not counted")
-        lines.append(f"{len(rows)} thread{'s' if len(rows) != 1 else ''} worked, {used}"
+        lines.append(f"{len(threads)} thread{'s' if len(threads) != 1 else ''} worked, {used}"
                      + (f"; {idle} more thread{'s' if idle != 1 else ''} did no work (not shown)" if idle else "")
                      + (f"; {uncounted} thread{'s' if uncounted != 1 else ''} could not be counted (see the notes)"
                         if uncounted else ""))
-    return Section("threads", "Threads", lines, [Table(columns, rows)])
+    table = Table(columns, rows)
+    if background:
+        count = sum(len(g) for g in background.values())
+        table.legend_notes.append(
+            f"background: {count} threads under {fmt_percent(BACKGROUND_UTILISATION)} of a CPU each that ran no op "
+            "of their own (communication backends, message queues, tokenizer pools), one row per name: their "
+            "count and their CPU together")
+    return Section("threads", "Threads", lines, [table])
 
 
 def _cpus_text(cpus: list[int] | None) -> str:

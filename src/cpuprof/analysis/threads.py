@@ -7,6 +7,7 @@ than CPUs. It lowers throughput without any op being slower, so the report warns
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .. import defaults
@@ -39,6 +40,28 @@ class ThreadRow:
     run_delay_ns: int | None
     run_delay_share: float | None  # of the profiled wall time
     allowed_cpus: list[int] | None  # from the settings read back in the child, where known
+
+
+# A thread under this share of a CPU that is not the dispatching thread is background (a serving
+# engine's gloo, ZMQ and tokenizer threads): the threads table gives their kind one row.
+BACKGROUND_UTILISATION = 0.01
+
+
+def thread_kind(name: str) -> str:
+    """A thread's name without its instance number: ``gloo_tcp_loop``, ``ZMQbg/IO/``, ``Thread-``."""
+    return re.sub(r"[\d_\-./: ]+$", "", name) or name
+
+
+def split_background(rows: list[ThreadRow]) -> tuple[list[ThreadRow], dict[str, list[ThreadRow]]]:
+    """The rows to show one by one, and the background threads by kind: a kind is grouped only when it
+    has more than one thread (one alone keeps its own row)."""
+    background: dict[str, list[ThreadRow]] = {}
+    for r in rows:
+        if r.thread.role != "dispatch" and r.utilisation is not None and r.utilisation < BACKGROUND_UTILISATION:
+            background.setdefault(thread_kind(r.thread.name), []).append(r)
+    grouped = {kind: group for kind, group in background.items() if len(group) > 1}
+    hidden = {id(r) for group in grouped.values() for r in group}
+    return [r for r in rows if id(r) not in hidden], grouped
 
 
 def thread_rows(profile: Profile) -> list[ThreadRow]:
