@@ -145,7 +145,9 @@ BUSY_REFERENCE_SPREAD = 1.3
 def test_triad_agrees_with_an_independent_triad(triad_binary: Path, threads: int):
     """Each side's figure in a round is its best pass, as in STREAM; the rounds' ratios are compared
     by their median, so one quiet or busy moment of the shared machine does not decide the test."""
-    result = run_python(DRIVER, str(triad_binary), str(threads), "7")
+    # 7 calibrations and 7 reference runs over arrays sized to defeat the caches: a minute or two here,
+    # more where memory is slower or shared; the timeout only guards against a hang.
+    result = run_python(DRIVER, str(triad_binary), str(threads), "7", timeout=900)
     assert not result["errors"]
     assert result["array_bytes"] >= 32 << 20
     assert len(result["triad"]) == len(result["reference"]) == 7
