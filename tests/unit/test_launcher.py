@@ -313,7 +313,7 @@ EXPECTED_AFFINITY_ENV = {
 @pytest.mark.parametrize(("omp", "bind"), list(EXPECTED_AFFINITY_ENV))
 def test_env_matrix(fake: Topology, omp: str, bind: str) -> None:
     resolved = validate_fake(LaunchSettings(threads=4, numa=0, omp=omp, bind=bind), fake)
-    expected = {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", **EXPECTED_AFFINITY_ENV[(omp, bind)]}
+    expected = {"OMP_NUM_THREADS": "4", **EXPECTED_AFFINITY_ENV[(omp, bind)]}
     if omp == "intel":
         expected["LD_PRELOAD"] = VENV_IOMP
     assert resolved.env == expected
@@ -331,11 +331,12 @@ def test_child_env_owns_threads_binding_and_preloads(fake: Topology) -> None:
         "OMP_PROC_BIND": "true",
         "KMP_AFFINITY": "compact",
         "OMP_NUM_THREADS": "64",
+        "MKL_NUM_THREADS": "64",  # removed, not set: it would size torch's pool in the processes a program starts
         "KMP_BLOCKTIME": "7",
         "LD_PRELOAD": "/opt/intel/libiomp5.so /usr/lib/libjemalloc.so.2:/opt/libfoo.so",
     }
     gnu = validate_fake(LaunchSettings(threads=2, bind="none"), fake).child_env(base)
-    assert gnu == {"PATH": "/usr/bin", "KMP_BLOCKTIME": "7", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
+    assert gnu == {"PATH": "/usr/bin", "KMP_BLOCKTIME": "7", "OMP_NUM_THREADS": "2",
                    "LD_PRELOAD": "/opt/libfoo.so"}
     intel = validate_fake(LaunchSettings(threads=2, omp="intel", blocktime_ms=0), fake).child_env(base)
     assert intel["LD_PRELOAD"] == f"{VENV_IOMP}:/opt/libfoo.so"
@@ -351,7 +352,7 @@ def test_requested(fake: Topology) -> None:
         threads=2, cpus=[4, 5, 6, 7, 12, 13, 14, 15], bind="spread", places=None, omp="intel",
         omp_library=VENV_IOMP, allocator="default", allocator_library=None,
         mempolicy=MemPolicy(mode="bind", nodes=[1]),
-        env={"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "KMP_AFFINITY": "granularity=fine,scatter"},
+        env={"OMP_NUM_THREADS": "2", "KMP_AFFINITY": "granularity=fine,scatter"},
     )
 
 

@@ -54,7 +54,7 @@ GOMP_SPINS_PER_MS = 40_000
 # Variables the launcher decides. Inherited values are removed so that, for
 # example, a shell's OMP_PROC_BIND=true cannot turn a "--bind none" run into a
 # bound one, or fight KMP_AFFINITY under the Intel runtime.
-_OWNED_VARS = (
+OWNED_VARS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OMP_PROC_BIND",
@@ -110,7 +110,7 @@ class ResolvedLaunch:
         """The complete child environment: ``base`` (default os.environ) minus the
         variables and preloads the launcher owns, plus :attr:`env`."""
         source = os.environ if base is None else base
-        result = {key: value for key, value in source.items() if key not in _OWNED_VARS}
+        result = {key: value for key, value in source.items() if key not in OWNED_VARS}
         inherited = [
             entry
             for entry in re.split(r"[:\s]+", source.get("LD_PRELOAD", ""))
@@ -249,7 +249,11 @@ def validate(
     if settings.omp == "gnu" and settings.bind != "none":
         places = "cores" if settings.threads <= len(topology.cores(cpus)) else "threads"
 
-    env = {"OMP_NUM_THREADS": str(settings.threads), "MKL_NUM_THREADS": str(settings.threads)}
+    # MKL_NUM_THREADS is removed (an owned variable) and never set: MKL then follows OMP_NUM_THREADS.
+    # Set, it would outlive a program's own choice in the processes it starts: torch sizes its OpenMP
+    # pool from MKL_NUM_THREADS at import, so vLLM's worker, given OMP_NUM_THREADS=1 and bound to one
+    # CPU by vLLM, ran two OpenMP threads on that CPU and lost half its throughput.
+    env = {"OMP_NUM_THREADS": str(settings.threads)}
     if settings.omp == "gnu":
         if places is not None:
             env["OMP_PROC_BIND"] = settings.bind

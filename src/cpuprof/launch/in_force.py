@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import numa
+from .environment import OWNED_VARS
 from ..machine.libraries import mappings
 from ..machine.openmp import openmp_from_mappings
 from ..model import (
@@ -144,6 +145,9 @@ def compare(requested: Requested, in_force: InForce) -> list[str]:
         if have != wanted:
             have_text = "it unset" if have is None else have
             warnings.append(f"{key}: asked {wanted} but the process has {have_text}")
+    for key in OWNED_VARS:
+        if key not in requested.env and key in in_force.env:
+            warnings.append(f"{key}: the launch leaves it unset but the process has {in_force.env[key]}")
 
     allowed = set(requested.cpus)
     outside: dict[tuple[int, ...], list[str]] = {}
