@@ -19,6 +19,7 @@ from tests.cli_runs import cpuprof, one_line_error
 
 from cpuprof.analysis.processes import load_processes
 from cpuprof.launch.followed_run import followed_alive
+from cpuprof.model import format_cpulist
 
 MM_PER_TASK = 25
 TASKS = 4
@@ -304,3 +305,66 @@ def test_signal_refuses_what_is_not_an_on_demand_launcher(tmp_path: Path):
     program = _write(tmp_path, "x.py", "print('never run')\n")
     result = cpuprof("run", "--on-demand", "--delay", "1", "--", "python", str(program))
     assert result.returncode == 2 and "--delay and --duration do not apply" in one_line_error(result)
+
+
+SETS_ITS_OWN_THREADS = """
+import multiprocessing as mp
+import os
+import sys
+
+
+def worker():
+    import torch
+
+    # As vLLM's worker does: it was given its thread count, then binds itself once torch is loaded.
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+    torch.set_num_threads(1)
+    torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+
+
+if __name__ == "__main__":
+    import torch
+
+    torch.set_num_threads(1)  # the program's own process changes what the launch set
+    os.environ["OMP_NUM_THREADS"] = "1"  # and its workers start with it, as vLLM's are
+    process = mp.get_context("spawn").Process(target=worker, name="Binder")
+    process.start()
+    process.join()
+    print("exit", process.exitcode)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding to one CPU changes nothing with one CPU")
+def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(tmp_path: Path):
+    """Known answers: the program's process goes from the launch's 2 threads to 1; its worker starts
+    with OMP_NUM_THREADS=1 (set by the program: a note, not a launch warning) and moves itself from
+    every CPU to one."""
+    cpu = max(os.sched_getaffinity(0))
+    program = _write(tmp_path, "binder.py", SETS_ITS_OWN_THREADS)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--threads", "2", "--out", str(out), "--", "python", str(program), str(cpu), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "exit 0" in result.stdout
+    everyone = load_processes(out)
+    top = next(p for p in everyone if not p.followed)
+    (worker,) = [p for p in everyone if p.followed]
+    assert top.profile.settings.warnings == []  # the launch took: the program changed it afterwards
+    assert worker.profile.settings.warnings == []
+    # The launch's variables are the program's process's: the worker got back the ones from before the
+    # launch (no OMP_PROC_BIND: nothing bound it as it started), keeping the one its program set.
+    assert worker.profile.settings.from_program == ["OMP_NUM_THREADS=1"]
+    assert worker.profile.settings.at_start.env.get("OMP_PROC_BIND") == os.environ.get("OMP_PROC_BIND")
+    assert top.profile.settings.at_start.env["OMP_PROC_BIND"] == "close"
+    text = " ".join(result.stdout.split())  # the report's lines are wrapped to the terminal
+    top_line = text.split("(binder.py) (pid")[1].split(" Binder (pid")[0]
+    assert "changed its settings after its import of torch: torch threads 2 → 1" in top_line, top_line
+    assert "OMP_NUM_THREADS 2 → 1" in top_line, top_line
+    # The busiest process is the worker: its Settings section has both kinds of line.
+    worker_changes = text.split("changed since its import of torch")[1].split("Machine roofs")[0]
+    assert "torch threads" not in worker_changes  # it began with 1: not a change of its own
+    # from the CPUs it began on to the one it bound itself to
+    began = next(t for t in worker.profile.settings.at_start.threads if t.tid == worker.profile.meta.pid)
+    assert cpu not in began.affinity or len(began.affinity) > 1
+    assert f"1 thread moved from CPUs {format_cpulist(began.affinity)} to CPUs {cpu}" in worker_changes, worker_changes
+    assert "set for it by its program" in text and "OMP_NUM_THREADS=1" in text
+    assert "tokens: not known to cpuprof" in text

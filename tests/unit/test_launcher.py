@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from cpuprof.errors import UsageError
 from cpuprof.launch import environment as launcher
 from cpuprof.launch.environment import (
     GOMP_SPINS_PER_MS,
+    LAUNCH_ENV_VAR,
     LaunchSettings,
     parse_blocktime,
     parse_cpus,
@@ -20,6 +22,7 @@ from cpuprof.launch.environment import (
     parse_threads,
     validate,
 )
+from cpuprof.launch.followed import give_back_the_programs_env
 from cpuprof.machine import libraries, openmp
 from cpuprof.machine.topology import Topology, format_cpulist, read_topology
 from cpuprof.model import MemPolicy, Requested
@@ -336,8 +339,18 @@ def test_child_env_owns_threads_binding_and_preloads(fake: Topology) -> None:
         "LD_PRELOAD": "/opt/intel/libiomp5.so /usr/lib/libjemalloc.so.2:/opt/libfoo.so",
     }
     gnu = validate_fake(LaunchSettings(threads=2, bind="none"), fake).child_env(base)
+    changed = json.loads(gnu.pop(LAUNCH_ENV_VAR))
     assert gnu == {"PATH": "/usr/bin", "KMP_BLOCKTIME": "7", "OMP_NUM_THREADS": "2",
                    "LD_PRELOAD": "/opt/libfoo.so"}
+    # What the launch changed of its variables, and what they were: the processes the program starts
+    # get those back, less what the program itself set.
+    assert changed == {"OMP_NUM_THREADS": ["2", "64"], "MKL_NUM_THREADS": [None, "64"],
+                       "OMP_PROC_BIND": [None, "true"], "KMP_AFFINITY": [None, "compact"]}
+    program_env = {**gnu, LAUNCH_ENV_VAR: json.dumps(changed), "MKL_NUM_THREADS": "3"}  # the program set one
+    assert give_back_the_programs_env(program_env) == {"OMP_NUM_THREADS": "64", "OMP_PROC_BIND": "true",
+                                                       "KMP_AFFINITY": "compact"}
+    assert program_env["OMP_NUM_THREADS"] == "64" and program_env["MKL_NUM_THREADS"] == "3"
+    assert give_back_the_programs_env({LAUNCH_ENV_VAR: "not json"}) == {}
     intel = validate_fake(LaunchSettings(threads=2, omp="intel", blocktime_ms=0), fake).child_env(base)
     assert intel["LD_PRELOAD"] == f"{VENV_IOMP}:/opt/libfoo.so"
     assert intel["KMP_BLOCKTIME"] == "0"

@@ -206,10 +206,19 @@ def test_background_threads_are_one_row_per_kind():
     for op in profile.ops:
         for values in (*op.counters_self.values(), *op.counters_incl.values()):
             values += [0] * (len(profile.threads) - len(values))
-    section = build_report(profile).section("threads")
+    first = profile.ops[0].counters_self["task-clock"]
+    first[2:7] = [MS // 10] * 5  # the gloo threads ran a little while the first op did
+    report = build_report(profile)
+    section = report.section("threads")
     rows = section.tables[0].rows
     assert [r["name"] for r in rows] == ["python", "python", "ZMQbg/IO/0", "gloo_tcp_loop ×5"]
     grouped = rows[-1]
     assert grouped["role"] == "background" and grouped["cpu"] == 5 * MS and grouped["tid"] is None
     assert section.lines[0].startswith("8 threads worked")
     assert any("background: 5 threads" in note for note in section.tables[0].legend_notes)
+    # The op table: a CPU column per thread shown on its own, one for the grouped ones together.
+    ops = report.section("ops").tables[0]
+    keys = [c.key for c in ops.columns if c.key.startswith("cpu_")]
+    assert keys == ["cpu_0", "cpu_1", "cpu_7", "cpu_background"]
+    row = next(r for r in ops.rows if r["op"] == profile.ops[0].name and r["inputs"] == inputs_text(profile.ops[0]))
+    assert row["cpu_background"] == 5 * (MS // 10)

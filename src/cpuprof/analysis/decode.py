@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..model import DecodeWorkload, Settings, format_cpulist
+from ..model import DecodeWorkload, InForce, MemPolicy, Settings, format_cpulist
 from ..units import fmt_bytes, fmt_params, fmt_percent, fmt_rate
 
 
@@ -95,4 +95,52 @@ def settings_lines(settings: Settings) -> list[str]:
         by_affinity[format_cpulist(t.affinity)].append(t.tid)
     placement = "; ".join(f"{len(tids)} on CPUs {cpus}" for cpus, tids in sorted(by_affinity.items()))
     lines.append(f"thread affinity when read back ({len(force.threads)} threads): {placement}")
+    if settings.from_program:
+        lines.append("set for it by its program (a process the program starts gets the environment it would have "
+                     "had without cpuprof, the launch's variables being the program's process's): "
+                     + "; ".join(settings.from_program))
+    changes = changes_since_start(settings.at_start, force) if settings.at_start else []
+    if changes:
+        lines.append(f"changed since its import of torch (by the program or a library it loaded): {'; '.join(changes)}")
     return lines
+
+
+def _policy_text(policy: MemPolicy) -> str:
+    return policy.mode + (f" to node(s) {format_cpulist(policy.nodes)}" if policy.nodes else "")
+
+
+def changes_since_start(start: InForce, end: InForce) -> list[str]:
+    """What a process changed in its threads, their affinity, its memory policy and its OpenMP
+    variables between two reads of its settings (at its import of torch and at its end): a program
+    that sets its own (vLLM sizes and binds its OpenMP threads) is then seen to have done so."""
+    changes = []
+    if start.torch is not None and end.torch is not None:
+        if start.torch.num_threads != end.torch.num_threads:
+            changes.append(f"torch threads {start.torch.num_threads} → {end.torch.num_threads}")
+        if start.torch.num_interop_threads != end.torch.num_interop_threads:
+            changes.append(f"inter-op threads {start.torch.num_interop_threads} → {end.torch.num_interop_threads}")
+    for key in sorted(set(start.env) | set(end.env)):
+        before, after = start.env.get(key), end.env.get(key)
+        if before != after:
+            changes.append(f"{key} {'unset' if before is None else before} → {'unset' if after is None else after}")
+    if (start.mempolicy.mode, start.mempolicy.nodes) != (end.mempolicy.mode, end.mempolicy.nodes):
+        changes.append(f"memory policy {_policy_text(start.mempolicy)} → {_policy_text(end.mempolicy)}")
+    began = {t.tid: t for t in start.threads}
+    moved: dict[tuple[str, str], int] = defaultdict(int)
+    new: dict[str, int] = defaultdict(int)
+    for thread in end.threads:
+        before_thread = began.get(thread.tid)
+        if before_thread is None:
+            new[format_cpulist(thread.affinity)] += 1
+        elif before_thread.affinity != thread.affinity:
+            moved[(format_cpulist(before_thread.affinity), format_cpulist(thread.affinity))] += 1
+    for (before_cpus, after_cpus), count in sorted(moved.items()):
+        changes.append(f"{count} thread{'s' if count != 1 else ''} moved from CPUs {before_cpus} to CPUs {after_cpus}")
+    process_cpus = {format_cpulist(t.affinity) for t in start.threads if t.tid == start.pid}
+    if new and set(new) - process_cpus:  # threads started since, on CPUs other than the process's at start
+        placed = ", ".join(f"{count} on CPUs {cpus}" for cpus, count in sorted(new.items()))
+        changes.append(f"threads started since and alive at the end: {placed}")
+    if start.openmp.active is not None and end.openmp.active is not None \
+            and start.openmp.active.runtime != end.openmp.active.runtime:
+        changes.append(f"OpenMP runtime {start.openmp.active.runtime} → {end.openmp.active.runtime}")
+    return changes

@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import defaults
 from ..model import CPU_EVENT, PROFILE_FILENAME, Profile
 from ..safe_text import cpuprof_command
+from .decode import changes_since_start
 from .report_model import Column, Report, Section, Table
 
 CHECKPOINT_PREFIX = "checkpoint"
@@ -137,6 +138,15 @@ def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | N
                      "last column")
     else:
         lines.append("No process was profiled: none imported torch.")
+    for p, r in zip(processes, rows, strict=True):
+        settings = p.profile.settings
+        if settings is None or settings.at_start is None or settings.in_force is None:
+            continue
+        changes = changes_since_start(settings.at_start, settings.in_force)
+        if changes:
+            lines.append(f"{r.role} (pid {r.pid}) changed its settings after its import of torch: {'; '.join(changes)}")
+    lines.append("tokens: not known to cpuprof for a program's processes (it counts the tokens of its own decode "
+                 "only); the program's own count is the one to trust")
     if unsaved:
         lines.append(f"{len(unsaved)} more process{'es' if len(unsaved) != 1 else ''} started profiling but saved "
                      f"nothing (killed before its first checkpoint): pid {', '.join(str(p) for p in unsaved)}")

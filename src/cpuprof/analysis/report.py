@@ -199,7 +199,11 @@ def _ops_section(profile: Profile, top: int) -> Section:
     statistical = cpu_is_statistical(profile)
     has_cpu = profile.has_event(CPU_EVENT)
     table = op_table(profile, top)
-    order = team_order(profile)
+    # A column per thread the Threads table shows on its own row; the background threads it groups
+    # (a vLLM worker has 40 idle gloo threads) are one column together.
+    _, grouped = split_background(thread_rows(profile))
+    background = {r.index for group in grouped.values() for r in group}
+    order = [i for i in team_order(profile) if i not in background]
     counted = [(h, e, help_) for h, e, help_ in COUNTS if profile.has_event(e)]
     ratios = counted_ratios(profile)
     columns = [
@@ -225,6 +229,10 @@ def _ops_section(profile: Profile, top: int) -> Section:
             Column("busy", "busy thr", "ratio",
                    help=f"CPU / self wall time: threads busy on average while it ran (at most {len(profile.threads)})"),
         ] + [Column(f"cpu_{i}", f"CPU {thread_label(i)}", "ns", help="") for i in order]
+        if background:
+            columns.append(Column("cpu_background", "CPU bg", "ns",
+                                  help=f"CPU time of the {len(background)} background threads (see Threads) "
+                                       "together while the op ran"))
     columns += [Column(e, h, "count", help=help_) for h, e, help_ in counted]
     columns += [Column(h, h, "ratio", help=help_) for h, _, _, _, help_ in ratios]
     prefix = common_region_prefix(profile)
@@ -240,6 +248,10 @@ def _ops_section(profile: Profile, top: int) -> Section:
             row["busy"] = r.busy_threads
             for i in order:
                 row[f"cpu_{i}"] = r.cpu_per_thread[i] if i < len(r.cpu_per_thread) else None
+            if background:
+                values = [r.cpu_per_thread[i] for i in background if i < len(r.cpu_per_thread)]
+                row["cpu_background"] = (sum(v for v in values if v is not None)
+                                         if any(v is not None for v in values) else None)
         for _, e, _ in counted:
             row[e] = op.self_total(e)
         row.update(op_ratios(op, ratios))

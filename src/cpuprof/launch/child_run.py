@@ -199,14 +199,22 @@ class ChildRun:
             self.prof.stop()
 
     # -- the settings -----------------------------------------------------------------------------
+    def read_settings_at_start(self) -> None:
+        """The settings in force as profiling begins: what the launch is judged by, so that a program
+        that later sets its own threads or binding is told apart from a launch that did not take."""
+        from .in_force import read_in_force
+
+        self.settings.at_start = read_in_force()
+
     def read_settings(self, tensors: Any = None) -> None:
         """The settings in force now (threads' affinity, OpenMP runtime, allocator, memory policy,
-        and where ``tensors``' pages are), and how they differ from the ones asked for."""
+        and where ``tensors``' pages are), and how the ones profiling began with (or these, when
+        those were not read) differ from the ones asked for."""
         from .in_force import compare, read_in_force
 
         in_force = read_in_force(tensors)
         self.settings.in_force = in_force
-        self.settings.warnings = compare(self.settings.requested, in_force)
+        self.settings.warnings = compare(self.settings.requested, self.settings.at_start or in_force)
 
     # -- saving -----------------------------------------------------------------------------------
     def current_profile(self, complete: bool, reason: str | None = None) -> Profile:

@@ -16,6 +16,7 @@ inherited ``LD_PRELOAD``, are dropped from the child's environment, so that a
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -62,6 +63,11 @@ OWNED_VARS = (
     "GOMP_CPU_AFFINITY",
     "KMP_AFFINITY",
 )
+
+# In the program's environment: {variable: [the launch's value, the value before the launch]} for
+# each owned variable the launch changed (None: unset). Named in launch/followed.py too, which
+# imports only the standard library.
+LAUNCH_ENV_VAR = "CPUPROF_LAUNCH_ENV"
 
 # Preloaded libraries whose choice belongs to --omp / --allocator.
 _OWNED_PRELOADS = ("libgomp*", "libiomp5*", "libomp.so*", "libjemalloc*", "libtcmalloc*")
@@ -126,6 +132,12 @@ class ResolvedLaunch:
         else:
             result.pop("PYTHONPATH", None)
         result.update(self.env)
+        # What the launch changed of its own variables, and what they were: a process the program
+        # starts gets them back (launch/followed.py), so the launch binds the program, not its workers.
+        changed = {key: [result.get(key), source.get(key)] for key in OWNED_VARS if result.get(key) != source.get(key)}
+        result.pop(LAUNCH_ENV_VAR, None)
+        if changed:
+            result[LAUNCH_ENV_VAR] = json.dumps(changed, sort_keys=True)
         preload = [p for p in self.env.get("LD_PRELOAD", "").split(":") if p] + inherited
         if preload:
             result["LD_PRELOAD"] = ":".join(preload)

@@ -16,6 +16,11 @@ directory with the run's options, and saves its profile:
 - every ``CHECKPOINT_S`` seconds while it runs, so a process killed by SIGKILL keeps what was
   measured until its last checkpoint, marked as one.
 
+The launch's thread and binding variables (OMP_NUM_THREADS, OMP_PROC_BIND, OMP_PLACES, ...) are the
+program's own process's: a followed process starts with the values it would have had without
+cpuprof, except the ones its program set for it (vLLM's OMP_NUM_THREADS for its worker): a program
+that places its own processes is not overruled by a launch meant for its first one.
+
 A process that multiprocessing forks from a followed one starts a profile of its own (the native
 core stops the parent's copy in a forked child). A plain ``os.fork`` child is not followed: it
 has no point where it could start outside the fork itself.
@@ -26,6 +31,7 @@ the rest (:mod:`.followed_run`) once torch is imported.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -33,6 +39,7 @@ from typing import Any
 from .torch_import import TorchImportHook
 
 FOLLOW_ENV = "CPUPROF_FOLLOW"  # names the follow file (followed_run.FollowConfig) a followed process reads
+LAUNCH_ENV = "CPUPROF_LAUNCH_ENV"  # environment.LAUNCH_ENV_VAR: what the launch changed, and what it was
 
 
 # -- in a followed process ----------------------------------------------------------------------
@@ -40,11 +47,40 @@ _hook: TorchImportHook | None = None
 _run: Any = None  # the FollowedRun of this process, once torch is imported
 
 
+def launch_env_changes(environ: Any = os.environ) -> dict[str, tuple[str | None, str | None]]:
+    """The launch's thread and binding variables as the launcher set them: {variable: (the launch's
+    value, the value before the launch)}, None for unset; empty when not said or unreadable."""
+    try:
+        changed = json.loads(environ.get(LAUNCH_ENV, "{}"))
+        return {str(key): (values[0], values[1]) for key, values in changed.items()
+                if isinstance(values, list) and len(values) == 2
+                and all(v is None or isinstance(v, str) for v in values)}
+    except (ValueError, AttributeError):
+        return {}
+
+
+def give_back_the_programs_env(environ: Any = os.environ) -> dict[str, str | None]:
+    """The launch's variables are for the program's own process: a process it starts gets the
+    values it would have had without cpuprof (the OpenMP runtime reads them as torch loads, so this
+    runs before). A variable the program set itself (vLLM's OMP_NUM_THREADS for its worker) is kept.
+    Returns what was given back."""
+    given: dict[str, str | None] = {}
+    for key, (launched, before) in launch_env_changes(environ).items():
+        if environ.get(key) == launched:
+            if before is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = before
+            given[key] = before
+    return given
+
+
 def follow(path: str) -> None:
     """Called as a followed Python starts: profile it from its first ``import torch``."""
     global _hook
     if _hook is not None or "torch" in sys.modules:
         return
+    give_back_the_programs_env()
     _hook = TorchImportHook(lambda: _start(path))
     _hook.install()
 

@@ -23,7 +23,8 @@ from ..analysis.processes import PROCESSES_DIRNAME
 from ..model import Profile, Requested, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from .child_run import CHECKPOINT_REASON, ChildRun, remove_perf_map
-from .followed import FOLLOW_ENV, warn
+from .environment import OWNED_VARS
+from .followed import FOLLOW_ENV, launch_env_changes, warn
 from .options import ProfileOptions
 from .window import WindowPlan, Windows
 
@@ -138,6 +139,7 @@ class FollowedRun(ChildRun):
         # How the launcher tells this process from a later one given the same pid: its start time.
         (self.out / START_FILENAME).write_text(str(_start_time(self.pid)))
         _preload_saving()
+        self.read_settings_at_start()
         prof = self.make_profiler()  # the events are checked here, whenever profiling starts
         if prof is None:
             return
@@ -208,6 +210,20 @@ class FollowedRun(ChildRun):
             except Exception as exc:  # a full disk: the final save says so again
                 warn(f"a checkpoint of the profile failed ({type(exc).__name__}: {exc})")
                 return
+
+    def read_settings(self, tensors: Any = None) -> None:
+        """As the program's, but the launch's thread and binding variables are the program's process's
+        (this one got back the values from before the launch as it started): no warnings about them,
+        and the ones it began with that differ from those, its program set for it."""
+        super().read_settings(tensors)
+        self.settings.warnings = []
+        began = self.settings.at_start or self.settings.in_force
+        assert began is not None
+        before = {key: values[1] for key, values in launch_env_changes().items()}
+        self.settings.from_program = [
+            f"{key}={began.env[key]}" if key in began.env else f"{key} unset"
+            for key in OWNED_VARS if began.env.get(key) != before.get(key)
+        ]
 
     def contribute(self, profile: Profile, complete: bool) -> None:
         from .script_child import launch_context

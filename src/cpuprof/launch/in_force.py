@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import numa
-from .environment import OWNED_VARS
 from ..machine.libraries import mappings
 from ..machine.openmp import openmp_from_mappings
 from ..model import (
@@ -31,6 +30,7 @@ from ..model import (
     WeightPages,
     format_cpulist,
 )
+from .environment import OWNED_VARS
 
 _ALLOCATOR_RE = re.compile(r"lib(jemalloc|tcmalloc(?:_minimal)?)(-[0-9a-f]+)?\.so(\.\d+)*")
 _ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_")

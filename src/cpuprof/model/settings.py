@@ -91,5 +91,12 @@ class Settings:
     requested: Requested
     cpu_set: str  # how the CPU set was chosen, e.g. "node 0: 0-1"
     topology: Topology
-    in_force: InForce | None = None
+    in_force: InForce | None = None  # read as the profile is saved (at the end, or a checkpoint)
     warnings: list[str] = field(default_factory=list)  # where what is in force differs from what was asked
+    # Read as a program's process imported torch (cpuprof run): what is different in in_force was
+    # changed since, by the program or a library it loaded (vLLM binds its own threads).
+    at_start: InForce | None = None
+    # A process the program started: the launch's thread and binding variables it began with set
+    # other than before the launch (its program set them, as vLLM sets OMP_NUM_THREADS for its
+    # worker), as "NAME=value" or "NAME unset".
+    from_program: list[str] = field(default_factory=list)
