@@ -16,6 +16,7 @@ from cli_runs import one_line_error as _one_line_error
 
 from cpuprof.machine.topology import read_topology
 from cpuprof.model import Profile
+from cpuprof.workload.presets import PRESETS
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -138,6 +139,13 @@ def test_ctrl_c_leaves_partial_profile(tmp_path: Path):
     assert profile.workload.steps_done > 0 and profile.workload.figures is not None
     assert any(op.name == "aten::mm" for op in profile.ops)
     assert "PARTIAL" in out
+    # The bytes a token read, over the steps it measured, as a whole decode counts them (known answer
+    # from the preset's shape): its throughput and its ceiling then agree that steps were measured.
+    wl = profile.workload
+    contexts = range(wl.prompt_len + wl.warmup_steps + 1, wl.prompt_len + wl.steps_done + 1)
+    tiny = PRESETS["tiny"]
+    assert wl.bytes_read_per_token == sum(tiny.bytes_read_per_token(2, c, 1, 1) for c in contexts) // len(contexts)
+    assert "no decode step was measured" not in out
 
 
 def test_killed_child_keeps_last_checkpoint(tmp_path: Path):

@@ -86,7 +86,10 @@ def test_samples_give_spin_from_the_runtime_and_sleep_from_cpu_time() -> None:
     t0, t1 = mm.threads
     assert t0.spin_ns == 0 and t0.sleep_ns == 10 * MS  # 600 - 590
     assert t1.spin_ns == pytest.approx(290 * MS) and t1.sleep_ns == 20 * MS
-    assert mm.imbalance_ns == pytest.approx((10 + 290 + 20) * MS / 2)
+    # Of their time off CPU, the share each thread was runnable (schedstat delay / (1000 ms profiled -
+    # its CPU)) is not a wait for the other: T0 5 / 100 of its 10 ms, T1 1 / 200 of its 20 ms.
+    assert t0.queued_ns == pytest.approx(0.5 * MS) and t1.queued_ns == pytest.approx(0.1 * MS)
+    assert mm.imbalance_ns == pytest.approx((10 - 0.5 + 290 + 20 - 0.1) * MS / 2)
     section = contention_section(summarize_contention(sampled_profile()))
     assert section is not None
     assert "`decode --omp intel` gives exact" in section.lines[0]
@@ -126,8 +129,46 @@ def test_a_communication_backend_thread_is_not_a_team_member() -> None:
     assert not {40, 41, 42} & {o.op.id for o in c.ops}
     mm = next(o for o in c.ops if o.op.id == 5)
     assert [t.thread for t in mm.threads] == [0, 1]
-    assert mm.imbalance_ns == pytest.approx((10 + 290 + 20) * MS / 2)  # as without it
+    assert mm.imbalance_ns == pytest.approx(analyse(plain).ops[0].imbalance_ns)  # as without it
     with_gloo, without = run_metrics(p), run_metrics(plain)
     assert with_gloo is not None and without is not None
     assert with_gloo.sleep_share == pytest.approx(without.sleep_share)
     assert with_gloo.run_delay_share == pytest.approx(without.run_delay_share)
+
+
+def test_waiting_for_a_cpu_is_not_imbalance_and_a_team_of_one_has_none() -> None:
+    """Both threads off CPU 400 ms of a 1000 ms op, all of it runnable (another process held their
+    CPUs: schedstat says so): no wait for each other, so no imbalance and no potential gain; the
+    finding names the run queue. Then the same, asleep instead (no run-queue delay): imbalance
+    (400 + 400) / 2. A team of one has no imbalance, whatever its waits."""
+    from cpuprof.model import ThreadStat
+
+    def profile(run_delay_ms: int, threads: int = 2) -> Profile:
+        p = make_profile("sampled")
+        p.threads = [ThreadStat(tid=10 + k, name="python", role="dispatch" if k == 0 else "worker",
+                                counters={"task-clock": 600 * MS}, run_delay_ns=run_delay_ms * MS)
+                     for k in range(threads)]
+        mm = p.ops[0]
+        mm.self_ns = mm.incl_ns = 1000 * MS
+        mm.counters_self = {"task-clock": [600 * MS] * threads}
+        mm.counters_incl = {"task-clock": [600 * MS] * threads}
+        p.ops = [mm]
+        return p
+
+    queued = analyse(profile(400))
+    assert queued is not None
+    (op,) = queued.ops
+    assert [t.queued_ns for t in op.threads] == [pytest.approx(400 * MS)] * 2 and op.imbalance_ns == 0
+    section = contention_section(summarize_contention(profile(400)))
+    assert section is not None
+    text = "\n".join(section.lines)
+    assert "was off CPU 800.0 ms (800.0 ms of it runnable, waiting for a CPU" in text
+    assert "potential gain 0 ns" in text
+    assert not any("imbalance, potential gain" in line for line in section.lines)
+    assert any("waited 400.0 ms for a CPU while runnable" in line for line in section.lines)
+    asleep = analyse(profile(0))
+    assert asleep is not None and asleep.ops[0].imbalance_ns == pytest.approx(400 * MS)
+    alone = analyse(profile(0, threads=1))
+    assert alone is not None and alone.ops[0].imbalance_ns == 0
+    lone = contention_section(summarize_contention(profile(0, threads=1)))
+    assert lone is not None and any("a team of one thread has no imbalance" in line for line in lone.lines)

@@ -398,3 +398,20 @@ def test_a_directory_without_permission_is_one_line(tmp_path: Path, without_root
         locked.chmod(0o755)
     for result in results:
         assert_refused(result, "cannot read (Permission denied")
+
+
+@pytest.mark.parametrize("command", ["flamegraph", "trace"])
+def test_a_run_made_without_profiling_says_so_to_the_commands_that_need_one(command: str, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]):
+    """A --no-profile decode's directory has settings and throughput, no ops, stacks or timeline: the
+    flame graph and the trace say that in one line and exit 2, and write nothing."""
+    unprofiled = tmp_path / "run"
+    unprofiled.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "profile-v1-unprofiled.json",
+                unprofiled / "profile.json")
+    output = tmp_path / ("out.svg" if command == "flamegraph" else "out.json")
+    code = main([command, str(unprofiled), "-o", str(output)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == exit_codes.USAGE
+    assert len(err) == 1 and "this run was not profiled (it was made with --no-profile)" in err[0], err
+    assert not output.exists()

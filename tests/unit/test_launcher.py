@@ -12,6 +12,7 @@ import pytest
 
 from cpuprof.errors import UsageError
 from cpuprof.launch import environment as launcher
+from cpuprof.launch import followed
 from cpuprof.launch.environment import (
     GOMP_SPINS_PER_MS,
     LAUNCH_ENV_VAR,
@@ -328,7 +329,8 @@ def test_places_are_threads_when_cores_run_out(fake: Topology) -> None:
     assert resolved.env["OMP_PLACES"] == "threads"
 
 
-def test_child_env_owns_threads_binding_and_preloads(fake: Topology) -> None:
+def test_child_env_owns_threads_binding_and_preloads(fake: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(followed, "before_launch", None)
     base = {
         "PATH": "/usr/bin",
         "OMP_PROC_BIND": "true",
@@ -339,18 +341,37 @@ def test_child_env_owns_threads_binding_and_preloads(fake: Topology) -> None:
         "LD_PRELOAD": "/opt/intel/libiomp5.so /usr/lib/libjemalloc.so.2:/opt/libfoo.so",
     }
     gnu = validate_fake(LaunchSettings(threads=2, bind="none"), fake).child_env(base)
-    changed = json.loads(gnu.pop(LAUNCH_ENV_VAR))
+    launch = json.loads(gnu.pop(LAUNCH_ENV_VAR))
     assert gnu == {"PATH": "/usr/bin", "KMP_BLOCKTIME": "7", "OMP_NUM_THREADS": "2",
                    "LD_PRELOAD": "/opt/libfoo.so"}
-    # What the launch changed of its variables, and what they were: the processes the program starts
-    # get those back, less what the program itself set.
-    assert changed == {"OMP_NUM_THREADS": ["2", "64"], "MKL_NUM_THREADS": [None, "64"],
-                       "OMP_PROC_BIND": [None, "true"], "KMP_AFFINITY": [None, "compact"]}
-    program_env = {**gnu, LAUNCH_ENV_VAR: json.dumps(changed), "MKL_NUM_THREADS": "3"}  # the program set one
+    # The launch's variables and what they were: the processes the program starts get those back,
+    # less what the program itself set.
+    assert launch == {"OMP_NUM_THREADS": ["2", "64"], "MKL_NUM_THREADS": [None, "64"],
+                      "OMP_PROC_BIND": [None, "true"], "KMP_AFFINITY": [None, "compact"]}
+    program_env = {**gnu, LAUNCH_ENV_VAR: json.dumps(launch), "MKL_NUM_THREADS": "3"}  # the program set one
     assert give_back_the_programs_env(program_env) == {"OMP_NUM_THREADS": "64", "OMP_PROC_BIND": "true",
                                                        "KMP_AFFINITY": "compact"}
     assert program_env["OMP_NUM_THREADS"] == "64" and program_env["MKL_NUM_THREADS"] == "3"
-    assert give_back_the_programs_env({LAUNCH_ENV_VAR: "not json"}) == {}
+    assert LAUNCH_ENV_VAR not in program_env  # the processes it starts inherit what it has now
+    assert followed.before_launch is not None and followed.before_launch["OMP_NUM_THREADS"] == "64"
+
+
+@pytest.mark.parametrize("said", ["not json", "[1, 2]", '{"LD_PRELOAD": ["a", "b"]}', '{"OMP_NUM_THREADS": [1, 2]}',
+                                  '{"OMP_NUM_THREADS": ["2", "a\\u0000b"]}', "[" * 100_000, '{"OMP_PLACES": ["x"]}'])
+def test_an_unreadable_launch_account_changes_nothing(said: str) -> None:
+    """The account is read back from an environment the program controls: anything but the launch's
+    own variables with string values is ignored whole, never half applied."""
+    env = {LAUNCH_ENV_VAR: said, "OMP_NUM_THREADS": "2", "LD_PRELOAD": "a"}
+    assert give_back_the_programs_env(env) == {}
+    assert env == {"OMP_NUM_THREADS": "2", "LD_PRELOAD": "a"}
+
+
+def test_the_boot_side_knows_the_launchs_variables() -> None:
+    assert followed.LAUNCH_OWNED_VARS == launcher.OWNED_VARS
+
+
+def test_child_env_preloads(fake: Topology) -> None:
+    base = {"LD_PRELOAD": "/opt/intel/libiomp5.so /usr/lib/libjemalloc.so.2:/opt/libfoo.so"}
     intel = validate_fake(LaunchSettings(threads=2, omp="intel", blocktime_ms=0), fake).child_env(base)
     assert intel["LD_PRELOAD"] == f"{VENV_IOMP}:/opt/libfoo.so"
     assert intel["KMP_BLOCKTIME"] == "0"

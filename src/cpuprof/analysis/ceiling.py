@@ -177,8 +177,12 @@ def ceiling_section(profile: Profile) -> Section | None:
     groups = gemm_groups(profile) if profile.profiled else []
     ceiling = decode_ceiling(profile, groups)
     if ceiling is None:
-        why = ("the roofs have no memory bandwidth" if profile.roofs.memory_gb_per_s() is None
-               else "no decode step was measured")
+        if profile.roofs.memory_gb_per_s() is None:
+            why = "the roofs have no memory bandwidth"
+        elif wl.figures is None:
+            why = "no decode step was measured"
+        else:  # an HF model's decode cut short: its KV cache, which its bytes are counted from, never came back
+            why = "the bytes a token reads are not known (the decode was cut short before they were counted)"
         return Section("ceiling", "Decode against the memory roof", [f"no ceiling: {why}"])
     lines = [f"ceiling {fmt_rate(ceiling.ceiling_tokens_per_s)} tokens/s: {fmt_bytes(ceiling.bytes_per_token)} read "
              f"per token at the measured {ceiling.bandwidth_gb_per_s:.1f} GB/s; measured "

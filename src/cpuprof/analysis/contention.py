@@ -12,6 +12,13 @@ Two methods, one report:
 VTune's definitions, per op: imbalance = the barrier wait of all threads / the team size (the time
 the op would save with perfect balance: the potential gain); spin overhead = the waits' CPU time;
 effective CPU utilisation = CPU time not spent waiting / (wall time x team size).
+
+Off CPU is not always a wait for the other threads: a runnable thread waiting for a CPU that
+another process holds (run-queue delay) would not gain from balance. The kernel counts that delay
+per thread (schedstat), not per op; the samples method spreads each thread's over the ops in
+proportion to its off-CPU time in them (an estimate, said as one) and leaves it out of the waits,
+so imbalance and its potential gain are the waits other than it. A team of one thread has no
+imbalance: there is no other thread to balance with.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class ThreadWaits:
     cpu_ns: float | None  # on a CPU while the op ran (task-clock; statistical in sampled mode)
     spin_ns: float | None  # on a CPU, waiting in the OpenMP runtime
     sleep_ns: float | None  # off CPU while the op ran: asleep at a barrier, or runnable and waiting
+    queued_ns: float | None = None  # of sleep_ns, runnable and waiting for a CPU (estimated; samples method)
     barrier_ns: dict[str, int] = field(default_factory=dict)  # OMPT: wall time per barrier kind
     barrier_cpu_ns: int = 0  # OMPT: the on-CPU part of the barrier waits
     lock_ns: int = 0  # OMPT: lock, critical and ordered waits
@@ -60,10 +68,11 @@ class ThreadWaits:
 
     @property
     def waiting_ns(self) -> float:
-        """The time it was not doing the op's work: barrier and lock waits (OMPT), else spin + sleep."""
+        """The time it waited for the other threads: barrier and lock waits (OMPT), else spin and the
+        time off CPU other than waiting for a CPU."""
         if self.barrier_ns or self.lock_ns:
             return sum(self.barrier_ns.values()) + self.lock_ns
-        return (self.spin_ns or 0.0) + (self.sleep_ns or 0.0)
+        return (self.spin_ns or 0.0) + max(0.0, (self.sleep_ns or 0.0) - (self.queued_ns or 0.0))
 
 
 @dataclass
@@ -88,8 +97,9 @@ class OpContention:
 
     @property
     def imbalance_ns(self) -> float:
-        """VTune's imbalance: the barrier waits over the team size; the potential gain of perfect balance."""
-        return self.barrier_ns / self.team if self.team else 0.0
+        """VTune's imbalance: the barrier waits over the team size; the potential gain of perfect balance
+        (none for a team of one)."""
+        return self.barrier_ns / self.team if self.team > 1 else 0.0
 
     @property
     def spin_ns(self) -> float:
@@ -98,6 +108,10 @@ class OpContention:
     @property
     def sleep_ns(self) -> float:
         return sum(t.sleep_ns or 0.0 for t in self.threads)
+
+    @property
+    def queued_ns(self) -> float:
+        return sum(t.queued_ns or 0.0 for t in self.threads)
 
     @property
     def lock_ns(self) -> int:
@@ -134,6 +148,10 @@ class Contention:
     @property
     def sleep_ns(self) -> float:
         return sum(o.sleep_ns for o in self.ops)
+
+    @property
+    def queued_ns(self) -> float:
+        return sum(o.queued_ns for o in self.ops)
 
 
 def _per_op_thread_spin(profile: Profile) -> dict[tuple[int, int], tuple[int, int, int]]:
@@ -192,6 +210,7 @@ def analyse(profile: Profile) -> Contention | None:
     omp = profile.openmp
     ompt = omp is not None and omp.info.active
     spin_by = _per_op_thread_spin(profile)
+    queue_share = _queue_shares(profile, members)
     waits: dict[tuple[int, int], list] = defaultdict(list)
     work: dict[tuple[int, int], list] = defaultdict(list)
     if ompt and omp is not None:
@@ -214,6 +233,8 @@ def analyse(profile: Profile) -> Contention | None:
                             switches=_counter(op, "context-switches", k), migrations=_counter(op, "cpu-migrations", k))
             if cpu is not None:
                 t.sleep_ns = float(max(0, op.self_ns - cpu))
+                if k in queue_share:
+                    t.queued_ns = t.sleep_ns * queue_share[k]
             if ompt:
                 for w in waits.get((op.id, k), []):
                     if w.kind in BARRIER_KINDS:
@@ -246,8 +267,8 @@ def analyse(profile: Profile) -> Contention | None:
         assert omp is not None
         method_text = (f"OMPT: {omp.info.runtime or 'the OpenMP runtime'} reported every barrier and lock wait to "
                        "cpuprof's tool, which read the thread's CPU clock at both ends (spin: on a CPU; sleep: off)")
-        blind = ["run-queue delay per op (only per thread, from schedstat)", "futex time (counts only, with "
-                 "--events sched)"]
+        blind = ["run-queue delay per op (only per thread, from schedstat): it may be inside the waits",
+                 "futex time (counts only, with --events sched)"]
     else:
         why = omp.info.error if omp is not None and omp.info.error else (
             "the OpenMP runtime here (GNU libgomp) never calls an OMPT tool")
@@ -255,13 +276,29 @@ def analyse(profile: Profile) -> Contention | None:
                        f"sleep = the op's wall time the thread was off CPU ({why}; `decode --omp intel` gives exact "
                        "barrier and lock waits through OMPT)")
         blind = ["barrier kinds and lock waits (no OMPT)", "serial time within an op",
-                 "run-queue delay per op (only per thread, from schedstat)"]
+                 "run-queue delay per op: estimated, each thread's (schedstat) spread over the ops in proportion "
+                 "to its time off CPU in them"]
         if not profile.has_event("syscalls:sys_enter_futex"):
             blind.append("futex calls (add --events sched where the syscalls tracepoints can be opened)")
         if profile.sampling is None:
             blind.insert(0, "spin (exact mode has no samples: only sleep = wall - CPU is known)")
     return Contention(method="ompt" if ompt else "samples", method_text=method_text, blind_spots=blind, ops=ops,
                       team=team, wall_ns=c.wall_ns, members=members, steps=steps)
+
+
+def _queue_shares(profile: Profile, members: list[int]) -> dict[int, float]:
+    """Per team thread: the share of its time off CPU over the profile that it was runnable, waiting
+    for a CPU (its schedstat run-queue delay / (profiled wall - its CPU time)); threads whose delay
+    was not read are left out."""
+    wall = profile.collection.wall_ns if profile.collection else 0
+    shares = {}
+    for k in members:
+        t = profile.threads[k]
+        if t.run_delay_ns is None or t.cpu_ns is None or not wall:
+            continue
+        off = wall - t.cpu_ns
+        shares[k] = min(1.0, t.run_delay_ns / off) if off > 0 else 0.0
+    return shares
 
 
 def _threads(n: int) -> str:
@@ -377,10 +414,17 @@ def contention_section(summary: ContentionSummary | None) -> Section | None:
         # Without OMPT a wait cannot be told from spinning through serial code between regions:
         # VTune calls the sum "imbalance or serial spinning", and so do we.
         what = "imbalance" if contention.method == "ompt" else "imbalance or serial spinning"
-        line = (f"the team ({_threads(contention.team)}) spun {fmt_ns(contention.spin_ns)} and was off CPU "
-                f"{fmt_ns(contention.sleep_ns)} while ops ran; {what} (waits / team size): potential gain "
-                f"{fmt_ns(gain)} of {fmt_ns(wall)} profiled ({fmt_percent(gain / wall)})")
-        if contention.steps:
+        queued = contention.queued_ns
+        off = f"was off CPU {fmt_ns(contention.sleep_ns)}" + (
+            f" ({fmt_ns(queued)} of it runnable, waiting for a CPU: run-queue delay, estimated)" if queued else "")
+        line = f"the team ({_threads(contention.team)}) spun {fmt_ns(contention.spin_ns)} and {off} while ops ran; "
+        if contention.team == 1:
+            line += "a team of one thread has no imbalance (no other thread to balance with)"
+        else:
+            waits = "waits other than for a CPU" if queued else "waits"
+            line += (f"{what} ({waits} / team size): potential gain {fmt_ns(gain)} of {fmt_ns(wall)} profiled "
+                     f"({fmt_percent(gain / wall)})")
+        if contention.steps and contention.team > 1:
             line += f", {_per_token(gain, contention)}"
             if summary.balanced_tokens_per_s is not None:
                 line += (f": with perfect balance decode would run at up to "
@@ -406,13 +450,19 @@ def contention_section(summary: ContentionSummary | None) -> Section | None:
                    "OMPT: the waits' time off a CPU (asleep at a barrier or lock)" if ompt else
                    "wall time the thread was not on a CPU: asleep at a barrier or lock, or runnable and waiting for "
                    "a CPU"))]
+    if not ompt:
+        columns.append(Column("queued", "queued", "ns", help=(
+            "of off CPU, runnable and waiting for a CPU another thread or process held (run-queue delay): "
+            "estimated, the thread's delay (schedstat) spread over the ops in proportion to its time off CPU; "
+            "not a wait for the team, so not in imbalance")))
     if ompt:
         columns += [Column("barrier", "barrier", "ns", help="OMPT: wall time in barriers (all kinds)"),
                     Column("kinds", "barrier kinds", help="OMPT: the barrier kinds it waited at, most first"),
                     Column("lock", "lock", "ns", help="OMPT: wall time waiting for locks, critical and ordered"),
                     Column("acq", "acquired", "count", help="OMPT: locks, critical sections, ordered regions entered")]
-    columns += [Column("imbalance", "imbalance", "ns", help="the op's waits of all threads / team size: what perfect "
-                                                            "balance would save (VTune's potential gain)"),
+    columns += [Column("imbalance", "imbalance", "ns", help="the op's waits of all threads (other than for a CPU) / "
+                                                            "team size: what perfect balance would save (VTune's "
+                                                            "potential gain); none for a team of one"),
                 Column("eff", "eff. util", "share", help="effective CPU utilisation of the op: CPU not spinning / "
                                                          "(wall x team)"),
                 Column("switches", "ctx-sw", "count", help="context switches of the thread while the op ran"),
@@ -425,7 +475,8 @@ def contention_section(summary: ContentionSummary | None) -> Section | None:
         for t in o.threads:
             row = {"op": o.op.name, "inputs": inputs_text(o.op), "region": region_text(o.op),
                    "thread": thread_label(t.thread), "wall": o.wall_ns,
-                   "cpu": t.cpu_ns, "spin": t.spin_ns, "sleep": t.sleep_ns, "imbalance": o.imbalance_ns,
+                   "cpu": t.cpu_ns, "spin": t.spin_ns, "sleep": t.sleep_ns, "queued": t.queued_ns,
+                   "imbalance": o.imbalance_ns,
                    "eff": o.effective_utilisation, "switches": t.switches, "migrations": t.migrations}
             for event, _, _ in traced:
                 row[event] = _counter(o.op, event, t.thread)

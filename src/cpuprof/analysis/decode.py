@@ -119,10 +119,13 @@ def changes_since_start(start: InForce, end: InForce) -> list[str]:
             changes.append(f"torch threads {start.torch.num_threads} → {end.torch.num_threads}")
         if start.torch.num_interop_threads != end.torch.num_interop_threads:
             changes.append(f"inter-op threads {start.torch.num_interop_threads} → {end.torch.num_interop_threads}")
-    for key in sorted(set(start.env) | set(end.env)):
-        before, after = start.env.get(key), end.env.get(key)
-        if before != after:
-            changes.append(f"{key} {'unset' if before is None else before} → {'unset' if after is None else after}")
+    # A variable changed after the runtimes read theirs does not change this process's threads: it is
+    # what the processes it starts will inherit.
+    variables = [f"{key} {'unset' if start.env.get(key) is None else start.env[key]} → "
+                 f"{'unset' if end.env.get(key) is None else end.env[key]}"
+                 for key in sorted(set(start.env) | set(end.env)) if start.env.get(key) != end.env.get(key)]
+    if variables:
+        changes.append(f"in its environment, for the processes it starts: {', '.join(variables)}")
     if (start.mempolicy.mode, start.mempolicy.nodes) != (end.mempolicy.mode, end.mempolicy.nodes):
         changes.append(f"memory policy {_policy_text(start.mempolicy)} → {_policy_text(end.mempolicy)}")
     began = {t.tid: t for t in start.threads}

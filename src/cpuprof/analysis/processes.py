@@ -145,8 +145,9 @@ def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | N
         changes = changes_since_start(settings.at_start, settings.in_force)
         if changes:
             lines.append(f"{r.role} (pid {r.pid}) changed its settings after its import of torch: {'; '.join(changes)}")
-    lines.append("tokens: not known to cpuprof for a program's processes (it counts the tokens of its own decode "
-                 "only); the program's own count is the one to trust")
+    if shown is not None:
+        lines.append("tokens: not known to cpuprof for a program's processes (it counts the tokens of its own "
+                     "decode only); the program's own count is the one to trust")
     if unsaved:
         lines.append(f"{len(unsaved)} more process{'es' if len(unsaved) != 1 else ''} started profiling but saved "
                      f"nothing (killed before its first checkpoint): pid {', '.join(str(p) for p in unsaved)}")

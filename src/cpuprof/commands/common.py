@@ -23,6 +23,16 @@ non_negative_int = spec.non_negative_int
 positive_float = spec.positive_float
 
 
+def load_profiled(path: str, what: str) -> Profile:
+    """The profile at ``path`` for a command that needs what was measured (``what``: its output);
+    a run made with --no-profile has none, and is one line naming that."""
+    profile = Profile.load(path)
+    if not profile.profiled:
+        raise UsageError(f"{path}: this run was not profiled (it was made with --no-profile), so it has no {what}; "
+                         "run it again without --no-profile")
+    return profile
+
+
 def write_output(output: str, write: Callable[[TextIO], int]) -> int:
     """Runs ``write`` on standard output ('-') or on a file that appears whole or not at all;
     returns what ``write`` returned. An unwritable path is a one-line UsageError."""

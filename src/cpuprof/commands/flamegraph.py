@@ -12,7 +12,7 @@ from ..analysis.flame import flame_graph
 from ..errors import UsageError
 from ..model import Profile
 from ..reports import OutputOptions, StacksSource, by_suffix, get_output, output_names
-from .common import write_output
+from .common import load_profiled, write_output
 
 # The outputs that draw merged stacks: svg, folded, speedscope.
 FORMATS = output_names("stacks")
@@ -55,7 +55,7 @@ def write(profile: Profile, out: TextIO, fmt: str, weight: str = "samples", thre
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = Profile.load(args.path)
+    profile = load_profiled(args.path, "stacks")
     fmt = output_format(args.output, args.format)
     n = write_output(args.output, lambda out: write(profile, out, fmt, args.weight, args.thread, args.python))
     if args.output != "-":

@@ -6,11 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..model import Profile
 from ..model.io import is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
-from .common import write_output
+from .common import load_profiled, write_output
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if is_directory(directory) and present(directory / RANKS_FILENAME):
         source = RanksSource(MultiRun.load(directory), directory)
     else:
-        source = ProfileSource(Profile.load(args.path))
+        source = ProfileSource(load_profiled(args.path, "timeline"))
     output = get_output("trace", source.kind)
     n = write_output(args.output, lambda out: output.write(source, out, OutputOptions()))
     if args.output != "-":

@@ -55,6 +55,7 @@ class DecodeRun(ChildRun):
         self.options = config.options
         self.wl = config.options.workload
         self.latencies: list[float] = []
+        self.decoding: Any = None  # the model being decoded, once decoding starts
         self.workload: DecodeWorkload | None = None
         self.rss_timeline: list[MemoryPoint] = []
         self.all_reduce: Any = None  # a tensor-parallel rank's AllReduceRecorder
@@ -232,6 +233,7 @@ class DecodeRun(ChildRun):
         assert self.workload is not None
         wl = self.workload
         total = self.wl.new_tokens
+        self.decoding = model
 
         def on_step(index: int, latency_s: float, steps: int) -> None:
             self.latencies.append(latency_s)
@@ -282,11 +284,27 @@ class DecodeRun(ChildRun):
                 self.workload.steps_done = len(self.latencies)
                 self.workload.step_latencies_s = list(self.latencies)
                 self.workload.figures = step_figures(self.latencies, self.wl.warmup, self.wl.batch)
+                self.count_bytes_of_a_cut_short_decode()
             self.workload.peak_rss_bytes = peak_rss_bytes()
             self.workload.rss_timeline = list(self.rss_timeline)
             if self.all_reduce is not None:
                 self.workload.collectives = self.all_reduce.record
         profile.workload = self.workload
+
+    def count_bytes_of_a_cut_short_decode(self) -> None:
+        """The bytes a token read over the steps a cut-short decode measured, as its end would have
+        counted them, so its figures and its ceiling agree; the built-in model's only (an HF model's
+        are counted from its KV cache, which generate() returns only at its end)."""
+        assert self.workload is not None
+        model = self.decoding
+        if model is None or self.wl.hf or self.workload.bytes_read_per_token:
+            return
+        from ..workload.decode_loop import DecodeResult, measured_bytes_per_token
+
+        self.workload.bytes_read_per_token = measured_bytes_per_token(
+            model, model.cfg, self.wl.prompt_len, self.wl.warmup, len(self.latencies), self.wl.batch)
+        if self.workload.bytes_read_per_token:
+            self.workload.bytes_read_method = DecodeResult.bytes_read_method
 
     def where(self) -> str:
         if self.stage == "decoding":

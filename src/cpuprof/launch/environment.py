@@ -65,8 +65,8 @@ OWNED_VARS = (
 )
 
 # In the program's environment: {variable: [the launch's value, the value before the launch]} for
-# each owned variable the launch changed (None: unset). Named in launch/followed.py too, which
-# imports only the standard library.
+# each owned variable set either way (None: unset; one not named was unset both ways). Named in
+# launch/followed.py too, which imports only the standard library.
 LAUNCH_ENV_VAR = "CPUPROF_LAUNCH_ENV"
 
 # Preloaded libraries whose choice belongs to --omp / --allocator.
@@ -132,12 +132,11 @@ class ResolvedLaunch:
         else:
             result.pop("PYTHONPATH", None)
         result.update(self.env)
-        # What the launch changed of its own variables, and what they were: a process the program
-        # starts gets them back (launch/followed.py), so the launch binds the program, not its workers.
-        changed = {key: [result.get(key), source.get(key)] for key in OWNED_VARS if result.get(key) != source.get(key)}
-        result.pop(LAUNCH_ENV_VAR, None)
-        if changed:
-            result[LAUNCH_ENV_VAR] = json.dumps(changed, sort_keys=True)
+        # The launch's own variables and what they were before it: a process the program starts gets
+        # those back (launch/followed.py), so the launch's thread count and OpenMP binding are the
+        # program's process's, not its workers' (its CPU set and memory policy are inherited by all).
+        values = {key: [result.get(key), source.get(key)] for key in OWNED_VARS if key in result or key in source}
+        result[LAUNCH_ENV_VAR] = json.dumps(values, sort_keys=True)
         preload = [p for p in self.env.get("LD_PRELOAD", "").split(":") if p] + inherited
         if preload:
             result["LD_PRELOAD"] = ":".join(preload)

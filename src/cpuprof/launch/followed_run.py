@@ -22,9 +22,10 @@ from .. import defaults
 from ..analysis.processes import PROCESSES_DIRNAME
 from ..model import Profile, Requested, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
+from . import followed
 from .child_run import CHECKPOINT_REASON, ChildRun, remove_perf_map
 from .environment import OWNED_VARS
-from .followed import FOLLOW_ENV, launch_env_changes, warn
+from .followed import FOLLOW_ENV, warn
 from .options import ProfileOptions
 from .window import WindowPlan, Windows
 
@@ -36,6 +37,8 @@ START_FILENAME = "started"  # processes/<pid>/started: the process's start time,
 # How long the launcher gives followed processes still running when the program has ended to save
 # their profiles (a SIGTERM asks them), before it kills them.
 END_GRACE_S = 10.0
+# compare()'s warnings about the launch's thread count and variables, which a followed process's are not
+_THREAD_WARNINGS = ("threads:", *(f"{key}:" for key in OWNED_VARS))
 
 
 @dataclass
@@ -212,14 +215,16 @@ class FollowedRun(ChildRun):
                 return
 
     def read_settings(self, tensors: Any = None) -> None:
-        """As the program's, but the launch's thread and binding variables are the program's process's
-        (this one got back the values from before the launch as it started): no warnings about them,
-        and the ones it began with that differ from those, its program set for it."""
+        """As the program's, but the launch's thread count and variables are the program's process's
+        (this one was given back the values from before the launch as it started): no warnings about
+        those; the ones it began with that differ from them, its program set for it. The launch's CPU
+        set, memory policy and preloads it inherits: their warnings stay."""
         super().read_settings(tensors)
-        self.settings.warnings = []
+        self.settings.warnings = [w for w in self.settings.warnings if not w.startswith(_THREAD_WARNINGS)]
+        before = followed.before_launch
         began = self.settings.at_start or self.settings.in_force
-        assert began is not None
-        before = {key: values[1] for key, values in launch_env_changes().items()}
+        if before is None or began is None:
+            return  # forked from a followed process: its parent's variables, inherited as they were
         self.settings.from_program = [
             f"{key}={began.env[key]}" if key in began.env else f"{key} unset"
             for key in OWNED_VARS if began.env.get(key) != before.get(key)

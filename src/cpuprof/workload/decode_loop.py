@@ -104,6 +104,19 @@ def _sampler(sampling: str, top_k: int, generator: torch.Generator) -> Callable[
     return sample_top_k
 
 
+def measured_bytes_per_token(model: DecodeModel, cfg: ModelConfig, prompt_len: int, warmup: int, steps: int,
+                             batch: int) -> int | None:
+    """The bytes a token reads (weights and KV cache), averaged over measured steps warmup..steps-1
+    (a decode cut short counts the steps it did); None when none was measured."""
+    # Step i reads the cache for positions 0..prompt_len+i; average over the measured steps.
+    contexts = range(prompt_len + warmup + 1, prompt_len + steps + 1)
+    if not contexts:
+        return None
+    # A tensor-parallel rank reads its shard: its own share of the bytes, not the model's.
+    shards = getattr(getattr(model, "shard", None), "world", 1)
+    return sum(cfg.bytes_read_per_token(model.dtype.itemsize, c, batch, shards) for c in contexts) // len(contexts)
+
+
 def run_decode(
     model: DecodeModel,
     cfg: ModelConfig,
@@ -168,12 +181,10 @@ def run_decode(
     latencies_s = [ns / 1e9 for ns in latencies_ns]
     figures = step_figures(latencies_s, warmup, batch)
     assert figures is not None  # _validate made new_tokens > warmup
-    # Step i reads the cache for positions 0..prompt_len+i; average over the measured steps.
-    contexts = range(prompt_len + warmup + 1, prompt_len + new_tokens + 1)
     dtype_bytes = model.dtype.itemsize
-    # A tensor-parallel rank reads its shard: its own share of the bytes, not the model's.
     shards = getattr(getattr(model, "shard", None), "world", 1)
-    bytes_per_token = sum(cfg.bytes_read_per_token(dtype_bytes, c, batch, shards) for c in contexts) // len(contexts)
+    bytes_per_token = measured_bytes_per_token(model, cfg, prompt_len, warmup, new_tokens, batch)
+    assert bytes_per_token is not None
     result = DecodeResult(
         batch=batch,
         prompt_len=prompt_len,

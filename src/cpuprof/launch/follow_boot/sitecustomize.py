@@ -40,8 +40,10 @@ def _follow() -> None:
               file=sys.stderr)
 
 
+# Following first: it gives the process back the OpenMP variables it would have had without cpuprof,
+# before anything (the hidden sitecustomize, a library it loads) reads them.
+_follow()
 try:
     _chain_to_the_hidden_sitecustomize()
-except Exception as exc:  # the hidden one's own failure, as Python would report it, and follow anyway
+except Exception as exc:  # the hidden one's own failure, as Python would report it
     print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}", file=sys.stderr)
-_follow()
