@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from tests.integration.test_vllm import (  # noqa: E402 (the tests' server drive
     Client,
     _free_port,
     _wait_until_serving,
+    interrupt,
+    on_demand_server,
     write_checkpoint,
 )
 
@@ -65,11 +66,9 @@ def main() -> int:
         model, out, log = work / "model", work / "out", work / "server.log"
         write_checkpoint(model)
         port = _free_port()
-        command = [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--threads", "2", "--out", str(out), "--",
-                   "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
-                   "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "256", "--enforce-eager"]
         with log.open("w") as sink:
-            proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=ENV)
+            proc = subprocess.Popen(on_demand_server(model, port, out), stdout=sink, stderr=subprocess.STDOUT,
+                                    env=ENV)
         client = Client(port, model)
         phases: dict[str, list[tuple[float, float]]] = {"no window": [], "window": []}
         try:
@@ -96,12 +95,7 @@ def main() -> int:
                 print(f"round {k + 1}/{args.rounds}: {len(client.outcomes)} requests so far", flush=True)
         finally:
             client.stop()
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            interrupt(proc)
         text = log.read_text()
     figures = {name: [phase_figures(client, b, e) for b, e in spans] for name, spans in phases.items()}
     rows = []

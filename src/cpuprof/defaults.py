@@ -83,6 +83,14 @@ PROGRESS_PLAIN_INTERVAL_S = 10.0
 # loaded machine imports torch slowly); the decode's all-reduces use the rank timeout instead.
 RANK_STARTUP_TIMEOUT_S = 300.0
 
+# A calibration whose threads waited for a CPU more than this share of its time measured what
+# another process left of the machine: its roofs are used for that run, said to be low, not cached.
+BUSY_CALIBRATION_SHARE = 0.10
+
+# Set by cpuprof's launcher in the processes it starts: the command the user typed, as a JSON list,
+# for the profile's meta (a report names that, not the internal child's command line).
+COMMAND_ENV = "CPUPROF_COMMAND"
+
 # The most bytes cpuprof reads back from one of its files (profile.json, compare.json, ranks.json,
 # launch.json, the roofs cache, a checkpoint's config.json). Real profiles are a few MB (the tests'
 # largest is 8 MB); the longest timeline the core keeps (kMaxSpanCapacity spans) is about 0.6 GB.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,6 +39,12 @@ def test_decode_tiny_end_to_end(tmp_path: Path):
     assert f"profile saved in {tmp_path}" in result.stderr
     profile = Profile.load(tmp_path)
     assert profile.status.complete
+    # the command the user typed, not the internal child's, in the meta and the HTML page's header
+    command = ["python", "-m", "cpuprof", "decode", *TINY, "--threads", str(threads), "--numa", "0", "--out",
+               str(tmp_path), "--json"]
+    assert profile.meta.command == command
+    html = cpuprof("report", str(tmp_path), "--format", "html")
+    assert html.returncode == 0 and f"command: {shlex.join(command)}" in html.stdout.replace("&#x27;", "'")
     node0 = set(TOPOLOGY.node(0).cpus)
     in_force = profile.settings.in_force
     # pinning read back from /proc inside the child: every thread inside node 0's CPUs
@@ -52,6 +59,9 @@ def test_decode_tiny_end_to_end(tmp_path: Path):
     assert len(wl.step_latencies_s) == wl.new_tokens
     # ops were profiled across the team, and the saved profile re-renders in every format
     assert any(op.name == "aten::mm" for op in profile.ops)
+    # every sampled profile keeps its newest samples one by one (bounded): the threads-over-time chart's
+    assert profile.stacks.timeline is not None and len(profile.stacks.timeline) > 0
+    assert "this profile kept no sample timeline" not in html.stdout
     ops = next(s for s in report["sections"] if s["id"] == "ops")["tables"][0]["rows"]
     assert any(row["op"] == "aten::mm" for row in ops)
     for fmt, words in (("terminal", "Top ops"), ("markdown", "## Top ops"), ("json", '"cpuprof-report"')):

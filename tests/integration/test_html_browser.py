@@ -75,6 +75,22 @@ class Opened:
             assert mark_box is not None and mark_box["width"] > 0 and mark_box["height"] > 0
         return el
 
+    def check_layout(self, widths: tuple[int, ...] = (1400, 2400), tallest_px: float = 130) -> None:
+        """At each window width, as a person would look at it: no table cell taller than ``tallest_px``
+        (a long verdict squeezed into a narrow column makes rows that look blank) and no chart wider
+        than the page."""
+        for width in widths:
+            self.page.set_viewport_size({"width": width, "height": 1000})
+            cells = self.page.evaluate(
+                "() => [...document.querySelectorAll('td')].map(td => [td.getBoundingClientRect().height,"
+                " td.getBoundingClientRect().width, td.innerText.slice(0, 60)])")
+            tall = [c for c in cells if c[0] > tallest_px]
+            assert not tall, f"at {width} px: cells taller than {tallest_px} px: {tall[:3]}"
+            overflowing = self.page.evaluate(
+                "() => [...document.querySelectorAll('svg.chart')].filter(s => s.getBoundingClientRect().right >"
+                " document.documentElement.clientWidth + 1).length")
+            assert overflowing == 0, f"at {width} px: {overflowing} chart(s) wider than the window"
+
     def close(self) -> None:
         self.page.close()
 
@@ -128,6 +144,7 @@ def test_decode_profile_report_in_a_browser(browser: Any, tmp_path: Path):
         for section in ("decode", "threads", "ops", "native"):
             assert page.query_selector(f"#s-{section}") is not None
         assert len(page.query_selector_all("table")) >= 5
+        opened.check_layout()
         opened.page.screenshot(path=str(tmp_path / "decode.png"), full_page=True)
         opened.check_clean()  # zooming the flame graph logged nothing either
     finally:
@@ -163,6 +180,7 @@ def test_comparison_report_in_a_browser(browser: Any, tmp_path: Path):
         verdict = page.inner_text("#verdict + ul")
         assert "baseline" in verdict or "fastest" in verdict
         assert page.query_selector("#s-ranking + p + .table-wrap table") is not None
+        opened.check_layout()
         opened.page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
     finally:
         opened.close()

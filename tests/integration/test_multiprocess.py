@@ -122,6 +122,7 @@ def test_instances_decode_side_by_side_and_their_throughput_adds_up(tmp_path: Pa
     assert all(p.workload.collectives is None and p.workload.rank.mode == "instances" for p in profiles)
     assert set(profiles[0].workload.rank.cpus).isdisjoint(profiles[1].workload.rank.cpus)
     assert not any(s["id"] == "collectives" for s in report["sections"])
+    assert "[instance 0 of 2]" in result.stderr and "[rank 0" not in result.stderr  # its progress, relayed
 
 
 def _wait_for_decoding(out: Path, rank: int, deadline_s: float = 120) -> int:
@@ -187,7 +188,8 @@ def test_ctrl_c_reaches_every_rank_and_each_saves_its_profile(tmp_path: Path):
     ended = _long_decode(out, ["--instances", "2"], interrupt_the_launcher)
     assert ended.returncode == 130
     error = one_line_error(ended)
-    assert "rank 0 was interrupted" in error or "rank 1 was interrupted" in error, error
+    # independent instances, not ranks of a group: said as such
+    assert "instance 0 was interrupted" in error or "instance 1 was interrupted" in error, error
     for p in rank_profiles(out):
         assert not p.status.complete and "interrupted by SIGINT" in p.status.reason
         assert 0 < p.workload.steps_done < 90000

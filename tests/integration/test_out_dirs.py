@@ -192,3 +192,17 @@ def test_a_full_disk_is_one_line_before_the_child_starts(tmp_path: Path, full_di
     assert result.returncode == exit_codes.USAGE, result.stderr
     line = one_line_error(result)
     assert f"cannot write {out}/launch.json: No space left on device; the run was not started" in line
+
+
+def test_directories_made_above_the_out_directory_are_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """A typo in --out (a parent that does not exist) is seen: the directories made for it are named."""
+    from cpuprof.launch.parent import check_out_dir
+
+    deep = tmp_path / "typo" / "dir" / "x"
+    check_out_dir(deep)
+    assert deep.is_dir()
+    note = capsys.readouterr().err.strip()
+    assert note == (f"cpuprof: note: --out {deep}: made the directories above it that did not exist "
+                    f"({tmp_path / 'typo'}, {tmp_path / 'typo' / 'dir'})")
+    check_out_dir(tmp_path / "typo" / "dir" / "y")  # its parent exists now: nothing to say
+    assert capsys.readouterr().err == ""

@@ -294,20 +294,37 @@ FAULT = textwrap.dedent("""
 """)
 
 
+# The fakes that wait for SIGINT are Python: a shell cannot trap a signal that was ignored when it
+# started (a suite run under nohup, or in the background of a non-interactive shell), Python can.
+UNTIL_SIGINT = """#!{python}
+import signal, sys
+output = sys.argv[sys.argv.index("--output") + 1] if "--output" in sys.argv else None
+
+
+def stop(*_):
+    if {writes} and output:
+        open(output, "w").write("[]")
+    sys.exit(0)
+
+
+signal.signal(signal.SIGINT, stop)
+print("py-spy> Sampling process 100 times a second. Press Control-C to exit.", flush=True)
+while True:
+    signal.pause()
+"""
+
+
 @pytest.mark.parametrize("fake, words", [
     ("", "py-spy is not installed"),
     ("#!/bin/sh\necho 'Error: Permission Denied (os error 1)' >&2\nexit 1\n", "ptrace refused"),
-    ("#!/bin/sh\nwhile [ \"$1\" != --output ]; do shift; done\n"
-     "echo 'py-spy> Sampling process 100 times a second. Press Control-C to exit.'\n"
-     "trap 'echo [] > \"$2\"; exit 0' INT\nwhile :; do sleep 0.01; done\n", "never saw cpuprof's clock marker"),
-    ("#!/bin/sh\necho 'py-spy> Sampling process 100 times a second. Press Control-C to exit.'\n"
-     "trap 'exit 0' INT\nwhile :; do sleep 0.01; done\n", "py-spy failed: it exited (status 0) without writing"),
+    (UNTIL_SIGINT.replace("{writes}", "True"), "never saw cpuprof's clock marker"),
+    (UNTIL_SIGINT.replace("{writes}", "False"), "py-spy failed: it exited (status 0) without writing"),
 ])
 def test_py_spy_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fake: str, words: str):
     exe = ""
     if fake:
         script = tmp_path / "py-spy"
-        script.write_text(fake)
+        script.write_text(fake.replace("{python}", sys.executable))
         script.chmod(0o755)
         exe = str(script)
     result = subprocess.run([sys.executable, "-c", FAULT, str(tmp_path / "out"), exe], capture_output=True,

@@ -172,17 +172,32 @@ def _wait_until_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s:
     raise AssertionError(f"the server did not serve in {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
+def on_demand_server(model: Path, port: int, out: Path) -> list[str]:
+    """vLLM's OpenAI server under ``cpuprof run --on-demand``: started unprofiled, windows on signals."""
+    return [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--threads", "2", "--out", str(out), "--",
+            "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
+            "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "256", "--enforce-eager"]
+
+
+def interrupt(proc: subprocess.Popen) -> None:
+    """Ends a launcher as Ctrl-C does (it passes the signal on, and ends the followed processes)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_window_of_the_openai_server_while_a_client_sends_requests(tmp_path: Path, model: Path):
     """The OpenAI server under ``run --on-demand``: a window opened and closed with ``cpuprof signal``
     while three clients send completions. Every request succeeds; the window's busiest process (the
     worker) has vLLM's GEMMs and none of the start-up (the weights' oneDNN handles, the KV cache's
     fill); a start and a stop cost each process what its progress lines say."""
     port, out, log = _free_port(), tmp_path / "out", tmp_path / "server.log"
-    command = [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--threads", "2", "--out", str(out), "--",
-               "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
-               "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "256", "--enforce-eager"]
     with log.open("w") as sink:
-        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=ENV)
+        proc = subprocess.Popen(on_demand_server(model, port, out), stdout=sink, stderr=subprocess.STDOUT, env=ENV)
     client = Client(port, model)
     try:
         _wait_until_serving(port, proc, log)
@@ -201,13 +216,7 @@ def test_a_window_of_the_openai_server_while_a_client_sends_requests(tmp_path: P
         time.sleep(3)
     finally:
         client.stop()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        interrupt(proc)
     text = log.read_text()
     failed = [outcome for _, _, outcome in client.outcomes if outcome != "ok"]
     assert not failed, failed[:5]

@@ -93,6 +93,22 @@ def test_prefill_is_judged_against_the_compute_roof() -> None:
     assert "of the 500 GFLOP/s compute roof" in text
 
 
+def test_a_share_of_the_ceiling_above_100_percent_is_explained() -> None:
+    """A memory roof measured at 8 GB/s while the decode read its 839 MB per token at 84 GB/s: 100
+    tokens/s is more than the ceiling, and the section says the roof is low and how to measure it again."""
+    p = decode_profile()
+    p.roofs = roofs(bandwidth=8.0, kernel=4.0)
+    c = decode_ceiling(p)
+    assert c is not None and c.share > 1
+    section = ceiling_section(p)
+    assert section is not None
+    (said,) = [line for line in section.lines if "above 100%" in line]
+    assert said.startswith("the share of the ceiling is above 100%") and "cpuprof calibrate" in said
+    p.roofs = roofs(bandwidth=200.0, kernel=100.0)  # 100 tokens/s is 42% of it: nothing to explain
+    quiet = ceiling_section(p)
+    assert quiet is not None and not any("above 100%" in line for line in quiet.lines)
+
+
 def test_without_roofs_there_is_no_ceiling_and_the_report_still_renders() -> None:
     p = decode_profile()
     p.roofs = None

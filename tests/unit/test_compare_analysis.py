@@ -310,3 +310,16 @@ def test_a_partial_sweep_says_the_command_that_resumes_it_with_its_directory():
     warnings = comparison_report(sweep, "/tmp/my sweeps/a").warnings
     assert any("resume with python -m cpuprof compare --resume '/tmp/my sweeps/a'" in w for w in warnings), warnings
     assert not any("DIR" in w for w in comparison_report(sweep).warnings)
+
+
+def test_a_share_above_the_roof_is_explained():
+    """omp=intel reached 118% of its ceiling: its roof was measured low, and the report says so and
+    how to re-measure it; omp=gnu's 60% needs no word."""
+    c = _comparison([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])
+    for run in c.runs:
+        assert run.metrics is not None
+        run.metrics.bandwidth_share = 1.18 if run.config == 1 else 0.60
+    lines = comparison_report(c).section("ranking").lines  # type: ignore[union-attr]
+    (said,) = [line for line in lines if "above 100%" in line]
+    assert "against its own launch's roof" in said and said.index("omp=intel") < said.index("above 100%")
+    assert "omp=gnu" not in said and "cpuprof calibrate" in said

@@ -172,3 +172,12 @@ def test_waiting_for_a_cpu_is_not_imbalance_and_a_team_of_one_has_none() -> None
     assert alone is not None and alone.ops[0].imbalance_ns == 0
     lone = contention_section(summarize_contention(profile(0, threads=1)))
     assert lone is not None and any("a team of one thread has no imbalance" in line for line in lone.lines)
+
+
+def test_exact_mode_says_its_own_method_not_the_samples_one() -> None:
+    p = make_profile("exact")
+    assert p.sampling is None and p.openmp is None
+    section = contention_section(summarize_contention(p))
+    assert section is not None
+    assert section.lines[0].startswith("method: counters (exact mode): sleep = ")
+    assert "samples:" not in section.lines[0] and "spin is not measured" in section.lines[0]

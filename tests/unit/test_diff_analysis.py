@@ -168,6 +168,17 @@ def test_what_qualifies_a_diff_is_a_warning():
     assert any("A was profiled in exact mode and B in sampled mode" in w for w in warnings)
 
 
+def test_a_side_that_waited_for_cpus_is_said_to_be_disturbed():
+    """B's dispatching thread waited 650 ms of its 1 s for a CPU (schedstat): its slowdown is partly
+    the machine's. A, with 5 ms, is quiet: no line for it."""
+    a, b = before_and_after(decodes=True)
+    b.threads[0].run_delay_ns = 650 * MS
+    warnings = diff_report(a, b).warnings
+    disturbed = [w for w in warnings if "was disturbed" in w]
+    assert len(disturbed) == 1 and disturbed[0].startswith("B was disturbed: threads waited for a CPU"), warnings
+    assert "65%" in disturbed[0] and "diff two runs made on a quiet machine" in disturbed[0]
+
+
 def test_an_unprofiled_side_compares_throughput_and_settings_only():
     a, b = before_and_after(decodes=True)
     b.collection = None

@@ -252,6 +252,12 @@ def test_the_script_is_inline_and_fetches_nothing():
     assert "href" not in doc
 
 
+def test_the_buttons_say_what_they_do():
+    doc = svg.render(basic(), "t", "samples")
+    labels = re.findall(r'<g id="(\w+)" class="btn[^"]*">(?:<title>[^<]*</title>)?<text[^>]*>([^<]*)</text>', doc)
+    assert dict(labels) == {"unzoom": "Reset Zoom", "search": "Search", "ic": "ignore case"}
+
+
 @needs_node
 def test_the_script_is_valid_javascript(tmp_path: Path):
     js = tmp_path / "flame.js"

@@ -239,6 +239,43 @@ def test_tokens_chart_has_a_bar_per_configuration_with_its_standard_deviation():
     assert float(two.get("width", "nan")) / px_per_token == pytest.approx(20.0, rel=1e-3)
 
 
+def _page_of(sweep) -> str:
+    out = io.StringIO()
+    get_output("html", "sweep").write(SweepSource(sweep), out, OutputOptions())
+    return out.getvalue()
+
+
+def test_an_error_bar_stops_at_zero_tokens_per_s():
+    """threads=1 at 2, 4 and 30 tokens/s: a standard deviation (15.6) larger than its mean (12); its
+    error bar starts at the axis' 0, not left of it."""
+    sweep = make_sweep()
+    for run, tps in zip([r for r in sweep.runs if r.config == 0], (2.0, 4.0, 30.0), strict=True):
+        assert run.metrics is not None
+        run.metrics.tokens_per_s = tps
+    chart = charts(_page_of(sweep))["tokens-per-s"]
+    bar = next(b for b in marks(chart) if b.get("data-config") == "threads=1")
+    line = next(g for g in chart.iter(f"{SVG}g")
+                if g.get("class") == "errorbar" and g.get("data-config") == "threads=1")
+    err = next(el for el in line if el.get("class") == "errorbar-line")
+    assert float(err.get("x1", "nan")) == pytest.approx(float(bar.get("x", "nan")))
+
+
+def test_one_configurations_outliers_do_not_flatten_the_others_boxes():
+    """threads=2 has a 5 s step among its 50 ms ones: the axis ends near the boxes, not at 5 s, so
+    threads=1's box (71-101 ms) stays wide; the outlier is an arrow at the axis' edge."""
+    sweep = make_sweep()
+    outlier = next(r for r in sweep.runs if r.config == 1)
+    assert outlier.metrics is not None
+    outlier.metrics.step_ms = [50.0] * 60 + [5000.0]
+    chart = charts(_page_of(sweep))["step-distribution"]
+    box = next(b for b in marks(chart) if b.get("data-config") == "threads=1")
+    rect = next(el for el in box if el.tag == f"{SVG}rect")
+    assert float(rect.get("width", "nan")) > 15  # at 5 s full scale it would be under 3 px
+    arrows = [el for el in chart.iter(f"{SVG}path") if el.get("class") == "beyond"]
+    assert len(arrows) == 1
+    assert "beyond the axis" in "".join(chart.itertext())
+
+
 def test_step_distribution_pools_each_configurations_steps():
     chart = charts(comparison_page())["step-distribution"]
     boxes = {b.get("data-config"): b for b in marks(chart)}

@@ -222,3 +222,23 @@ def test_background_threads_are_one_row_per_kind():
     assert keys == ["cpu_0", "cpu_1", "cpu_7", "cpu_background"]
     row = next(r for r in ops.rows if r["op"] == profile.ops[0].name and r["inputs"] == inputs_text(profile.ops[0]))
     assert row["cpu_background"] == 5 * (MS // 10)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 100, 257])
+def test_step_percentiles_are_numpys_linear_ones_without_numpy(n: int):
+    """Known answer: numpy's percentile (what the figures were before); computed in plain Python, as
+    it runs inside a profiled decode."""
+    import random
+
+    import numpy as np
+
+    from cpuprof.workload.figures import percentile
+
+    rng = random.Random(n)
+    values = [rng.uniform(0.001, 0.05) for _ in range(n)]
+    for q in (0, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12)
+    figures = step_figures([1.0, *values], warmup=1, batch=2)
+    assert figures is not None and figures.measured_steps == n
+    assert figures.tokens_per_s == pytest.approx(2 * n / sum(values))
+    assert figures.p99_ms == pytest.approx(float(np.percentile(values, 99)) * 1e3)

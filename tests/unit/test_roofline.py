@@ -466,6 +466,24 @@ def test_svg_extreme_values_stay_inside_the_chart(scale: float) -> None:
         assert 0 <= cx <= width and 0 <= cy <= height and r > 0
 
 
+def test_labels_of_points_at_one_intensity_do_not_overlap() -> None:
+    """Six GEMVs of one intensity and nearly one speed (a decode's projections): their circles pile up;
+    their labels are moved apart or left out (the tooltips name them), never drawn over each other."""
+    ops = [op(k, "aten::mm", [t("bf16", 1, 2048), t("bf16", 2048, 1024 * k)], 40 * k * MS) for k in range(1, 7)]
+    root = parse(roofline_svg.render(gemm_groups(profile(ops)), roofs(), "one intensity"))
+    assert len(circles(root)) == 6
+    labels = [el for el in root.iter(f"{SVG}text") if el.get("class") == "point-label"]
+    assert labels
+    boxes = []
+    for el in labels:
+        x, y, width = float(el.get("x", "nan")), float(el.get("y", "nan")), len(el.text or "") * 6.0
+        x0 = x if el.get("text-anchor") == "start" else x - width
+        boxes.append((x0, x0 + width, y - 10, y + 2))
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not (a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]), (a, b)
+
+
 def test_svg_with_no_groups() -> None:
     root = parse(roofline_svg.render([], roofs(), "empty"))
     assert circles(root) == []

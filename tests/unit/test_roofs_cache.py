@@ -214,6 +214,44 @@ def test_roofs_without_memory_bandwidth_are_not_cached(cache_dir: Path, measure:
     assert not (cache_dir / "roofs.json").exists()
 
 
+def test_roofs_measured_on_a_busy_machine_are_used_said_and_not_cached(cache_dir: Path, measure: FakeMeasure,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    """Their threads waited for a CPU 30% of the calibration: the roofs are low. This run uses them and
+    its report says so; nothing is cached, so the next run measures again. A quiet calibration (2%)
+    is cached as ever."""
+    from cpuprof.analysis.roofs import roofs_lines
+
+    def busy(*args, **kwargs) -> MachineRoofs:
+        result = measure(*args, **kwargs)
+        result.run_queue_share = 0.30
+        return result
+
+    monkeypatch.setattr(roofs, "calibrate", busy)
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert measured.memory_gb_per_s() is not None and not (cache_dir / "roofs.json").exists()
+    (warning,) = warnings
+    assert "busy while the roofs were measured" in warning and "30%" in warning and "not cached" in warning
+    lines = roofs_lines(measured)
+    assert "(not cached: the machine was busy)" in lines[0]
+    assert any("waited for a CPU 30% of the time" in line and "measure them again" in line for line in lines)
+
+    monkeypatch.setattr(roofs, "calibrate", measure)
+    quiet, warnings = roofs.ensure(2, [0, 1])
+    assert warnings == [] and (cache_dir / "roofs.json").exists()
+    assert quiet.run_queue_share is None or quiet.run_queue_share <= 0.10
+
+
+def test_the_calibrations_run_queue_delay_is_read_from_schedstat(tmp_path: Path):
+    """Known answer from a fake /proc/self/task: two threads' second schedstat field, summed; a thread
+    whose file cannot be read is left out; nothing readable is None."""
+    for tid, line in (("10", "900 250 7\n"), ("11", "50 750 3\n"), ("12", "garbage\n")):
+        (tmp_path / tid).mkdir()
+        (tmp_path / tid / "schedstat").write_text(line)
+    assert roofs.process_run_delay_ns(tmp_path) == 1000
+    assert roofs.process_run_delay_ns(tmp_path / "missing") is None
+    assert isinstance(roofs.process_run_delay_ns(), int)  # this process's own, from the real kernel
+
+
 def test_cache_keeps_the_newest_entries(cache_dir: Path, measure: FakeMeasure, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(roofs, "MAX_CACHE_ENTRIES", 3)
     for threads in range(1, 6):

@@ -170,6 +170,13 @@ def prefill_figures(profile: Profile, groups: list[GemmGroup]) -> PrefillFigures
         at_roof_ns=at_roof_ns, compute_gflop_per_s=roofs.compute_gflop_per_s(wl.model.dtype) if roofs else None)
 
 
+def above_the_roof(what: str) -> str:
+    """Why a share of a measured roof can pass 100%, and what to do: a roof is a measurement too."""
+    return (f"{what} above 100%: the run went faster than the roof measured for its launch, so that roof is low "
+            "(measured at a busy moment, or below what this kernel and size reach: a small model's weights partly "
+            "stay in the caches); re-measure it with `python -m cpuprof calibrate` and the same launch options")
+
+
 def ceiling_section(profile: Profile) -> Section | None:
     wl = profile.workload
     if wl is None or profile.roofs is None:
@@ -187,10 +194,15 @@ def ceiling_section(profile: Profile) -> Section | None:
     lines = [f"ceiling {fmt_rate(ceiling.ceiling_tokens_per_s)} tokens/s: {fmt_bytes(ceiling.bytes_per_token)} read "
              f"per token at the measured {ceiling.bandwidth_gb_per_s:.1f} GB/s; measured "
              f"{fmt_rate(ceiling.tokens_per_s)} tokens/s = {fmt_percent(ceiling.share)} of it"]
+    if ceiling.share > 1:
+        lines.append(above_the_roof("the share of the ceiling is"))
     if ceiling.kernel_ceiling_tokens_per_s:
+        kernel_share = ceiling.tokens_per_s / ceiling.kernel_ceiling_tokens_per_s
         lines.append(f"at the best GEMV bandwidth torch itself reaches in {wl.model.dtype} (the kernel roof) the "
                      f"ceiling is {fmt_rate(ceiling.kernel_ceiling_tokens_per_s)} tokens/s: "
-                     f"{fmt_percent(ceiling.tokens_per_s / ceiling.kernel_ceiling_tokens_per_s)} of it reached")
+                     f"{fmt_percent(kernel_share)} of it reached")
+        if kernel_share > 1 >= ceiling.share:
+            lines.append(above_the_roof("the share of the kernel roof's ceiling is"))
     tables = []
     if ceiling.parts:
         columns = [Column("part", "where a decode step's time goes"),

@@ -371,6 +371,13 @@ def comparison_report(comparison: Comparison, directory: str | None = None) -> R
         elif v.best.index != v.other.index:
             lines.append("No measured figure differs enough between them to explain it (all within "
                          f"{fmt_percent(MIN_EXPLAINING_CHANGE)} of each other).")
+    over = [s.config.label for s in summaries if (s.metrics.get("bandwidth_share") or 0) > 1]
+    if over:
+        from .ceiling import above_the_roof
+
+        lines.append("Each configuration's share of the memory-bandwidth ceiling is against its own launch's roof "
+                     f"(measured under its threads and binding). {', '.join(over)}: "
+                     + above_the_roof("a share"))
     order = "interleaved: every round runs each configuration once, starting one later each round"
     lines.append(f"Runs: {planned} planned, {finished} finished, in rotated rounds ({order}), each a fresh process.")
     # The all-reduce column only where a configuration has tensor-parallel ranks: elsewhere it is 0 throughout.

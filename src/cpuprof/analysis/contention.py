@@ -272,9 +272,14 @@ def analyse(profile: Profile) -> Contention | None:
     else:
         why = omp.info.error if omp is not None and omp.info.error else (
             "the OpenMP runtime here (GNU libgomp) never calls an OMPT tool")
-        method_text = ("samples: spin = a thread's sampled CPU time inside the OpenMP runtime while the op ran; "
-                       f"sleep = the op's wall time the thread was off CPU ({why}; `decode --omp intel` gives exact "
-                       "barrier and lock waits through OMPT)")
+        if profile.sampling is None:
+            method_text = ("counters (exact mode): sleep = the op's wall time the thread was off CPU (its CPU time "
+                           "read at the op's ends); spin is not measured: it needs samples (the default sampled "
+                           f"mode) or OMPT ({why}; `decode --omp intel` gives exact barrier and lock waits)")
+        else:
+            method_text = ("samples: spin = a thread's sampled CPU time inside the OpenMP runtime while the op ran; "
+                           f"sleep = the op's wall time the thread was off CPU ({why}; `decode --omp intel` gives "
+                           "exact barrier and lock waits through OMPT)")
         blind = ["barrier kinds and lock waits (no OMPT)", "serial time within an op",
                  "run-queue delay per op: estimated, each thread's (schedstat) spread over the ops in proportion "
                  "to its time off CPU in them"]

@@ -24,6 +24,7 @@ from .gemm import gemm_work, is_gemm_like
 from .labels import inputs_text
 from .report_model import Column, Report, Section, Table
 from .roofline import GemmGroup, gemm_groups
+from .threads import run_queue_warning
 
 # perf's software clocks count nanoseconds; every other event is a count.
 TIME_EVENTS = ("task-clock", "cpu-clock")
@@ -267,6 +268,11 @@ def _warnings(cmp: ProfileDiff) -> list[str]:
             out.append(f"{label} is PARTIAL: {p.status.reason or 'the run did not finish'}")
         if not p.profiled:
             out.append(f"{label} was not profiled: it has no ops, threads or counters to compare")
+        disturbed = run_queue_warning(p) if p.profiled else None
+        if disturbed is not None:
+            # Another process on its CPUs makes a side slower for reasons that are not its settings.
+            out.append(f"{label} was disturbed: {disturbed[0].lower()}{disturbed[1:]} Its changes below are partly "
+                       "the machine's, not the settings'; diff two runs made on a quiet machine")
     differences = _workload_differences(cmp)
     if differences:
         out.append(f"A and B ran different workloads ({'; '.join(differences)}): not every change below comes "

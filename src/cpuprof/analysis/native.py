@@ -173,8 +173,10 @@ def native_section(summary: NativeSummary | None) -> Section | None:
                      "samples; " + ", ".join(f"{reason}: {fmt_percent(share)}"
                                              for reason, share in summary.unwind_shares.items()))
     if summary.unnamed_jit:
-        notes.append("code generated at run time (oneDNN's JIT kernels) is unnamed: set ONEDNN_JIT_PROFILE=2 before "
-                     "the first matmul (cpuprof's launches do) so oneDNN writes a perf map of its kernels")
+        notes.append("some code generated at run time is unnamed: no perf map names it. cpuprof's launches (decode, "
+                     "run) set ONEDNN_JIT_PROFILE=2, so the kernels of torch's own oneDNN are named; unnamed ones come "
+                     "from another JIT (MKL's, or a library's own copy of oneDNN, as vLLM's), or from a profile made "
+                     "without a cpuprof launch (then set ONEDNN_JIT_PROFILE=2 before the first matmul)")
     if s.unresolved_frames:
         notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
     return Section("native", "Native code (from the samples' stacks)", lines,

@@ -3,8 +3,9 @@ judged against, with the spread that says how much to trust them."""
 
 from __future__ import annotations
 
+from .. import defaults
 from ..model import MachineRoofs, Profile, format_cpulist
-from ..units import fmt_bytes
+from ..units import fmt_bytes, fmt_percent
 from .report_model import Column, Section, Table
 
 
@@ -44,8 +45,10 @@ def roofs_table(roofs: MachineRoofs) -> Table:
 
 
 def roofs_lines(roofs: MachineRoofs) -> list[str]:
+    busy = roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE
+    kept = "not cached: the machine was busy" if busy else "now cached"
     origin = (f"from the cache (measured {roofs.measured[:16].replace('T', ' ')} UTC in {roofs.seconds:.1f} s)"
-              if roofs.from_cache else f"measured for this run in {roofs.seconds:.1f} s (now cached)")
+              if roofs.from_cache else f"measured for this run in {roofs.seconds:.1f} s ({kept})")
     fp = roofs.fingerprint
     machine = ", ".join(f"{k} {v}" for k, v in fp.items())
     lines = [f"{origin}, at {_threads(roofs.threads)} on CPUs {format_cpulist(roofs.cpus)}; {machine}"]
@@ -53,6 +56,10 @@ def roofs_lines(roofs: MachineRoofs) -> list[str]:
     if bw is not None:
         lines.append(f"memory roof {bw:.1f} GB/s (STREAM triad: 3 arrays' bytes per pass, write-allocate "
                      "traffic not counted, as STREAM counts)")
+    if roofs.run_queue_share is not None:
+        lines.append(f"while measuring, its threads waited for a CPU {fmt_percent(roofs.run_queue_share)} of the time "
+                     "(run-queue delay: another process on these CPUs)"
+                     + ("; these roofs are low: measure them again on a quiet machine" if busy else ""))
     lines += [f"not measured: {e}" for e in roofs.errors]
     return lines
 

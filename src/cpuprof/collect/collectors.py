@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import defaults
-from ..model import DroppedEvent, Meta, OmptInfo, OpenMPWaits, Profile
+from ..model import SAMPLED, DroppedEvent, Meta, OmptInfo, OpenMPWaits, Profile
 from .build import build_profile
 from .modules import ModuleRegions, attribute_names
 
@@ -69,8 +69,9 @@ class NativeSession:
 
     def start(self) -> None:
         s = self.settings
-        # Samples one by one for the timeline, and for py-spy's stacks where py-spy runs.
-        keep = s.span_capacity > 0 or (self.python is not None and self.python.recording)
+        # Samples one by one, the newest TIMELINE_SAMPLES (4 MB at most), in every sampled profile: the
+        # threads' busy-over-time chart needs them, as do a trace and py-spy's stacks.
+        keep = s.mode == SAMPLED or s.span_capacity > 0 or (self.python is not None and self.python.recording)
         dropped = self.nat.start(
             s.events, mode=self.nat.CountingMode.__members__[s.mode], record_shapes=s.record_shapes,
             sample_hz=s.sample_hz, stack_bytes=s.stack_bytes,

@@ -108,6 +108,18 @@ def check_op_counters(op_capacity: int, n_events: int) -> None:
                          f"so a thread's counters stay within 16 MiB: lower the op capacity or the events")
 
 
+def launch_command() -> list[str]:
+    """The command the user typed, where cpuprof's launcher started this process (an environment
+    variable it set, so read as untrusted: a list of strings, or nothing)."""
+    import json
+
+    try:
+        command = json.loads(os.environ.get(defaults.COMMAND_ENV, "[]"))
+    except (ValueError, RecursionError):
+        return []
+    return command if isinstance(command, list) and all(isinstance(c, str) for c in command) else []
+
+
 class profile:
     """Profiles every ATen op, with counters of every thread of the process.
 
@@ -205,6 +217,7 @@ class profile:
             created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             cpuprof_version=__version__, torch_version=torch.__version__, python=sys.version.split()[0],
             hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv), ppid=os.getppid(),
+            command=launch_command(),
         )
         core, collectors = self._make_collectors(nat, meta)
         start_all(collectors)

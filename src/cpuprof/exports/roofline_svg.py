@@ -237,8 +237,30 @@ def _roofs(axes: _Axes, bw: float | None, peaks: dict[str, float], kernels: dict
     return out
 
 
+LABEL_HEIGHT_PX = 12
+
+
+def _place_label(cx: float, cy: float, radius: float, width: float, axes: _Axes,
+                 placed: list[tuple[float, float, float, float]]) -> tuple[str, float, float] | None:
+    """Where a circle's label goes: right of it, else left, at its height or moved up or down a line
+    or two, the first place that overlaps no label already placed; None where there is none (GEMMs
+    of one intensity pile up: their tooltips still name them)."""
+    for dy in (0, -LABEL_HEIGHT_PX, LABEL_HEIGHT_PX, -2 * LABEL_HEIGHT_PX, 2 * LABEL_HEIGHT_PX):
+        for anchor in ("start", "end"):
+            x0 = cx + radius + 3 if anchor == "start" else cx - radius - 3 - width
+            if x0 < axes.left or x0 + width > axes.right:
+                continue
+            y = cy + 4 + dy
+            box = (x0, x0 + width, y - LABEL_HEIGHT_PX + 2, y + 2)
+            if not any(box[0] < b[1] and b[0] < box[1] and box[2] < b[3] and b[2] < box[3] for b in placed):
+                placed.append(box)
+                return anchor, (x0 if anchor == "start" else x0 + width), y
+    return None
+
+
 def _points(axes: _Axes, points: list[GemmGroup], colour: dict[str, str]) -> list[str]:
     out = []
+    placed: list[tuple[float, float, float, float]] = []
     longest = max((g.time_ns for g in points), default=1)
     # Biggest first, so small circles stay on top and hoverable.
     for group in sorted(points, key=lambda g: g.time_ns, reverse=True):
@@ -252,13 +274,11 @@ def _points(axes: _Axes, points: list[GemmGroup], colour: dict[str, str]) -> lis
         label = group.shape_text
         if len(label) > LABEL_CHARS:
             label = label[:LABEL_CHARS - 1] + "…"
-        # Right of the circle, or left of it where the label would run into the legend.
-        if cx + radius + 3 + len(label) * LABEL_CHAR_PX > axes.right:
-            anchor, lx = "end", cx - radius - 3
-        else:
-            anchor, lx = "start", cx + radius + 3
-        out.append(f'<text x="{lx:.1f}" y="{cy + 4:.1f}" font-size="10" fill="#333" text-anchor="{anchor}">'
-                   f'{escape(label)}</text>')
+        where = _place_label(cx, cy, radius, len(label) * LABEL_CHAR_PX, axes, placed)
+        if where is not None:
+            anchor, lx, ly = where
+            out.append(f'<text class="point-label" x="{lx:.1f}" y="{ly:.1f}" font-size="10" fill="#333" '
+                       f'text-anchor="{anchor}">{escape(label)}</text>')
     return out
 
 

@@ -206,7 +206,7 @@ def _header(out: list[str], width_px: int, title: str, subtitle: str, note: str,
                    '(Ctrl-F or F3; Escape clears)</title>'
                    f'<text x="{right}" y="24" text-anchor="end">Search</text></g>\n')
         out.append('<g id="ic" class="btn"><title>Toggle case-insensitive search</title>'
-                   f'<text x="{right - 6 * CHAR_PX - 14:.0f}" y="24" text-anchor="end">ic</text></g>\n')
+                   f'<text x="{right - 6 * CHAR_PX - 14:.0f}" y="24" text-anchor="end">ignore case</text></g>\n')
     y = 24
     for line in (subtitle, note):
         if line:

@@ -68,13 +68,14 @@ class DecodeRun(ChildRun):
             self.stage = "reading the settings in force"
             self.read_settings()  # after torch and its OpenMP runtime are loaded
             return
-        model = self.build()
-        self.mark_memory("built")
-        self.stage = "reading the settings in force"
-        self.read_settings(model.parameter_tensors())
-        self.calibrate()
-        self.compile(model)
-        self.wait_for_ranks()
+        with self.progress.keep_alive():  # nothing is profiled before decoding starts
+            model = self.build()
+            self.mark_memory("built")
+            self.stage = "reading the settings in force"
+            self.read_settings(model.parameter_tensors())
+            self.calibrate()
+            self.compile(model)
+            self.wait_for_ranks()
         self.decode(model)
 
     # -- steps ----------------------------------------------------------------------------------

@@ -105,12 +105,13 @@ def process_meta() -> Meta:
     import socket
 
     from .. import __version__
+    from ..collect.session import launch_command
 
     torch = sys.modules.get("torch")
     return Meta(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 cpuprof_version=__version__, torch_version=getattr(torch, "__version__", None),
                 python=sys.version.split()[0], hostname=socket.gethostname(), pid=os.getpid(), argv=list(sys.argv),
-                ppid=os.getppid())
+                ppid=os.getppid(), command=launch_command())
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -309,7 +310,8 @@ class ChildRun:
             self.handle_signals()
             self.steps()
             try:
-                self.save(complete=True)
+                with self.progress.keep_alive():  # the profile is stopped: saving is not profiled
+                    self.save(complete=True)
             except OSError as exc:
                 return self.not_saved(exc)
             return exit_codes.OK

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 import os
 import signal
@@ -25,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import exit_codes
+from .. import defaults, exit_codes
 from ..errors import ChildFailed, UsageError
 from ..machine.topology import read_topology
 from ..model import PROFILE_FILENAME, Profile
+from ..safe_text import printable
 from ..workload.dtypes import check_dtype, dtype_bytes
 from . import environment
 from .child_run import LAUNCH_FILENAME, REMOVE_PERF_MAP, perf_map_path, write_launch_file
@@ -65,12 +67,19 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
         raise UsageError(f"{flag} {path}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: {existing} is not writable")
+    # Directories above the one asked for that do not exist are made too, and said: a typo in a path
+    # is then seen, not silently made into a tree.
+    missing = [parent for parent in path.parents if not parent.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".cpuprof-write-test-"):
             pass
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from exc
+    if missing:
+        made = ", ".join(printable(str(p)) for p in reversed(missing))
+        print(f"cpuprof: note: {flag} {printable(str(path))}: made the directories above it that did not exist "
+              f"({made})", file=sys.stderr)
 
 
 def _available_memory(mem_nodes: list[int]) -> int:
@@ -200,6 +209,7 @@ def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: P
         # the child removes the map when it has read it.
         env["ONEDNN_JIT_PROFILE"] = "2"
         env[REMOVE_PERF_MAP] = "1"
+    env[defaults.COMMAND_ENV] = json.dumps(["python", "-m", "cpuprof", *sys.argv[1:]])
     env.update(extra_env or {})
     log_file = open(log, "w") if log is not None else None  # noqa: SIM115 (the child keeps its own copy)
     try:

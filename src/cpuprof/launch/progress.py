@@ -8,8 +8,11 @@ never flooded.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from .. import defaults
@@ -22,6 +25,8 @@ class Progress:
         self.interval_s = interval_s
         self._phase: str | None = None
         self._last_plain = 0.0
+        self._last_text = ""
+        self._lock = threading.Lock()  # keep_alive's thread writes too
 
     def show(self, text: str, phase: str | None = None) -> None:
         """A status update; ``phase`` names the step it belongs to (a new phase always prints)."""
@@ -29,18 +34,51 @@ class Progress:
             self.stream.write(f"\r\033[K{text}")
             self.stream.flush()
             return
-        now = time.monotonic()
-        if phase != self._phase or now - self._last_plain >= self.interval_s:
-            self._phase = phase
-            self._last_plain = now
-            self.stream.write(f"cpuprof: {text}\n")
-            self.stream.flush()
+        with self._lock:
+            now = time.monotonic()
+            self._last_text = text
+            if phase != self._phase or now - self._last_plain >= self.interval_s:
+                self._phase = phase
+                self._plain(text)
 
     def done(self, text: str) -> None:
         """Ends the current phase with a line that stays."""
         self._phase = None
         if self.tty:
             self.stream.write(f"\r\033[K{text}\n" if text else "\r\033[K")
+            self.stream.flush()
         elif text:
-            self.stream.write(f"cpuprof: {text}\n")
+            with self._lock:
+                self._last_text = text
+                self._plain(text)
+
+    def _plain(self, text: str) -> None:
+        self._last_plain = time.monotonic()
+        self.stream.write(f"cpuprof: {text}\n")
         self.stream.flush()
+
+    @contextlib.contextmanager
+    def keep_alive(self) -> Iterator[None]:
+        """Around work that can say nothing for long (building a model, measuring roofs, saving): in a
+        log, a line at least every ``interval_s`` saying what is still under way and for how long. It
+        is a thread: only around work that is not profiled (it would be one of the profile's threads)."""
+        if self.tty:
+            yield
+            return
+        stop = threading.Event()
+        began = time.monotonic()
+
+        def beat() -> None:
+            while not stop.wait(self.interval_s / 4):
+                with self._lock:
+                    if time.monotonic() - self._last_plain >= self.interval_s:
+                        doing = self._last_text.removesuffix(" ...") or "working"
+                        self._plain(f"still {doing} ({time.monotonic() - began:.0f} s)")
+
+        thread = threading.Thread(target=beat, name="cpuprof-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()

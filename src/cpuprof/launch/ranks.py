@@ -257,7 +257,8 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
     run.save(out_dir)
     for stale in out_dir.glob(f"{START_BARRIER_PREFIX}*"):
         stale.unlink()  # an earlier group's marks in this directory would open the barrier early
-    log_relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"rank 0 of {n}")
+    member = "instance" if mode == "instances" else "rank"  # independent decodes are not ranks of a group
+    log_relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"{member} 0 of {n}")
     with parent.Supervision() as group:
         for p in prepared:
             env = {"RANK": str(p.place.rank), "LOCAL_RANK": str(p.place.rank), "WORLD_SIZE": str(n),
@@ -273,17 +274,17 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
         entry = run.ranks[p.place.rank]
         entry.returncode = e.returncode
         entry.ended_s = round(e.ended_s, 3)
-        entry.failure = parent.failure_message(outcome, child=f"rank {p.place.rank}")
+        entry.failure = parent.failure_message(outcome, child=f"{member} {p.place.rank}")
         if entry.failure is None:
             continue
         if outcome.interrupted:
             run.interrupted = True  # "rank K was interrupted; ..."
         elif e.stopped_by is not None and first is not None:
-            entry.failure = (f"rank {p.place.rank} was still running {timeout_s:g} s after rank {first.index} "
-                             f"failed and was stopped ({e.stopped_by})")
+            entry.failure = (f"{member} {p.place.rank} was still running {timeout_s:g} s after {member} "
+                             f"{first.index} failed and was stopped ({e.stopped_by})")
         elif e.returncode in exit_codes.REPORTED_BY_CHILD:
             own = _last_error_line(p.directory / CHILD_LOG)
-            entry.failure = f"rank {p.place.rank}: {own}" if own else entry.failure
+            entry.failure = f"{member} {p.place.rank}: {own}" if own else entry.failure
     run.finished = True
     run.save(out_dir)
     return run

@@ -16,12 +16,13 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import __version__, exit_codes
+from .. import __version__, defaults, exit_codes
 from ..errors import CpuprofError, FileFormatError, UsageError
 from ..model.codec import from_json, to_json
 from ..model.compare import (
@@ -35,6 +36,7 @@ from ..model.compare import (
 )
 from ..model.io import file_in
 from ..options_spec import SWEEPS, Option
+from ..safe_text import printable
 from . import parent
 from .options import DecodeOptions
 
@@ -300,6 +302,49 @@ class _SweepSignals:
             raise KeyboardInterrupt
 
 
+class Heartbeat:
+    """While a run's child works, its output going to its log, a line at least every ``interval_s``
+    with the last progress line the log has and the time so far: a piped compare is never silent for
+    long (a compiled configuration decodes for minutes)."""
+
+    def __init__(self, what: str, run_dir: Path, report: Callable[[str], None],
+                 interval_s: float = defaults.PROGRESS_PLAIN_INTERVAL_S) -> None:
+        self.what, self.run_dir, self.report, self.interval_s = what, run_dir, report, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="cpuprof-heartbeat", daemon=True)
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            said = last_progress_line([self.run_dir / CHILD_LOG, self.run_dir / "rank-0" / CHILD_LOG])
+            self.report(f"cpuprof: {self.what}: {said or 'starting'} ({time.monotonic() - self._started:.0f} s)")
+
+
+def last_progress_line(logs: list[Path], tail_bytes: int = 8192) -> str | None:
+    """The last ``cpuprof: `` line of the first of ``logs`` that exists (a child's progress, plain in a
+    log), without the prefix; read as untrusted text (the log holds the program's output too)."""
+    for log in logs:
+        try:
+            with log.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        for line in reversed(text.splitlines()):
+            if line.startswith("cpuprof: ") and not line.startswith(("cpuprof: error", "cpuprof: warning")):
+                return printable(line.removeprefix("cpuprof: "))[:200]
+        return None
+    return None
+
+
 def run_sweep(comparison: Comparison, out_dir: Path,
               report_progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C or SIGTERM."""
@@ -316,7 +361,8 @@ def run_sweep(comparison: Comparison, out_dir: Path,
             run_dir = out_dir / f"config-{config + 1:02d}" / f"run-{repetition}"
             try:
                 signals.raising = True
-                record = run_one(comparison, config, repetition, out_dir)
+                with Heartbeat(what, run_dir, report_progress):
+                    record = run_one(comparison, config, repetition, out_dir)
                 signals.raising = False
             except KeyboardInterrupt:
                 record = SweepRun(config=config, repetition=repetition, status="interrupted", out_dir=str(run_dir))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import defaults
 from ..errors import FileFormatError, NativeModuleError
 from ..model.codec import DecodeError, from_json, to_json
 from ..model.io import parse_json, read_regular_file
@@ -316,6 +317,7 @@ def calibrate(
     torch_threads = torch.get_num_threads()
     if torch_threads != threads:
         torch.set_num_threads(threads)  # torch's GEMMs must run on the team being calibrated
+    delay_before = process_run_delay_ns()
     try:
         for kernel in STREAM_ARRAYS:
             try:
@@ -336,7 +338,28 @@ def calibrate(
         if torch_threads != threads:
             torch.set_num_threads(torch_threads)
     roofs.seconds = time.perf_counter() - started
+    delay_after = process_run_delay_ns()
+    if delay_before is not None and delay_after is not None and roofs.seconds > 0:
+        roofs.run_queue_share = max(0, delay_after - delay_before) / 1e9 / (roofs.seconds * threads)
     return roofs
+
+
+def process_run_delay_ns(task_dir: str | Path = "/proc/self/task") -> int | None:
+    """The run-queue delay of this process's threads so far (schedstat's second field: time runnable
+    but waiting for a CPU), summed; None where schedstat cannot be read."""
+    total, read = 0, False
+    try:
+        tasks = os.listdir(task_dir)
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            fields = Path(task_dir, tid, "schedstat").read_text().split()
+            total += int(fields[1])
+            read = True
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended while we looked, or a kernel without schedstat
+    return total if read else None
 
 
 # --- the cache -----------------------------------------------------------------------------------
@@ -452,6 +475,12 @@ def ensure(
     roofs = calibrate(threads, cpus, progress=progress)
     if roofs.memory_gb_per_s() is None:
         warnings.append("roofs without a memory bandwidth are not cached; they will be measured again next time")
+    elif roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE:
+        # A roof measured while another process held the CPUs is low, and every later verdict would
+        # be judged against it: used for this run, said, never kept.
+        warnings.append(f"the machine was busy while the roofs were measured (their threads waited for a CPU "
+                        f"{roofs.run_queue_share:.0%} of the time): they are used for this run but not cached, and "
+                        "are low; measure them again on a quiet machine (python -m cpuprof calibrate)")
     else:
         problem = store(roofs)
         if problem:

@@ -39,6 +39,9 @@ class Meta:
     # What the process is to its program, for a process cpuprof run followed: its multiprocessing
     # name, the title it set itself (setproctitle), or its main module; None for the one cpuprof started.
     role: str | None = None
+    # The command the user typed to start the run (``python -m cpuprof decode ...``), where cpuprof's
+    # launcher started the process; argv is then its internal child's.
+    command: list[str] = field(default_factory=list)
 
 
 @dataclass

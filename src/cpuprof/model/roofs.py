@@ -70,6 +70,9 @@ class MachineRoofs:
     kernel: list[KernelRoof] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # what could not be measured, and why
     from_cache: bool = False  # True: read from the cache, not measured by this run
+    # How busy the machine was while measuring: the calibrating threads' time runnable but waiting for
+    # a CPU (schedstat) / (the calibration's wall time x its threads); None where it could not be read.
+    run_queue_share: float | None = None
 
     def memory_gb_per_s(self) -> float | None:
         """The memory roof: the best triad (STREAM's headline kernel), else the best copy."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..analysis.compare import ConfigSummary, StepDistribution, SweepFigures
 from ..exports.charts import BLUE, GREEN, SKY, VERMILION, Chart, esc, linear, tooltip
 from ..model.compare import Comparison
-from .html_page import Drawn, Page, figure, lines_html, section_html
+from .html_page import Drawn, Page, command_text, figure, lines_html, section_html
 
 
 def comparison_page(comparison: Comparison) -> str:
@@ -16,7 +16,7 @@ def comparison_page(comparison: Comparison) -> str:
     report = comparison_report(comparison)
     summaries = summarize_configs(comparison)
     meta = (f"sweep started {comparison.created}, cpuprof {comparison.cpuprof_version}"
-            + (f"; command: {' '.join(comparison.argv)}" if comparison.argv else ""))
+            + (f"; command: {command_text(comparison.argv)}" if comparison.argv else ""))
     page = Page(report.title, meta, list(report.warnings))
     ranking = report.section("ranking")
     page.heading(2, "verdict", "Verdict")
@@ -36,7 +36,7 @@ def comparison_page(comparison: Comparison) -> str:
 def _config_rows(summaries: list[ConfigSummary]) -> tuple[int, list[str]]:
     """The label column's width (px) and each configuration's label, cut to fit."""
     labels = [s.config.label for s in summaries]
-    width = int(min(300, max(90, 12 + 6.6 * max((len(t) for t in labels), default=8))))
+    width = int(min(420, max(90, 12 + 6.6 * max((len(t) for t in labels), default=8))))
     fit = int((width - 12) / 6.6)
     return width, [t if len(t) <= fit else t[:fit - 1] + "…" for t in labels]
 
@@ -49,8 +49,8 @@ def tokens_chart(comparison: Comparison, summaries: list[ConfigSummary]) -> Draw
     label_w, labels = _config_rows(summaries)
     row_h, gap = 24, 10
     height = 36 + len(summaries) * (row_h + gap) + 46
-    c = Chart("tokens-per-s", 900, height, "Decode tokens/s by configuration, mean ± standard deviation",
-              margins=(label_w + 10, 150, 36, 46))
+    c = Chart("tokens-per-s", max(900, label_w + 700), height,
+              "Decode tokens/s by configuration, mean ± standard deviation", margins=(label_w + 10, 150, 36, 46))
     hi = max(s.tokens_per_s.mean + (s.tokens_per_s.std if s.tokens_per_s.n > 1 else 0.0) for s in summaries if s.ok)
     x = linear(0, hi, c.x0, c.x1, ticks=8)
     c.y1 = c.y0 + len(summaries) * (row_h + gap)
@@ -78,7 +78,7 @@ def tokens_chart(comparison: Comparison, summaries: list[ConfigSummary]) -> Draw
                f"{tooltip(tip)}</rect>")
         text_x = x(tps.mean)
         if tps.n > 1:
-            lo, hi_ = x(tps.mean - tps.std), x(tps.mean + tps.std)
+            lo, hi_ = x(max(0.0, tps.mean - tps.std)), x(tps.mean + tps.std)  # tokens/s are never below 0
             c.add(f'<g class="errorbar" data-config="{esc(s.config.label)}" stroke="#222" stroke-width="1.3">'
                   f'<line class="errorbar-line" x1="{lo:.2f}" y1="{mid:.1f}" x2="{hi_:.2f}" y2="{mid:.1f}"/>'
                   f'<line x1="{lo:.2f}" y1="{mid - 6:.1f}" x2="{lo:.2f}" y2="{mid + 6:.1f}"/>'
@@ -103,9 +103,14 @@ def step_distribution_chart(summaries: list[ConfigSummary], distributions: list[
     label_w, labels = _config_rows(summaries)
     row_h, gap = 20, 14
     height = 36 + len(summaries) * (row_h + gap) + 46
-    c = Chart("step-distribution", 900, height, "Decode step latency by configuration",
+    c = Chart("step-distribution", max(900, label_w + 700), height, "Decode step latency by configuration",
               margins=(label_w + 10, 190, 36, 46))  # right: room for "p50 1,234.56, p99 1,234.56 ms"
-    x = linear(0, max(d.slowest_ms for d in steps.values()), c.x0, c.x1, ticks=8)
+    # The axis ends near the slowest p99, and no further than 4x the widest box's end: one configuration's
+    # outliers (a p99 or a slowest step far out) would otherwise flatten every box to a line. What lies
+    # beyond is drawn as an arrow at the edge; its value is in the row's label and its tooltip.
+    axis_ms = min(max(d.p99_ms for d in steps.values()), 4 * max(d.p75_ms for d in steps.values())) * 1.05
+    x = linear(0, axis_ms, c.x0, c.x1, ticks=8)
+    beyond = False
     c.y1 = c.y0 + len(summaries) * (row_h + gap)
     c.x_axis(x, "decode step latency (ms)", grid=True)
     for r, (s, text) in enumerate(zip(summaries, labels, strict=True)):
@@ -121,15 +126,24 @@ def step_distribution_chart(summaries: list[ConfigSummary], distributions: list[
         lo, q1, p50, q3, p99, hi = d.fastest_ms, d.p25_ms, d.p50_ms, d.p75_ms, d.p99_ms, d.slowest_ms
         tip = (f"{s.config.label}: {d.steps} steps; fastest {lo:.2f} ms, p25 {q1:.2f}, p50 {p50:.2f}, "
                f"p75 {q3:.2f}, p99 {p99:.2f}, slowest {hi:.2f} ms")
-        parts = [f'<line x1="{x(lo):.2f}" y1="{mid:.1f}" x2="{x(p99):.2f}" y2="{mid:.1f}" stroke="#333"/>',
-                 f'<line class="p99" x1="{x(p99):.2f}" y1="{top + 3:.1f}" x2="{x(p99):.2f}" y2="{top + row_h - 3:.1f}" '
-                 f'stroke="{VERMILION}" stroke-width="2"/>',
-                 f'<rect x="{x(q1):.2f}" y="{top:.1f}" width="{max(x(q3) - x(q1), 1):.2f}" height="{row_h}" '
+        def at(ms: float) -> float:
+            return x(min(ms, axis_ms))
+
+        parts = [f'<line x1="{at(lo):.2f}" y1="{mid:.1f}" x2="{at(p99):.2f}" y2="{mid:.1f}" stroke="#333"/>',
+                 f'<rect x="{at(q1):.2f}" y="{top:.1f}" width="{max(at(q3) - at(q1), 1):.2f}" height="{row_h}" '
                  f'fill="{SKY}" fill-opacity="0.6" stroke="#333"/>',
-                 f'<line class="p50" x1="{x(p50):.2f}" y1="{top:.1f}" x2="{x(p50):.2f}" y2="{top + row_h:.1f}" '
+                 f'<line class="p50" x1="{at(p50):.2f}" y1="{top:.1f}" x2="{at(p50):.2f}" y2="{top + row_h:.1f}" '
                  f'stroke="#000" stroke-width="2"/>']
-        if hi > p99:
+        if p99 <= axis_ms:
+            parts.append(f'<line class="p99" x1="{x(p99):.2f}" y1="{top + 3:.1f}" x2="{x(p99):.2f}" '
+                         f'y2="{top + row_h - 3:.1f}" stroke="{VERMILION}" stroke-width="2"/>')
+        if hi > p99 and hi <= axis_ms:
             parts.append(f'<circle cx="{x(hi):.2f}" cy="{mid:.1f}" r="2.5" fill="#333"/>')
+        if hi > axis_ms:
+            beyond = True
+            edge = x(axis_ms)
+            parts.append(f'<path class="beyond" d="M{edge - 7:.2f},{mid - 5:.1f} L{edge:.2f},{mid:.1f} '
+                         f'L{edge - 7:.2f},{mid + 5:.1f} Z" fill="{VERMILION if p99 > axis_ms else "#333"}"/>')
         c.mark(f'<g class="mark" data-config="{esc(s.config.label)}" data-steps="{d.steps}" '
                f'data-p50="{p50:.6g}" data-p99="{p99:.6g}">{tooltip(tip)}' + "".join(parts) + "</g>")
         c.add(f'<text x="{c.x1 + 8}" y="{mid + 4:.1f}" class="legend">'
@@ -138,7 +152,9 @@ def step_distribution_chart(summaries: list[ConfigSummary], distributions: list[
                "25th-75th percentile"),
               ('<line x1="6" y1="-7" x2="6" y2="7" stroke="#000" stroke-width="2"/>', "p50"),
               (f'<line x1="6" y1="-7" x2="6" y2="7" stroke="{VERMILION}" stroke-width="2"/>', "p99"),
-              ('<circle cx="6" cy="0" r="2.5" fill="#333"/>', "slowest step")], c.x0, 16)
+              ('<circle cx="6" cy="0" r="2.5" fill="#333"/>', "slowest step"),
+              *([('<path d="M0,-5 L7,0 L0,5 Z" fill="#333"/>', "beyond the axis (red: its p99)")] if beyond
+                else [])], c.x0, 16)
     return c.render(), ("Every measured decode step of each configuration, pooled over its runs (warm-up steps left "
                         "out): box from the 25th to the 75th percentile, black line at p50, whisker from the fastest "
                         "step to p99 (red tick), dot at the slowest step; percentiles by linear interpolation, as "

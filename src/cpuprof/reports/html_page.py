@@ -9,6 +9,7 @@ page kinds (:mod:`.html_profile`, :mod:`.html_compare`, :mod:`.html_ranks`) add 
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -24,7 +25,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'
 STYLE = """
 body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
  color:#1d1d1f;background:#fff}
-main{max-width:1240px;margin:0 auto;padding:20px 28px 64px}
+main{max-width:1680px;margin:0 auto;padding:20px 28px 64px}
 h1{font-size:26px;margin:0 0 4px}
 h2{font-size:20px;margin:36px 0 8px;padding-bottom:4px;border-bottom:1px solid #ddd}
 h3{font-size:16px;margin:22px 0 6px}
@@ -58,7 +59,7 @@ th,td{padding:3px 9px;border-bottom:1px solid #eee;white-space:nowrap;vertical-a
 th{background:#f4f4f6;border-bottom:1px solid #ccc}
 th[title]{text-decoration:underline dotted #999;cursor:help}
 th.r,td.r{text-align:right}
-td.wrap{white-space:normal;min-width:16em;max-width:40em}
+td.wrap{white-space:normal;min-width:28em;max-width:48em}
 td.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 td.nm{color:#999}
 tbody tr:hover{background:#f8fbff}
@@ -120,6 +121,14 @@ class Page:
             sub = ("<ol>" + "".join(f"<li>{link(*c)}</li>" for c in children) + "</ol>") if children else ""
             items.append(f"<li>{link(anchor, text)}{sub}</li>")
         return '<nav class="toc" aria-label="contents"><strong>Contents</strong><ol>' + "".join(items) + "</ol></nav>"
+
+
+def command_text(argv: list[str]) -> str:
+    """A command line as the user typed it: cpuprof's launcher's argv[0] is its __main__.py's path,
+    which the user reached as ``python -m cpuprof``."""
+    if argv and argv[0].replace("\\", "/").endswith("cpuprof/__main__.py"):
+        argv = ["python", "-m", "cpuprof", *argv[1:]]
+    return shlex.join(argv)
 
 
 def lines_html(lines: list[str]) -> str:

@@ -15,13 +15,14 @@ from ..analysis.timeline import BusyTimeline
 from ..exports.charts import BLUE, GREEN, GREY, ORANGE, SKY, VERMILION, Chart, esc, linear, tooltip
 from ..model import SAMPLED, DecodeWorkload, Profile
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
-from .html_page import Drawn, Page, figure, kpis_html, lines_html, notes_html, section_html, table_html
+from .html_page import Drawn, Page, command_text, figure, kpis_html, lines_html, notes_html, section_html, table_html
 
 
 def profile_page(profile: Profile, report: Report) -> str:
     m = profile.meta
+    command = command_text(m.command or m.argv)
     meta = (f"recorded {m.created} on {m.hostname} (pid {m.pid}), cpuprof {m.cpuprof_version}, "
-            f"torch {m.torch_version or 'not loaded'}" + (f"; command: {' '.join(m.argv)}" if m.argv else ""))
+            f"torch {m.torch_version or 'not loaded'}" + (f"; command: {command}" if command else ""))
     figures = report.figures
     assert isinstance(figures, ProfileFigures), "a profile's page is drawn from build_report's figures"
     page = Page(report.title, meta, list(report.warnings))

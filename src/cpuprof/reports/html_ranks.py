@@ -10,13 +10,13 @@ from ..analysis.ranks import GroupFigures, group_figures, load_profiles, ranks_r
 from ..exports.charts import BLUE, GREY, ORANGE, VERMILION, Chart, esc, linear, tooltip
 from ..model.ranks import MultiRun
 from ..units import fmt_ns
-from .html_page import Drawn, Page, figure, section_html
+from .html_page import Drawn, Page, command_text, figure, section_html
 
 
 def ranks_page(run: MultiRun, directory: Path) -> str:
     report = ranks_report(run, directory)
     group = group_figures(run, load_profiles(run, directory))
-    page = Page(report.title, f"command: {' '.join(run.argv)}" if run.argv else "", list(report.warnings))
+    page = Page(report.title, f"command: {command_text(run.argv)}" if run.argv else "", list(report.warnings))
     for section in report.sections:
         section_html(page, section)
         if section.id == "ranks" and run.mode != "nproc":

@@ -1,0 +1,27 @@
+"""The compare sweep's heartbeat: what a run's child last said, while it runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cpuprof.launch.sweep import Heartbeat, last_progress_line
+
+
+def test_a_running_configuration_is_never_silent_for_long(tmp_path: Path):
+    """While a run's child decodes into its log, the sweep says what the log last said, with the time
+    so far, every interval; the program's own lines and cpuprof's warnings are not progress."""
+    log = tmp_path / "child.log"
+    lines: list[str] = []
+    with Heartbeat("[2/6] threads=2, run 1", tmp_path, lines.append, interval_s=0.05):
+        time.sleep(0.2)  # nothing logged yet
+        log.write_text("cpuprof: prefill of 8 tokens ...\nprogram output\ncpuprof: decoding: step 40/256, 7.90 "
+                       "tokens/s (last 5 steps)\ncpuprof: warning: dropped cycles\n")
+        time.sleep(0.2)
+    assert lines and lines[0].startswith("cpuprof: [2/6] threads=2, run 1: starting (")
+    assert lines[-1].startswith("cpuprof: [2/6] threads=2, run 1: decoding: step 40/256, 7.90 tokens/s")
+    # a group's run logs in rank-0/; a control character from the log is never echoed raw
+    (tmp_path / "group" / "rank-0").mkdir(parents=True)
+    (tmp_path / "group" / "rank-0" / "child.log").write_text("cpuprof: decoding\x1b[2J\n")
+    said = last_progress_line([tmp_path / "group" / "child.log", tmp_path / "group" / "rank-0" / "child.log"])
+    assert said is not None and said.startswith("decoding") and "\x1b" not in said
