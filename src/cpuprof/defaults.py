@@ -90,6 +90,7 @@ BUSY_CALIBRATION_SHARE = 0.10
 # Set by cpuprof's launcher in the processes it starts: the command the user typed, as a JSON list,
 # for the profile's meta (a report names that, not the internal child's command line).
 COMMAND_ENV = "CPUPROF_COMMAND"
+MAX_COMMAND_ENV_BYTES = 32 * 1024
 
 # The most bytes cpuprof reads back from one of its files (profile.json, compare.json, ranks.json,
 # launch.json, the roofs cache, a checkpoint's config.json). Real profiles are a few MB (the tests'

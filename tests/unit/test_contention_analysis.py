@@ -47,6 +47,8 @@ def test_ompt_waits_give_vtune_figures() -> None:
     assert t0.spin_ns == (20 + 10) * MS and t0.sleep_ns == 20 * MS  # the lock wait's 20 ms off CPU
     assert mm.imbalance_ns == pytest.approx((200 + 20) * MS / 2)  # barrier waits / team size
     assert mm.serial_ns == 50 * MS and mm.parallel_regions == 100
+    # exact waits: no run-queue estimate taken from them, whatever schedstat said of the threads
+    assert all(t.queued_ns is None for t in mm.threads) and c.queued_ns == 0
     # effective utilisation: CPU not spinning / (wall x team) = (590 - 30 + 580 - 150) / (600 x 2)
     assert mm.effective_utilisation == pytest.approx((590 - 30 + 580 - 150) / 1200)
 

@@ -415,3 +415,25 @@ def test_a_run_made_without_profiling_says_so_to_the_commands_that_need_one(comm
     assert code == exit_codes.USAGE
     assert len(err) == 1 and "this run was not profiled (it was made with --no-profile)" in err[0], err
     assert not output.exists()
+
+
+@pytest.mark.parametrize("beside, words", [
+    ("window-1", "its windows were profiled, each into its own directory (window-1): give one of those"),
+    ("processes", "the program's own process was not profiled (it never imported torch); the processes it started"),
+    ("interrupted", "nothing was profiled (interrupted by SIGINT while building the model)"),
+])
+def test_an_unprofiled_profile_says_where_the_profile_is(beside: str, words: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]):
+    """The top directory of run --on-demand (its windows hold the profiles), of a run whose program never
+    imported torch (its processes do), of a run stopped before profiling began: each named as it is."""
+    unprofiled = tmp_path / "run"
+    unprofiled.mkdir()
+    fixture = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "profile-v1-unprofiled.json").read_text())
+    if beside == "interrupted":
+        fixture["status"] = {"complete": False, "reason": "interrupted by SIGINT while building the model"}
+    else:
+        (unprofiled / beside).mkdir()
+    (unprofiled / "profile.json").write_text(json.dumps(fixture))
+    assert main(["flamegraph", str(unprofiled), "-o", str(tmp_path / "f.svg")]) == exit_codes.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err

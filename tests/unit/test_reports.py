@@ -242,3 +242,16 @@ def test_step_percentiles_are_numpys_linear_ones_without_numpy(n: int):
     assert figures is not None and figures.measured_steps == n
     assert figures.tokens_per_s == pytest.approx(2 * n / sum(values))
     assert figures.p99_ms == pytest.approx(float(np.percentile(values, 99)) * 1e3)
+
+
+def test_a_tensor_parallel_ranks_bytes_are_said_to_be_its_share():
+    """Cut short or not, a rank's bytes per token are its 1/N and the method says so."""
+    from types import SimpleNamespace
+
+    from cpuprof.workload.decode_loop import DecodeResult, bytes_read_method
+
+    whole = SimpleNamespace()
+    rank = SimpleNamespace(shard=SimpleNamespace(world=2))
+    assert bytes_read_method(whole) == DecodeResult.bytes_read_method
+    assert bytes_read_method(rank).endswith("this tensor-parallel rank's 1/2 of every layer and of the KV cache, "
+                                            "with the replicated embedding, norms and lm_head whole")

@@ -237,8 +237,7 @@ def test_roofs_measured_on_a_busy_machine_are_used_said_and_not_cached(cache_dir
 
     monkeypatch.setattr(roofs, "calibrate", measure)
     quiet, warnings = roofs.ensure(2, [0, 1])
-    assert warnings == [] and (cache_dir / "roofs.json").exists()
-    assert quiet.run_queue_share is None or quiet.run_queue_share <= 0.10
+    assert warnings == [] and (cache_dir / "roofs.json").exists() and quiet.memory_gb_per_s() is not None
 
 
 def test_the_calibrations_run_queue_delay_is_read_from_schedstat(tmp_path: Path):

@@ -233,7 +233,7 @@ def analyse(profile: Profile) -> Contention | None:
                             switches=_counter(op, "context-switches", k), migrations=_counter(op, "cpu-migrations", k))
             if cpu is not None:
                 t.sleep_ns = float(max(0, op.self_ns - cpu))
-                if k in queue_share:
+                if not ompt and k in queue_share:  # OMPT's waits are exact, and say nothing of the run queue
                     t.queued_ns = t.sleep_ns * queue_share[k]
             if ompt:
                 for w in waits.get((op.id, k), []):
@@ -295,13 +295,15 @@ def _queue_shares(profile: Profile, members: list[int]) -> dict[int, float]:
     """Per team thread: the share of its time off CPU over the profile that it was runnable, waiting
     for a CPU (its schedstat run-queue delay / (profiled wall - its CPU time)); threads whose delay
     was not read are left out."""
-    wall = profile.collection.wall_ns if profile.collection else 0
+    c = profile.collection
     shares = {}
     for k in members:
         t = profile.threads[k]
-        if t.run_delay_ns is None or t.cpu_ns is None or not wall:
+        if t.run_delay_ns is None or t.cpu_ns is None or c is None:
             continue
-        off = wall - t.cpu_ns
+        # over the thread's own life in the profile: one started late was off CPU for less of it
+        life = c.stopped_ns - max(c.started_ns, t.opened_ns or 0)
+        off = life - t.cpu_ns
         shares[k] = min(1.0, t.run_delay_ns / off) if off > 0 else 0.0
     return shares
 

@@ -27,10 +27,21 @@ def load_profiled(path: str, what: str) -> Profile:
     """The profile at ``path`` for a command that needs what was measured (``what``: its output);
     a run made with --no-profile has none, and is one line naming that."""
     profile = Profile.load(path)
-    if not profile.profiled:
-        raise UsageError(f"{path}: this run was not profiled (it was made with --no-profile), so it has no {what}; "
-                         "run it again without --no-profile")
-    return profile
+    if profile.profiled:
+        return profile
+    directory = Path(path) if Path(path).is_dir() else Path(path).parent
+    windows = sorted(p.name for p in directory.glob("window-*") if p.is_dir())
+    if windows:
+        raise UsageError(f"{path}: its windows were profiled, each into its own directory ({', '.join(windows[:3])}"
+                         f"{', ...' if len(windows) > 3 else ''}): give one of those")
+    if (directory / "processes").is_dir():
+        raise UsageError(f"{path}: the program's own process was not profiled (it never imported torch); the "
+                         f"processes it started were: give {directory / 'processes' / 'PID'}")
+    if not profile.status.complete:
+        raise UsageError(f"{path}: nothing was profiled ({profile.status.reason or 'the run did not finish'}), so "
+                         f"it has no {what}")
+    raise UsageError(f"{path}: this run was not profiled (it was made with --no-profile), so it has no {what}; "
+                     "run it again without --no-profile")
 
 
 def write_output(output: str, write: Callable[[TextIO], int]) -> int:

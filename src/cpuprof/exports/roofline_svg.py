@@ -252,6 +252,8 @@ def _place_label(cx: float, cy: float, radius: float, width: float, axes: _Axes,
                 continue
             y = cy + 4 + dy
             box = (x0, x0 + width, y - LABEL_HEIGHT_PX + 2, y + 2)
+            if box[2] < axes.top or box[3] > axes.bottom:
+                continue
             if not any(box[0] < b[1] and b[0] < box[1] and box[2] < b[3] and b[2] < box[3] for b in placed):
                 placed.append(box)
                 return anchor, (x0 if anchor == "start" else x0 + width), y

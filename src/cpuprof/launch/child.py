@@ -56,6 +56,7 @@ class DecodeRun(ChildRun):
         self.wl = config.options.workload
         self.latencies: list[float] = []
         self.decoding: Any = None  # the model being decoded, once decoding starts
+        self.decoded = False  # the decode ran to its end: its own figures are the workload's
         self.workload: DecodeWorkload | None = None
         self.rss_timeline: list[MemoryPoint] = []
         self.all_reduce: Any = None  # a tensor-parallel rank's AllReduceRecorder
@@ -68,7 +69,7 @@ class DecodeRun(ChildRun):
             self.stage = "reading the settings in force"
             self.read_settings()  # after torch and its OpenMP runtime are loaded
             return
-        with self.progress.keep_alive():  # nothing is profiled before decoding starts
+        with self.progress.keep_alive(lambda: self.stage):  # nothing is profiled before decoding starts
             model = self.build()
             self.mark_memory("built")
             self.stage = "reading the settings in force"
@@ -225,7 +226,9 @@ class DecodeRun(ChildRun):
             self.progress.done(f"machine roofs from the cache (measured {measured.measured[:10]}, "
                                f"{measured.seconds:.1f} s; re-measure with: python -m cpuprof calibrate)")
         else:
-            self.progress.done(f"measured the machine's roofs in {measured.seconds:.1f} s (cached for the next runs)")
+            refused = any("not cached" in note or "cannot write" in note for note in notes)
+            kept = "not cached: see the note above" if refused else "cached for the next runs"
+            self.progress.done(f"measured the machine's roofs in {measured.seconds:.1f} s ({kept})")
 
     def decode(self, model: Any) -> None:
         from ..workload import run_decode
@@ -269,6 +272,7 @@ class DecodeRun(ChildRun):
         wl.ttft_s = result.ttft_s
         wl.decode_wall_s = result.decode_wall_s
         wl.figures = result.figures
+        self.decoded = True
         wl.bytes_read_per_token = result.bytes_read_per_token
         wl.bytes_read_method = result.bytes_read_method
         wl.prompt_ids = result.prompt_ids
@@ -298,14 +302,15 @@ class DecodeRun(ChildRun):
         are counted from its KV cache, which generate() returns only at its end)."""
         assert self.workload is not None
         model = self.decoding
-        if model is None or self.wl.hf or self.workload.bytes_read_per_token:
+        if model is None or self.wl.hf or self.decoded:
             return
-        from ..workload.decode_loop import DecodeResult, measured_bytes_per_token
+        from ..workload.decode_loop import bytes_read_method, measured_bytes_per_token
 
+        # Counted again at every save: the KV cache each step reads grows with the steps measured.
         self.workload.bytes_read_per_token = measured_bytes_per_token(
             model, model.cfg, self.wl.prompt_len, self.wl.warmup, len(self.latencies), self.wl.batch)
         if self.workload.bytes_read_per_token:
-            self.workload.bytes_read_method = DecodeResult.bytes_read_method
+            self.workload.bytes_read_method = bytes_read_method(model)
 
     def where(self) -> str:
         if self.stage == "decoding":

@@ -310,7 +310,8 @@ class ChildRun:
             self.handle_signals()
             self.steps()
             try:
-                with self.progress.keep_alive():  # the profile is stopped: saving is not profiled
+                self.stage = "saving the profile"
+                with self.progress.keep_alive(lambda: self.stage):  # the profile is stopped: saving is not profiled
                     self.save(complete=True)
             except OSError as exc:
                 return self.not_saved(exc)

@@ -209,7 +209,9 @@ def start_child(resolved: environment.ResolvedLaunch, config: object, out_dir: P
         # the child removes the map when it has read it.
         env["ONEDNN_JIT_PROFILE"] = "2"
         env[REMOVE_PERF_MAP] = "1"
-    env[defaults.COMMAND_ENV] = json.dumps(["python", "-m", "cpuprof", *sys.argv[1:]])
+    command = json.dumps(["python", "-m", "cpuprof", *sys.argv[1:]])
+    if len(command) < defaults.MAX_COMMAND_ENV_BYTES:  # one environment string has a limit (128 KiB)
+        env[defaults.COMMAND_ENV] = command
     env.update(extra_env or {})
     log_file = open(log, "w") if log is not None else None  # noqa: SIM115 (the child keeps its own copy)
     try:

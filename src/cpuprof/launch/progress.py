@@ -12,7 +12,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from .. import defaults
@@ -49,7 +49,7 @@ class Progress:
             self.stream.flush()
         elif text:
             with self._lock:
-                self._last_text = text
+                self._last_text = ""  # a finished step is not what goes on
                 self._plain(text)
 
     def _plain(self, text: str) -> None:
@@ -58,27 +58,32 @@ class Progress:
         self.stream.flush()
 
     @contextlib.contextmanager
-    def keep_alive(self) -> Iterator[None]:
+    def keep_alive(self, doing: Callable[[], str] | None = None) -> Iterator[None]:
         """Around work that can say nothing for long (building a model, measuring roofs, saving): in a
-        log, a line at least every ``interval_s`` saying what is still under way and for how long. It
-        is a thread: only around work that is not profiled (it would be one of the profile's threads)."""
+        log, a line at least every ``interval_s`` saying what is under way (``doing()``, else the last
+        status shown) and for how long it has been. It is a thread: only around work that is not
+        profiled (it would be one of the profile's threads)."""
         if self.tty:
             yield
             return
         stop = threading.Event()
-        began = time.monotonic()
+        under_way, since = "", time.monotonic()
 
         def beat() -> None:
+            nonlocal under_way, since
             while not stop.wait(self.interval_s / 4):
                 with self._lock:
-                    if time.monotonic() - self._last_plain >= self.interval_s:
-                        doing = self._last_text.removesuffix(" ...") or "working"
-                        self._plain(f"still {doing} ({time.monotonic() - began:.0f} s)")
+                    what = (doing() if doing is not None else self._last_text).removesuffix(" ...")
+                    if what != under_way:
+                        under_way, since = what, time.monotonic()
+                    if what and time.monotonic() - self._last_plain >= self.interval_s:
+                        self._plain(f"still {what} ({time.monotonic() - since:.0f} s)")
 
         thread = threading.Thread(target=beat, name="cpuprof-progress", daemon=True)
-        thread.start()
         try:
+            thread.start()
             yield
         finally:
             stop.set()
-            thread.join()
+            if thread.is_alive():
+                thread.join()

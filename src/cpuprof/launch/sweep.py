@@ -302,6 +302,18 @@ class _SweepSignals:
             raise KeyboardInterrupt
 
 
+# A child's lines that are not progress: what went wrong, or a remark.
+PROGRESS_NOT = ("cpuprof: error", "cpuprof: warning", "cpuprof: note")
+_SAYING = threading.Lock()
+
+
+def say(line: str) -> None:
+    """A line on stderr in one write: the heartbeat's thread and the sweep's own lines never interleave."""
+    with _SAYING:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
 class Heartbeat:
     """While a run's child works, its output going to its log, a line at least every ``interval_s``
     with the last progress line the log has and the time so far: a piped compare is never silent for
@@ -315,12 +327,17 @@ class Heartbeat:
         self._started = time.monotonic()
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # a Ctrl-C as it started: the thread must not outlive the block
+            self._stop.set()
+            raise
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -338,15 +355,18 @@ def last_progress_line(logs: list[Path], tail_bytes: int = 8192) -> str | None:
                 text = f.read().decode(errors="replace")
         except OSError:
             continue
-        for line in reversed(text.splitlines()):
-            if line.startswith("cpuprof: ") and not line.startswith(("cpuprof: error", "cpuprof: warning")):
+        lines = text.splitlines()
+        if lines and not text.endswith("\n"):
+            lines.pop()  # a line the child is still writing
+        for line in reversed(lines):
+            if line.startswith("cpuprof: ") and not line.startswith(PROGRESS_NOT):
                 return printable(line.removeprefix("cpuprof: "))[:200]
         return None
     return None
 
 
 def run_sweep(comparison: Comparison, out_dir: Path,
-              report_progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+              report_progress: Callable[[str], None] = say) -> None:
     """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C or SIGTERM."""
     todo = [(c, r) for c, r in comparison.order if not comparison.finished(c, r)]
     total = len(comparison.order)

@@ -104,6 +104,16 @@ def _sampler(sampling: str, top_k: int, generator: torch.Generator) -> Callable[
     return sample_top_k
 
 
+def bytes_read_method(model: DecodeModel) -> str:
+    """How :func:`measured_bytes_per_token` counts, said of ``model`` (a tensor-parallel rank's share)."""
+    method = DecodeResult.bytes_read_method
+    shards = getattr(getattr(model, "shard", None), "world", 1)
+    if shards > 1:
+        method += (f"; this tensor-parallel rank's 1/{shards} of every layer and of the KV cache, with the "
+                   "replicated embedding, norms and lm_head whole")
+    return method
+
+
 def measured_bytes_per_token(model: DecodeModel, cfg: ModelConfig, prompt_len: int, warmup: int, steps: int,
                              batch: int) -> int | None:
     """The bytes a token reads (weights and KV cache), averaged over measured steps warmup..steps-1
@@ -199,7 +209,5 @@ def run_decode(
         kv_cache=[(c, cfg.kv_cache_bytes(dtype_bytes, c, batch) // shards)
                   for c in (prompt_len, prompt_len + new_tokens)],
     )
-    if shards > 1:
-        result.bytes_read_method += (f"; this tensor-parallel rank's 1/{shards} of every layer and of the KV cache, "
-                                     "with the replicated embedding, norms and lm_head whole")
+    result.bytes_read_method = bytes_read_method(model)
     return result
