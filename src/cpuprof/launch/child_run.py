@@ -310,8 +310,7 @@ class ChildRun:
             self.handle_signals()
             self.steps()
             try:
-                self.stage = "saving the profile"
-                with self.progress.keep_alive(lambda: self.stage):  # the profile is stopped: saving is not profiled
+                with self.progress.keep_alive(lambda: "saving the profile"):  # the profile is stopped: not profiled
                     self.save(complete=True)
             except OSError as exc:
                 return self.not_saved(exc)
