@@ -59,7 +59,7 @@ th,td{padding:3px 9px;border-bottom:1px solid #eee;white-space:nowrap;vertical-a
 th{background:#f4f4f6;border-bottom:1px solid #ccc}
 th[title]{text-decoration:underline dotted #999;cursor:help}
 th.r,td.r{text-align:right}
-td.wrap{white-space:normal;min-width:28em;max-width:48em}
+td.wrap{white-space:normal;min-width:36em;max-width:60em}
 td.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 td.nm{color:#999}
 tbody tr:hover{background:#f8fbff}
