@@ -506,3 +506,25 @@ def test_sampled_and_exact_modes_agree_on_a_decodes_busy_threads(tmp_path: Path)
             assert abs(sampled[key] - exact[key]) <= 0.25, (key, sampled[key], exact[key])
             compared += 1
     assert compared >= 2, busy
+
+
+TIMELINE_AT_THE_END = textwrap.dedent("""
+    import json, torch, cpuprof
+    with cpuprof.profile("task-clock", mode="sampled") as prof:
+        a = torch.randn(512, 512)
+        for _ in range(200):
+            a = torch.mm(a, a).clamp_(-1, 1)
+        checkpoint = prof.snapshot()
+    final = prof.profile
+    print(json.dumps([checkpoint.stacks.timeline is None, len(final.stacks.timeline or [])]))
+""")
+
+
+def test_the_sample_timeline_is_kept_in_every_sampled_profile_but_left_out_of_checkpoints():
+    """Every sampled profile keeps its newest samples one by one (the threads-over-time chart's data);
+    a checkpoint of a running session leaves them out: built at every checkpoint they cost a decode
+    more than half its throughput."""
+    result = run_python(TIMELINE_AT_THE_END, {"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    checkpoint_without, final_samples = json.loads(result.stdout.strip().splitlines()[-1])
+    assert checkpoint_without and final_samples > 0

@@ -68,6 +68,8 @@ class Progress:
             return
         stop = threading.Event()
         under_way, since = "", time.monotonic()
+        with self._lock:  # the first line an interval from now, not at once
+            self._last_plain = max(self._last_plain, since)
 
         def beat() -> None:
             nonlocal under_way, since
