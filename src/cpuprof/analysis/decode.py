@@ -73,8 +73,7 @@ def settings_lines(settings: Settings) -> list[str]:
                 f"memory policy {r.mempolicy.mode}; not read back (the run ended before that)"]
     n = force.torch.num_threads if force.torch else None
     torch_threads = f"{n} torch thread{'s' if n != 1 else ''}" if n is not None else "torch threads unknown"
-    policy = force.mempolicy.mode + (f" to node(s) {format_cpulist(force.mempolicy.nodes)}"
-                                     if force.mempolicy.nodes else "")
+    policy = _policy_text(force.mempolicy)
     omp = force.openmp.active.runtime if force.openmp.active else "unknown"
     allocators = ", ".join(a.allocator for a in force.allocators) or "glibc malloc"
     lines = [f"{torch_threads}; CPU set {settings.cpu_set}; OpenMP {omp}; memory policy {policy}; "
