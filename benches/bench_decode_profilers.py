@@ -9,15 +9,18 @@ Variants, interleaved in one process with the order rotated every round:
   torch.profiler    CPU activity, default options
   torch.profiler+shapes   record_shapes=True
   py-spy            py-spy record --nonblocking at 100 Hz on this process, alone
+  cpuprof{k=v;...}  cpuprof default with cpuprof.profile()'s keyword arguments changed, to measure one
+                    lever beside the others: "cpuprof{record_shapes=0}", "cpuprof{sample_hz=250;stack_bytes=4096}"
 
 Only generate() is timed (profiler start and stop are not), through transformers' streamer: one
 time per token, so tokens/s is over the decode steps after the warm-up ones. Each round runs every
 variant once; the figures are the per-round ratios to bare (median, min-max over rounds).
 
-Targets (issue 7): the default mode keeps at least 98% of bare tokens/s; exact mode adds at most 15%
-to decode time.
+Targets (issue 20; every CPU busy here, 2 threads on 2 CPUs, the worst case): the default mode keeps at
+least 98% of bare tokens/s; with py-spy's Python frames at least 95%; exact mode adds at most 15% to
+decode time. At least 40 rounds: single rounds on these shared machines move by 20%.
 
-    python benches/bench_decode_profilers.py                  # ~1B-shaped layers x 4, 12 rounds
+    python benches/bench_decode_profilers.py                  # ~1B-shaped layers x 4, 40 rounds
     python benches/bench_decode_profilers.py --layers 2 --rounds 10 --new-tokens 16
 """
 
@@ -27,6 +30,7 @@ import argparse
 import contextlib
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +72,22 @@ def py_spy_alone(hz: int) -> Iterator[None]:
         proc.wait(timeout=30)
 
 
+def custom_options(name: str) -> dict[str, object]:
+    """``cpuprof{record_shapes=0,sample_hz=250}``: cpuprof.profile()'s keyword arguments for one lever
+    measured beside the others (integers as such, 0/1 for booleans where the option is one)."""
+    match = re.fullmatch(r"cpuprof\{(.*)\}", name)
+    if match is None:
+        return {}
+    options: dict[str, object] = {}
+    for item in filter(None, match.group(1).split(";")):
+        key, _, value = item.partition("=")
+        options[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    for flag in ("record_shapes", "python_stacks"):
+        if flag in options:
+            options[flag] = bool(options[flag])
+    return options
+
+
 def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib.AbstractContextManager:
     import cpuprof
 
@@ -75,8 +95,10 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
         return contextlib.nullcontext()
     if name.startswith("cpuprof"):
         mode = "exact" if name == "cpuprof exact" else "sampled"
-        prof = cpuprof.profile(args.events, mode=mode, sample_hz=args.sample_hz,
-                               python_stacks=name == "cpuprof+py-spy", python_hz=args.python_hz, warn=False)
+        options = dict(mode=mode, sample_hz=args.sample_hz, python_stacks=name == "cpuprof+py-spy",
+                       python_hz=args.python_hz, warn=False)
+        options.update(custom_options(name))
+        prof = cpuprof.profile(args.events, **options)
 
         @contextlib.contextmanager
         def run() -> Iterator[None]:
@@ -120,7 +142,7 @@ def build_model(args: argparse.Namespace):  # noqa: ANN201  (a transformers mode
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--warmup-rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers", type=int, default=4)
@@ -137,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python-hz", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset; bare is always first")
     args = ap.parse_args(argv)
-    if args.rounds < 10:
-        print("note: fewer than 10 rounds; the spread will not mean much", file=sys.stderr)
+    if args.rounds < 40:
+        print("note: fewer than 40 rounds; the medians move by a few points from run to run", file=sys.stderr)
 
     import torch
 
@@ -146,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     names = ["bare"] + [v for v in args.variants.split(",") if v and v != "bare"]
-    unknown = set(names) - set(VARIANTS)
+    unknown = {n for n in names if n not in VARIANTS and not re.fullmatch(r"cpuprof\{.*\}", n)}
     if unknown:
         raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
     print(machine_line())
@@ -191,10 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         if results[n].note:
             print(f"  {n}: {results[n].note[-1]}")
     print()
-    if "cpuprof default" in results:
-        r = median(results["cpuprof default"].ratio)
-        print(f"target: cpuprof's default mode keeps >= 98% of bare tokens/s: {100 * r:.1f}% -> "
-              f"{'met' if r >= 0.98 else 'MISSED'}")
+    for name, floor, what in (("cpuprof default", 0.98, "cpuprof's default mode"),
+                              ("cpuprof+py-spy", 0.95, "cpuprof with Python frames (py-spy)")):
+        if name in results:
+            r = median(results[name].ratio)
+            print(f"target: {what} keeps >= {100 * floor:.0f}% of bare tokens/s: {100 * r:.1f}% "
+                  f"(rounds {span(results[name].ratio, '{:.3f}')}) -> {'met' if r >= floor else 'MISSED'}")
     if "cpuprof exact" in results:
         added = 1 / median(results["cpuprof exact"].ratio) - 1
         print(f"target: exact mode adds <= 15% to decode time: {100 * added:+.1f}% -> "

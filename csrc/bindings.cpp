@@ -317,6 +317,10 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: sampling events get no switch records, as on a kernel older than 4.3 (False restores).");
   m.def("inject_collect_delay_us", &inject_collect_delay_us, py::arg("delay_us"),
         "Test hook: every collector period but the final one takes this many microseconds longer (0 clears).");
+  m.def("inject_collect_spin_us", &inject_collect_spin_us, py::arg("spin_us"),
+        "Test hook: every collector period but the final one spends this many microseconds of CPU busy (0 clears).");
+  m.def("inject_hook_spin_ns", &inject_hook_spin_ns, py::arg("ns"),
+        "Test hook: every op callback spends this many nanoseconds busy inside cpuprof's hook time (0 clears).");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
         "Test hook: report groups as running this fraction of their enabled time (0 clears).");
   m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),

@@ -13,9 +13,11 @@ namespace cpuprof {
 
 namespace {
 std::atomic<int64_t> g_collect_delay_us{0};
+std::atomic<int64_t> g_collect_spin_us{0};
 }  // namespace
 
 void inject_collect_delay_us(int64_t delay_us) { g_collect_delay_us.store(delay_us); }
+void inject_collect_spin_us(int64_t spin_us) { g_collect_spin_us.store(spin_us > 0 ? spin_us : 0); }
 
 CollectionLoop::CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table,
                                std::function<void(int64_t, bool)> collect)
@@ -69,6 +71,11 @@ void CollectionLoop::run() {
     lock.unlock();
     const int64_t delay_us = g_collect_delay_us.load(std::memory_order_relaxed);
     if (delay_us > 0 && !final_tick) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    const int64_t spin_us = g_collect_spin_us.load(std::memory_order_relaxed);
+    if (spin_us > 0 && !final_tick) {
+      for (const int64_t until = thread_cpu_ns() + spin_us * 1000; thread_cpu_ns() < until;) {
+      }
+    }
     tick(final_tick);
     if (collect_) collect_(now_ns(), final_tick);
     cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);

@@ -27,6 +27,9 @@ namespace cpuprof {
 // Test hook: every collector period but the final one takes this much longer, as it does with
 // hundreds of threads to read, so that a stop requested mid-period can be tested (0 clears).
 void inject_collect_delay_us(int64_t delay_us);
+// Test hook: every collector period but the final one spends this much CPU time busy, so the
+// collector's CPU the profile reports can be checked against a known cost (0 clears).
+void inject_collect_spin_us(int64_t spin_us);
 
 class CollectionLoop {
  public:

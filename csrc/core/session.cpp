@@ -71,6 +71,9 @@ void check_config(const SessionConfig& config) {
 
 void inject_thread_setup_failures(int count) { g_inject_setup_failures.store(count > 0 ? count : 0); }
 
+std::atomic<int64_t> g_injected_hook_spin_ns{0};
+void inject_hook_spin_ns(int64_t ns) { g_injected_hook_spin_ns.store(ns > 0 ? ns : 0); }
+
 Session& Session::instance() {
   static Session* session = [] {
     Session* s = new Session();  // never destroyed: callbacks may outlive statics

@@ -135,6 +135,11 @@ class Session {
 // returned nothing would (0 clears), so the error path of a thread's first op can be tested.
 void inject_thread_setup_failures(int count);
 
+// Test hook: every op callback (begin and end) spends this long busy inside cpuprof's measured
+// hook time, so the overhead the profile reports can be checked against a known cost (0 clears).
+void inject_hook_spin_ns(int64_t ns);
+extern std::atomic<int64_t> g_injected_hook_spin_ns;
+
 inline uint64_t hash_name(const char* s) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: short names, no allocation
   for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 0x100000001b3ULL;

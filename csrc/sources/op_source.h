@@ -23,6 +23,10 @@ inline void with_op_stack(Boundary boundary, Body&& body) {
   if (!session.enter()) return;
   Session::Guard guard{session};
   const int64_t enter_ns = now_ns();
+  if (const int64_t spin = g_injected_hook_spin_ns.load(std::memory_order_relaxed); spin > 0) {
+    while (now_ns() < enter_ns + spin) {
+    }
+  }
   DispatchState* state = session.dispatch_state(boundary == Boundary::Begin);
   if (state == nullptr) {
     if (boundary == Boundary::Begin) session.count_unattributed();

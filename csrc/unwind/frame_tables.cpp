@@ -1,5 +1,6 @@
 #include "unwind/frame_tables.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 
@@ -238,7 +239,9 @@ bool run_program(Cursor c, uint64_t loc, uint64_t target, uint64_t code_align, i
 
 }  // namespace
 
-FrameTables::FrameTables() : cache_(new CacheEntry[kCacheSize]) { refresh(); }
+FrameTables::FrameTables() : cache_(new CacheEntry[kCacheSize]), return_cache_(new uint64_t[kReturnCacheSize]()) {
+  refresh();
+}
 FrameTables::~FrameTables() = default;
 
 void FrameTables::refresh() {
@@ -278,10 +281,20 @@ void FrameTables::refresh() {
       },
       &build);
   std::sort(objects_.begin(), objects_.end(), [](const Object& x, const Object& y) { return x.start < y.start; });
+  // Looked up by address, not by library name: CPython may be linked into the executable itself.
+  for (const char* symbol : {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameDefault"}) {
+    const void* address = dlsym(RTLD_DEFAULT, symbol);
+    if (address == nullptr) continue;
+    for (Object& object : objects_) {
+      const auto at = reinterpret_cast<uint64_t>(address);
+      if (at >= object.start && at < object.end) object.interpreter = true;
+    }
+  }
   adds_ = build.adds;
   subs_ = build.subs;
   // Cached answers may name unloaded code, or call "no object" what a new library now holds.
   for (size_t i = 0; i < kCacheSize; ++i) cache_[i].pc = 0;
+  std::fill_n(return_cache_.get(), kReturnCacheSize, 0);
 }
 
 const FrameTables::Object* FrameTables::object_of(uint64_t pc) const {
@@ -344,6 +357,10 @@ bool FrameTables::is_return_address(uint64_t address) {
   // read under the loader's lock, with the table known current, so no dlclose can unmap them.
   const Object* object = object_of(address - 1);
   if (object == nullptr || address - 7 < object->start) return false;  // a call's bytes lie before it
+  // Entries hold the address shifted left by one, with the answer in the low bit (a user-space
+  // address has its top bit clear, so nothing is lost).
+  uint64_t& cached = return_cache_[static_cast<size_t>((address * 0x9e3779b97f4a7c15ULL) >> 50) & (kReturnCacheSize - 1)];
+  if (cached >> 1 == address) return (cached & 1) != 0;
   struct Check {
     const FrameTables* self;
     const uint8_t* p;
@@ -366,7 +383,11 @@ bool FrameTables::is_return_address(uint64_t address) {
         return 1;
       },
       &check);
-  if (check.stale) refresh();
+  if (check.stale) {
+    refresh();
+    return check.call;
+  }
+  cached = (address << 1) | (check.call ? 1 : 0);
   return check.call;
 }
 

@@ -47,6 +47,15 @@ class FrameTables {
   // plausible return address.
   bool is_return_address(uint64_t address);
 
+  // True when `pc` lies in the Python interpreter's own code (the object that holds its frame
+  // evaluation loop): a walk can stop there, since what lies rootward of it is the interpreter's
+  // recursion, whose Python frames py-spy reads and whose native frames say nothing an op path
+  // does not. False in a process without a Python interpreter.
+  bool in_interpreter(uint64_t pc) const {
+    const Object* object = object_of(pc);
+    return object != nullptr && object->interpreter;
+  }
+
   uint64_t lookups() const { return lookups_; }
   uint64_t cache_hits() const { return hits_; }
 
@@ -58,6 +67,7 @@ class FrameTables {
   struct Object {
     uint64_t start, end;  // an executable PT_LOAD segment
     const uint8_t* eh_frame_hdr;  // null: the object has no unwind table
+    bool interpreter = false;     // holds the Python interpreter's frame evaluation loop
   };
   const Object* object_of(uint64_t pc) const;
   bool loader_changed(unsigned long long adds, unsigned long long subs) const {
@@ -74,6 +84,11 @@ class FrameTables {
   };
   static constexpr size_t kCacheSize = 1 << 16;
   std::unique_ptr<CacheEntry[]> cache_;
+  // A scan asks about the same stack words sample after sample (return addresses of the same hot
+  // loops, stale pointers left in the same slots), and each answer reads code under the loader's
+  // lock: answers are kept until the loaded objects change. The low bit of an entry is the answer.
+  static constexpr size_t kReturnCacheSize = 1 << 14;
+  std::unique_ptr<uint64_t[]> return_cache_;
   uint64_t lookups_ = 0, hits_ = 0;
   std::vector<Object> objects_;  // sorted by start
   unsigned long long adds_ = ~0ULL, subs_ = ~0ULL;  // the loader's counts when it was built

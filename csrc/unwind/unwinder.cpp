@@ -52,6 +52,10 @@ void unwind_user_stack(const UserRegs& regs, const uint8_t* stack, size_t stack_
       return;
     }
     out->pcs[out->n++] = pc;
+    if (tables.in_interpreter(leaf ? pc : pc - 1)) {
+      out->stop = UnwindStop::Interpreter;
+      return;
+    }
     FrameRule rule;
     // A return address points after its call; the call itself is what identifies the frame.
     const FrameTables::Lookup found = tables.rule_for(leaf ? pc : pc - 1, &rule);

@@ -4,6 +4,7 @@ which native call chain a worker thread is in, and that no figure exceeds what c
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -528,3 +529,40 @@ def test_the_sample_timeline_is_kept_in_every_sampled_profile_but_left_out_of_ch
     assert result.returncode == 0, result.stderr
     checkpoint_without, final_samples = json.loads(result.stdout.strip().splitlines()[-1])
     assert checkpoint_without and final_samples > 0
+
+
+# Pure Python for half a second: nearly every sample of this thread lands in the interpreter, and
+# its walk must stop at the first interpreter frame (what lies rootward is the evaluation loop
+# calling itself), while the workers of a GEMM run in the same profile are walked whole.
+INTERPRETER_DRIVER = textwrap.dedent("""
+    import json, time, torch
+    import cpuprof
+
+    torch.set_num_threads(2)
+    a = torch.randn(256, 1024)
+    with cpuprof.profile("task-clock", warn=False) as prof:
+        deadline = time.monotonic() + 0.5
+        total = 0
+        while time.monotonic() < deadline:
+            total += sum(i * i for i in range(500))
+        for _ in range(20):
+            a @ a.T
+    p = prof.profile
+    stacks = [[p.stacks.frames[f].module for f in p.stacks.stacks[c.stack]] for c in p.stacks.counts if c.path == 0
+              and p.threads[c.thread].role == "dispatch" for _ in range(c.samples)]
+    print(json.dumps({"unwind": p.sampling.unwind, "outside": stacks}))
+""")
+
+
+def test_unwinding_stops_at_the_python_interpreter():
+    result = run_python(INTERPRETER_DRIVER, {})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    unwind, outside = data["unwind"], data["outside"]
+    assert unwind.get("Python interpreter", 0) >= 0.5 * sum(unwind.values()), unwind
+    assert unwind.get("outermost frame", 0) > 0, unwind  # the GEMM's workers, walked to their start
+    # Outside ops the thread ran Python: its stacks end (rootward) in the interpreter, a frame or two deep.
+    interpreter = re.compile(r"^(python[0-9.]*|libpython)")
+    ended_there = [s for s in outside if s and interpreter.match(s[-1])]
+    assert len(ended_there) >= 0.8 * len(outside) > 0, outside[:5]
+    assert all(sum(bool(interpreter.match(m)) for m in s) == 1 for s in ended_there), ended_there[:5]

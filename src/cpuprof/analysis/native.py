@@ -98,9 +98,15 @@ class NativeSummary:
     categories: list[str]  # the categories any op's samples fell in, in CATEGORIES' order
     ops: list[tuple[OpStat, NativeSplit]]  # by sampled CPU time, most first, at most ``top``
     threads: list[tuple[int, str, NativeSplit]]  # (thread index, its role, its split), team order
-    outermost_share: float | None  # share of unwound user stacks that reached their outermost frame
+    outermost_share: float | None  # share of unwound user stacks walked whole: to their outermost frame or
+    # the Python interpreter (rootward of which is the interpreter's own recursion)
     unwind_shares: dict[str, float]  # every other way an unwind ended, as a share of the unwound
     unnamed_jit: bool  # JIT code in the stacks with no perf map to name it
+
+
+# How an unwind ends when nothing was missed: the thread's first frame, or the Python interpreter,
+# where the walk stops on purpose (rootward is the evaluation loop calling itself; py-spy reads it).
+WHOLE_WALKS = ("outermost frame", "Python interpreter")
 
 
 def native_summary(profile: Profile, top: int) -> NativeSummary | None:
@@ -120,8 +126,8 @@ def native_summary(profile: Profile, top: int) -> NativeSummary | None:
         ops=[(ops[op_id], split) for op_id, split in ranked if op_id in ops and split.cpu_ns],
         threads=[(i, profile.threads[i].role, threads[i]) for i in team_order(profile)
                  if i in threads and threads[i].cpu_ns],
-        outermost_share=s.unwind.get("outermost frame", 0) / unwound if unwound else None,
-        unwind_shares={reason: n / unwound for reason, n in s.unwind.items() if reason != "outermost frame"}
+        outermost_share=sum(s.unwind.get(r, 0) for r in WHOLE_WALKS) / unwound if unwound else None,
+        unwind_shares={reason: n / unwound for reason, n in s.unwind.items() if reason not in WHOLE_WALKS}
         if unwound else {},
         unnamed_jit=s.jit_symbols is None and any(f.module == "[jit]" and f.name.startswith("[jit code")
                                                   for f in frames))
@@ -169,7 +175,8 @@ def native_section(summary: NativeSummary | None) -> Section | None:
                      f"threads ({py.unmatched:,} found no Python stack)")
     notes = []
     if summary.outermost_share is not None:
-        notes.append(f"user stacks unwound to their outermost frame in {fmt_percent(summary.outermost_share)} of "
+        notes.append(f"user stacks unwound to their outermost frame or the Python interpreter in "
+                     f"{fmt_percent(summary.outermost_share)} of "
                      "samples; " + ", ".join(f"{reason}: {fmt_percent(share)}"
                                              for reason, share in summary.unwind_shares.items()))
     if summary.unnamed_jit:

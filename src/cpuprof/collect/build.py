@@ -55,7 +55,7 @@ def _single(item: Any) -> OpInput:
 
 
 _UNWIND_STOPS = ("outermost frame", "end of the copied stack", "no unwind information", "implausible frame",
-                 "depth limit", "no user registers")
+                 "depth limit", "no user registers", "Python interpreter")
 
 
 def _errno_text(err: int, perm_hint: str) -> str:
