@@ -2,8 +2,8 @@
 
 Variants, interleaved in one process with the order rotated every round:
   bare              no profiler
-  cpuprof default   cpuprof.profile(): sampled mode, every thread sampled at 1 kHz of its CPU time with
-                    8 KiB of stack, native stacks unwound
+  cpuprof default   cpuprof.profile(): sampled mode, every thread sampled at the default rate (250 Hz of
+                    its CPU time) with 8 KiB of stack, native stacks unwound
   cpuprof+py-spy    the same with Python stacks: py-spy beside it at 100 Hz (python_stacks=True)
   cpuprof exact     every working thread read at every op boundary
   torch.profiler    CPU activity, default options
@@ -72,6 +72,12 @@ def py_spy_alone(hz: int) -> Iterator[None]:
         proc.wait(timeout=30)
 
 
+def _cpuprof_defaults():  # noqa: ANN202
+    from cpuprof import defaults
+
+    return defaults
+
+
 def custom_options(name: str) -> dict[str, object]:
     """``cpuprof{record_shapes=0,sample_hz=250}``: cpuprof.profile()'s keyword arguments for one lever
     measured beside the others (integers as such, 0/1 for booleans where the option is one)."""
@@ -95,7 +101,8 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
         return contextlib.nullcontext()
     if name.startswith("cpuprof"):
         mode = "exact" if name == "cpuprof exact" else "sampled"
-        options = dict(mode=mode, sample_hz=args.sample_hz, python_stacks=name == "cpuprof+py-spy",
+        options = dict(mode=mode, sample_hz=args.sample_hz or _cpuprof_defaults().SAMPLE_HZ,
+                       python_stacks=name == "cpuprof+py-spy",
                        python_hz=args.python_hz, warn=False)
         options.update(custom_options(name))
         prof = cpuprof.profile(args.events, **options)
@@ -155,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=24)
     ap.add_argument("--warmup", type=int, default=2, help="decode steps left out of tokens/s")
     ap.add_argument("--events", default="default")
-    ap.add_argument("--sample-hz", type=int, default=1000)
+    ap.add_argument("--sample-hz", type=int, default=None, help="default: cpuprof's")
     ap.add_argument("--python-hz", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset; bare is always first")
     args = ap.parse_args(argv)

@@ -8,7 +8,7 @@ almost all of it dispatch) is timed with ``time.perf_counter_ns`` under each var
   none                      no profiler (the baseline), 1 thread
   none, 2 threads           control: the baseline with 2 OpenMP threads (should equal "none")
   cpuprof sampled           mode="sampled", events "software", record_shapes=False, sample_hz
-                            (default 1000), python_stacks=False
+                            (default: cpuprof's, 250), python_stacks=False
   cpuprof sampled +shapes   the same with record_shapes=True
   cpuprof exact, 1 thread   mode="exact", events "software", torch.set_num_threads(1)
   cpuprof exact, 2 threads  the same with 2 threads, the OpenMP worker alive and in the team

@@ -33,7 +33,12 @@ constexpr int kMaxOpCountersPerThread = 1048576;
 // Op spans kept per dispatching thread (the newest ones) for the timeline.
 constexpr int kMaxSpanCapacity = 16777216;
 // Sampled mode: every thread is sampled by the kernel each time it has used 1/Hz of CPU time.
-constexpr int kDefaultSampleHz = 1000;
+// 250, not perf's or VTune's 1000: per-op CPU comes from the threads' switch records, not from
+// samples, which place the stacks and the other events; at 1 kHz their interrupts, stack copies
+// and unwinding cost a decode with every CPU busy about 3% of its tokens/s, at 250 Hz under 1%
+// (benches/README.md), and a second of two threads still gives 500 samples (a figure from samples
+// needs 30 for an op, 10 for a thread's waits, 300 for a configuration in compare).
+constexpr int kDefaultSampleHz = 250;
 constexpr int kMinSampleHz = 10;
 constexpr int kMaxSampleHz = 20000;
 // User stack copied with each sample for unwinding (perf's own default for --call-graph dwarf);
@@ -41,7 +46,7 @@ constexpr int kMaxSampleHz = 20000;
 constexpr int kDefaultStackBytes = 8192;
 constexpr int kMaxStackBytes = 65528;
 // Ring buffer pages per thread (a power of two): about 30 samples with 8 KiB stacks, three
-// collector periods at 1 kHz.
+// collector periods at 1 kHz (the ring is sized to the rate: see profile._ring_pages).
 constexpr int kDefaultRingPages = 64;
 // Op begins and ends a dispatching thread can have waiting for the collector.
 constexpr int kOpEventCapacity = 65536;

@@ -41,7 +41,8 @@ KNOWN_CALLERS = textwrap.dedent("""
             x = torch.add(x, 1.0)
 
     a @ b
-    with cpuprof.profile("task-clock", timeline=1000, python_stacks=True, warn=False) as prof:
+    # 1 kHz, not the default 250 Hz: the checks below need a few hundred samples of each 0.6 s caller.
+    with cpuprof.profile("task-clock", timeline=1000, python_stacks=True, sample_hz=1000, warn=False) as prof:
         python_caller_of_matmul()
         python_caller_of_add()
     prof.export(sys.argv[1])
@@ -285,11 +286,15 @@ def test_exact_mode_profile_has_no_flame_graph(tmp_path: Path):
 
 # py-spy's faults: each is one warning line, and the profile is made without Python stacks.
 FAULT = textwrap.dedent("""
-    import sys, torch, cpuprof
+    import sys, time, torch, cpuprof
     from cpuprof.collect import pyspy
     pyspy.executable = lambda: sys.argv[2] or None
+    a = torch.randn(256, 256)
     with cpuprof.profile("task-clock", python_stacks=True) as prof:
-        torch.mm(torch.randn(256, 256), torch.randn(256, 256))
+        # A tenth of a second of matmuls: a few dozen samples, so the native stacks can be checked.
+        deadline = time.monotonic() + 0.1
+        while time.monotonic() < deadline:
+            torch.mm(a, a)
     prof.export(sys.argv[1])
 """)
 

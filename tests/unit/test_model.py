@@ -150,7 +150,7 @@ def test_save_is_atomic(tmp_path: Path, monkeypatch):
     def boom(*_a, **_k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(json, "dump", boom)
+    monkeypatch.setattr(json, "dumps", boom)
     with pytest.raises(OSError):
         make_profile("sampled").save(tmp_path)
     assert (tmp_path / "profile.json").read_text() == before
