@@ -457,8 +457,11 @@ class SampledCounting final : public CountingStrategy {
       b.ns += ns;
       return;
     }
-    const bool was_empty = b.key == 0;
-    if (!was_empty) flush(slot, b);
+    if (b.key != 0) {
+      flush(slot, b);
+    } else {
+      buckets.used.push_back(index);
+    }
     uint32_t id = kEmptySequence;
     if (key != kOutsideKey && key != kProfilerKey) {
       id = stacks_.intern_path(path, depth);
@@ -470,9 +473,6 @@ class SampledCounting final : public CountingStrategy {
         return;
       }
     }
-    // Listed once, when it is filled: an evicted bucket is still listed, and one left empty by the
-    // path table being full is not.
-    if (was_empty) buckets.used.push_back(index);
     b = Bucket{key, id, ns};
   }
 

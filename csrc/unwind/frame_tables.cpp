@@ -240,15 +240,6 @@ bool run_program(Cursor c, uint64_t loc, uint64_t target, uint64_t code_align, i
 }  // namespace
 
 FrameTables::FrameTables() : cache_(new CacheEntry[kCacheSize]), return_cache_(new uint64_t[kReturnCacheSize]()) {
-  // Looked up once, here, and by address, not by library name: CPython may be linked into the
-  // executable itself. Never in refresh(): dlsym waits on the loader's lock for as long as a
-  // dlopen under way runs its constructors, and the collector must not stall behind one.
-  for (const char* symbol : {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameDefault"}) {
-    if (const void* address = dlsym(RTLD_DEFAULT, symbol)) {
-      interpreter_pc_ = reinterpret_cast<uint64_t>(address);
-      break;
-    }
-  }
   refresh();
 }
 FrameTables::~FrameTables() = default;
@@ -290,8 +281,14 @@ void FrameTables::refresh() {
       },
       &build);
   std::sort(objects_.begin(), objects_.end(), [](const Object& x, const Object& y) { return x.start < y.start; });
-  for (Object& object : objects_) {
-    object.interpreter = interpreter_pc_ >= object.start && interpreter_pc_ < object.end;
+  // Looked up by address, not by library name: CPython may be linked into the executable itself.
+  for (const char* symbol : {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameDefault"}) {
+    const void* address = dlsym(RTLD_DEFAULT, symbol);
+    if (address == nullptr) continue;
+    for (Object& object : objects_) {
+      const auto at = reinterpret_cast<uint64_t>(address);
+      if (at >= object.start && at < object.end) object.interpreter = true;
+    }
   }
   adds_ = build.adds;
   subs_ = build.subs;

@@ -91,7 +91,6 @@ class FrameTables {
   std::unique_ptr<uint64_t[]> return_cache_;
   uint64_t lookups_ = 0, hits_ = 0;
   std::vector<Object> objects_;  // sorted by start
-  uint64_t interpreter_pc_ = 0;  // the Python interpreter's frame evaluation loop (0: no Python here)
   unsigned long long adds_ = ~0ULL, subs_ = ~0ULL;  // the loader's counts when it was built
 };
 

@@ -32,7 +32,7 @@ def build_sanitized(tmp_path: Path, name: str, sources: list[str], sanitizer: st
     binary = tmp_path / name
     build = subprocess.run(
         ["g++", "-std=c++17", "-O1", "-g", f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer",
-         "-I", str(ROOT / "csrc"), *[f"-I{i}" for i in includes], *sources, "-o", str(binary), "-pthread", "-ldl"],
+         "-I", str(ROOT / "csrc"), *[f"-I{i}" for i in includes], *sources, "-o", str(binary), "-pthread"],
         capture_output=True, text=True, timeout=300)
     if build.returncode != 0 and "cannot find" in build.stderr and "san" in build.stderr:
         pytest.skip(f"the {sanitizer} sanitizer runtime is not installed: {build.stderr.strip()[:200]}")

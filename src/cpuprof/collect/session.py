@@ -180,10 +180,9 @@ class profile:
 
     def _ring_pages(self) -> int:
         """Ring pages per thread for 25 ms of samples (2.5 collector periods): a sample is its
-        copied stack plus about 1 KiB of call chain and counters. At least 32 (128 KiB): the
-        switch records, from which per-op CPU comes, do not slow down with the sample rate."""
+        copied stack plus about 1 KiB of call chain and counters."""
         needed = self.sample_hz * 0.025 * (self.stack_bytes + 1024) / 4096
-        pages = 32
+        pages = 8
         while pages < needed and pages < 1024:
             pages *= 2
         return pages
