@@ -3,6 +3,9 @@ error line."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -11,9 +14,66 @@ from typing import Any
 
 
 def cpuprof(*args: str, timeout: float = 600, **kwargs: Any) -> subprocess.CompletedProcess:
-    """``python -m cpuprof ARGS`` in a child, its output captured as text."""
-    return subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    """``python -m cpuprof ARGS`` in a child, its output captured as text. One that outlives
+    ``timeout`` fails with where each of its processes was stuck (a hang seen once in CI is
+    otherwise a bare timeout, with nothing to go on), and none of them is left running."""
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        tree = [proc.pid, *_descendants(proc.pid)]
+        where = "\n".join(_where_stuck(pid) for pid in tree)
+        for pid in reversed(tree):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"{exc}\nwhere its processes were:\n{where}\nstdout:\n{stdout}\n"
+                             f"stderr:\n{stderr}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # it ended between the listing and the read
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _where_stuck(pid: int) -> str:
+    """Each thread's name, state and kernel wait channel, py-spy's Python stacks, and gdb's native
+    stacks of every thread (py-spy shows only the threads that run Python) where gdb is installed."""
+    lines = [f"pid {pid}:"]
+    try:
+        for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
+            stat = (task / "stat").read_text()
+            name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()[0]
+            lines.append(f"  tid {task.name} {name!r} state {state} wchan {(task / 'wchan').read_text()}")
+    except OSError as exc:
+        lines.append(f"  ({exc})")
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    commands = [[spy, "dump", "--pid", str(pid)]]
+    if shutil.which("gdb"):
+        commands.append(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 30"])
+    for command in commands:
+        try:
+            dump = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            lines.append(dump.stdout + dump.stderr)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            lines.append(f"  {command[0]}: {exc}")
+    return "\n".join(lines)
 
 
 def cpuprof_ok(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

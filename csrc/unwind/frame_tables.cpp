@@ -240,6 +240,9 @@ bool run_program(Cursor c, uint64_t loc, uint64_t target, uint64_t code_align, i
 }  // namespace
 
 FrameTables::FrameTables() : cache_(new CacheEntry[kCacheSize]), return_cache_(new uint64_t[kReturnCacheSize]()) {
+  // Looked up by address, not by library name: CPython may be linked into the executable itself.
+  const char* symbols[] = {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameDefault"};
+  for (size_t i = 0; i < 2; ++i) interpreter_pcs_[i] = reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, symbols[i]));
   refresh();
 }
 FrameTables::~FrameTables() = default;
@@ -281,12 +284,9 @@ void FrameTables::refresh() {
       },
       &build);
   std::sort(objects_.begin(), objects_.end(), [](const Object& x, const Object& y) { return x.start < y.start; });
-  // Looked up by address, not by library name: CPython may be linked into the executable itself.
-  for (const char* symbol : {"_PyEval_EvalFrameDefault", "PyEval_EvalFrameDefault"}) {
-    const void* address = dlsym(RTLD_DEFAULT, symbol);
-    if (address == nullptr) continue;
+  for (const uint64_t at : interpreter_pcs_) {
+    if (at == 0) continue;
     for (Object& object : objects_) {
-      const auto at = reinterpret_cast<uint64_t>(address);
       if (at >= object.start && at < object.end) object.interpreter = true;
     }
   }

@@ -91,6 +91,11 @@ class FrameTables {
   std::unique_ptr<uint64_t[]> return_cache_;
   uint64_t lookups_ = 0, hits_ = 0;
   std::vector<Object> objects_;  // sorted by start
+  // The interpreter's evaluation loop, looked up once, as the tables are made (on the thread that
+  // starts the session), never in refresh(): dlsym takes the loader's big lock, which a dlopen
+  // holds while it runs the new library's constructors, and the collector must not wait on one.
+  // CPython is never unloaded, so the addresses stay true.
+  uint64_t interpreter_pcs_[2] = {0, 0};
   unsigned long long adds_ = ~0ULL, subs_ = ~0ULL;  // the loader's counts when it was built
 };
 

@@ -244,6 +244,8 @@ class FollowedRun(ChildRun):
         self._stop.set()
         if not self._lock.acquire(timeout=END_GRACE_S / 2):
             warn("its profile was not saved: a checkpoint held the profile too long")
+            if self._terminated:  # a process told to end must end: its owner may be waiting to join it
+                self._die_of_sigterm()
             return
         try:
             if self._saved_final:
