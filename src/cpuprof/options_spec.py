@@ -28,6 +28,7 @@ from .launch import environment
 from .launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
 from .launch.ranks import BACKENDS, DEFAULT_TIMEOUT_S
 from .launch.window import WindowPlan
+from .model.workload import DEFAULT_GROUP_SIZE, INT4_GROUP_SIZES, QUANT_MODES
 from .workload.dtypes import DTYPE_NAMES
 from .workload.presets import OVERRIDABLE_FIELDS, PRESETS
 
@@ -235,6 +236,13 @@ WORKLOAD: tuple[Option, ...] = (
                         "them once instead of on every call); compiled before the profile starts, outside the "
                         "figures", (WorkloadOptions, "compile"), action="store_true",
            sweep=Axis("on,off sweeps both", metavar="on,off")),
+    Option("--quant", "store the built-in model's projections and lm_head weight-only quantized: %(choices)s "
+                      "(default %(default)s; int8: a scale per output channel, int4: a scale and zero point per "
+                      "group; torch's own CPU kernels; changes the model's numerics)",
+           (WorkloadOptions, "quant"), choices=QUANT_MODES, sweep=Axis("a comma list sweeps them")),
+    Option("--group-size", f"with --quant int4: inputs per scale, one of {', '.join(map(str, INT4_GROUP_SIZES))} "
+                           f"(default {DEFAULT_GROUP_SIZE})", (WorkloadOptions, "group_size"), type=positive_int,
+           metavar="N"),
 )
 
 
@@ -394,5 +402,5 @@ ALL: tuple[Option, ...] = (*WORKLOAD, *LAUNCH, *RANKS, *PROFILING, NO_PROFILE, R
 
 # -- compare's sweep axes, in the order a configuration's label names them ---------------------------
 _AXIS_ORDER = ("--tp", "--instances", "--threads", "--omp", "--bind", "--blocktime", "--allocator", "--numa",
-               "--dtype", "--batch", "--compile")
+               "--dtype", "--quant", "--batch", "--compile")
 SWEEPS: dict[str, Option] = {o.name: o for o in options(*_AXIS_ORDER)}

@@ -84,3 +84,33 @@ def onednn_mm_known_answer() -> None:
     group = next(g for g in gemm_groups(prof.profile) if g.op_names == ["_C::onednn_mm"])
     assert group.calls == 2 and group.shape_text == f"[{M},{K}]x[{K},{N}]ᵖ"
     torch.ops._C.release_dnnl_matmul_handler(int(handle.item()))
+
+
+def _gemv_profile(weight_only_int8: bool) -> Profile:
+    """A profile whose op time is nearly all GEMVs, [1,2048] x a [4096,2048] weight (bf16 or int8),
+    with a decode's settings and workload (tests.profiles), as compare --from reads it."""
+    import torch.nn.functional as F
+    from tests.profiles import make_profile
+
+    x = torch.randn(1, 2048, dtype=torch.bfloat16)
+    weight = torch.randn(4096, 2048, dtype=torch.bfloat16)
+    q, scales = torch.randint(-127, 127, (4096, 2048), dtype=torch.int8), torch.rand(4096, dtype=torch.bfloat16)
+    with cpuprof.profile(mode="exact", warn=False) as prof:
+        for _ in range(20):
+            if weight_only_int8:
+                torch.ops.aten._weight_int8pack_mm(x, q, scales)
+            else:
+                F.linear(x, weight)
+    profile = make_profile()
+    profile.ops = prof.profile.ops
+    return profile
+
+
+def test_compare_from_proposes_int8_weights_where_weight_reads_bound_the_gemvs() -> None:
+    from cpuprof.analysis.proposals import NUMERICS_CHANGE, proposals
+
+    found = {tuple(p.values.items()): p.reason for p in proposals(_gemv_profile(weight_only_int8=False))}
+    reason = found.get((("quant", "int8"),))
+    assert reason is not None and "memory-bound GEMVs over bf16 weights" in reason and NUMERICS_CHANGE in reason
+    # Already int8: nothing more to propose there.
+    assert not any(p.values.get("quant") for p in proposals(_gemv_profile(weight_only_int8=True)))

@@ -25,7 +25,9 @@ def decode_figures(wl: DecodeWorkload) -> DecodeFigures:
 
 def decode_lines(wl: DecodeWorkload) -> list[str]:
     m = wl.model
-    lines = [f"{m.name}: {m.architecture}, {fmt_params(m.params)} parameters in {m.dtype} "
+    stored = (f", projections and lm_head quantized weight-only ({m.quant.describe()}; the embedding and norms in "
+              f"{m.dtype})" if m.quant.quantized else "")
+    lines = [f"{m.name}: {m.architecture}, {fmt_params(m.params)} parameters in {m.dtype}{stored} "
              f"({fmt_bytes(m.weight_bytes)} of weights), {m.source}",
              f"batch {wl.batch}, prompt {wl.prompt_len} tokens, {wl.new_tokens} decode steps "
              f"({wl.steps_done} done, the first {wl.warmup_steps} not measured)"]

@@ -24,6 +24,14 @@ MIGRATIONS_PROPOSAL_PER_TOKEN = 0.5
 # packed once) is worth trying.
 REPACK_PROPOSAL_SHARE = 0.10
 MIN_REPACK_SAMPLES = 100
+# Share of the op time in memory-bound GEMVs over weights stored at 2 bytes or more above which
+# weight-only int8 (half the bytes, or less) is worth trying.
+GEMV_PROPOSAL_SHARE = 0.5
+# Without roofs, the intensity (flop/B) below which a GEMM is taken as memory-bound: a bf16 GEMV's
+# is about 1, and no CPU's ridge point is below 5.
+MEMORY_BOUND_INTENSITY = 4.0
+#: Said of every proposal that changes what the model computes, not only how fast.
+NUMERICS_CHANGE = "changes the model's numerics: check its accuracy before adopting it"
 
 
 @dataclass
@@ -70,6 +78,12 @@ def proposals(profile: Profile) -> list[Proposal]:
         out.append(Proposal({"compile": "on"},
                             f"the GEMMs spend {fmt_percent(repack)} of their CPU repacking weights on every call: "
                             "torch.compile with frozen weights packs them once"))
+    gemv = _weight_bound_gemv_share(profile)
+    if gemv is not None and gemv >= GEMV_PROPOSAL_SHARE and not profile.workload.model.quant.quantized \
+            and profile.workload.model.config is not None:
+        out.append(Proposal({"quant": "int8"},
+                            f"memory-bound GEMVs over {profile.workload.model.dtype} weights take {fmt_percent(gemv)} "
+                            f"of the op time: int8 weights are half the bytes to read ({NUMERICS_CHANGE})"))
     seen: set[tuple[tuple[str, str], ...]] = set()
     unique = []
     for p in out:
@@ -89,3 +103,20 @@ def _repack_share(profile: Profile) -> float | None:
     if not splits or sum(s.samples for s in splits) < MIN_REPACK_SAMPLES or not cpu:
         return None
     return sum(s.by_part.get("repack", 0) for s in splits) / cpu
+
+
+def _weight_bound_gemv_share(profile: Profile) -> float | None:
+    """The share of the op time in memory-bound matrix products whose weight is stored at two
+    bytes an element or more (not quantized); None without ops."""
+    from .roofline import gemm_groups
+
+    total = sum(op.self_ns for op in profile.ops if op.kind == "op")
+    if not total:
+        return None
+    bound = 0
+    for g in gemm_groups(profile):
+        if g.work.kind != "gemm" or (g.work.weight_element_bytes or 2) < 2:
+            continue
+        if (g.bound == "memory") if g.bound is not None else g.intensity < MEMORY_BOUND_INTENSITY:
+            bound += g.time_ns
+    return bound / total

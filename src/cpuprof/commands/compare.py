@@ -85,6 +85,7 @@ def _base_options(args: argparse.Namespace) -> DecodeOptions:
 def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
     axes = _axes(args)
     base = _base_options(args)
+    parent.check_group_size_used(base.workload.group_size, axes.get("quant", [base.workload.quant]))
     # Several processes are not an option of decode's child, so a single --tp 2 stays in every
     # configuration's values (and label) instead of in the base options.
     swept = {axis: values for axis, values in axes.items()
@@ -169,6 +170,7 @@ def check_context(comparison: Comparison) -> None:
             continue  # a checkpoint's context is known once it is loaded, in the child
         try:
             parent.check_context(options.workload)
+            parent.check_quant(options.workload)
         except UsageError as exc:
             where = f" (configuration {config.label})" if config.values else ""
             raise UsageError(f"{exc}{where}") from exc

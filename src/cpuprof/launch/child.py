@@ -118,9 +118,13 @@ class DecodeRun(ChildRun):
             shard, reduce = self.join_tensor_parallel(region_factory)
             model = build_model(cfg, dtype, seed=self.wl.seed, progress=on_layer, region=region_factory,
                                 shard=shard, reduce=reduce)
+            quant = self.wl.weight_quant()
+            if quant.quantized:
+                self.quantize(model, quant)
             info = ModelInfo(name=cfg.name, source="built-in random weights", architecture="built-in Llama",
                              dtype=self.wl.dtype, params=cfg.param_count(),
-                             weight_bytes=cfg.weight_bytes(dtype_bytes(self.wl.dtype)), config=cfg)
+                             weight_bytes=cfg.weight_bytes(dtype_bytes(self.wl.dtype), quant), config=cfg,
+                             quant=quant)
         build_s = time.perf_counter() - started
         self.workload = DecodeWorkload(model=info, batch=self.wl.batch, prompt_len=self.wl.prompt_len,
                                        new_tokens=self.wl.new_tokens, warmup_steps=self.wl.warmup,
@@ -129,8 +133,22 @@ class DecodeRun(ChildRun):
         if rank is not None:
             self.workload.rank = RankInfo(mode=rank.mode, rank=rank.rank, world_size=rank.world_size,
                                           backend=rank.backend, cpus=list(rank.cpus))
-        self.progress.done(f"built {info.name} in {build_s:.1f} s")
+        self.progress.done(f"built {info.name} in {build_s:.1f} s" + (" (with its quantization)" if info.quant.quantized
+                                                                       else ""))
         return model
+
+    def quantize(self, model: Any, quant: Any) -> None:
+        from ..workload.llama import quantize_model
+
+        self.stage = f"quantizing the model to {quant.mode}"
+
+        def on_layer(done: int, total: int) -> None:
+            self.progress.show(f"quantizing the projections to {quant.mode}: layer {done}/{total}", phase="build")
+
+        started = time.perf_counter()
+        quantize_model(model, quant, progress=on_layer)
+        self.progress.done(f"quantized the projections and lm_head to {quant.mode} ({quant.describe()}) in "
+                           f"{time.perf_counter() - started:.1f} s")
 
     def join_tensor_parallel(self, region_factory: Any) -> tuple[Any, Any]:
         """A tensor-parallel rank joins its group before building its shard; otherwise the whole model."""

@@ -14,6 +14,7 @@ from typing import Final, Literal
 
 from .. import defaults
 from ..model import CollectionMode, Requested, Topology
+from ..model.workload import DEFAULT_GROUP_SIZE, WeightQuant
 from ..workload.presets import ModelConfig
 from ..workload.sampling import Sampling
 from .environment import LaunchSettings
@@ -41,6 +42,13 @@ class WorkloadOptions:
     seed: int = 0
     hf: str | None = None  # a local Hugging Face checkpoint instead of the built-in model
     compile: bool = False  # torch.compile (inductor, weights frozen) the built-in model before decoding
+    quant: str = "none"  # the built-in model's projections: none, int8 or int4 (weight-only)
+    group_size: int | None = None  # int4's group of inputs per scale; None: DEFAULT_GROUP_SIZE
+
+    def weight_quant(self) -> WeightQuant:
+        # A sweep's --group-size is given to each configuration; only int4 ones have groups.
+        return WeightQuant(self.quant, (self.group_size or DEFAULT_GROUP_SIZE) if self.quant == "int4"
+                           else DEFAULT_GROUP_SIZE)
 
 
 @dataclass

@@ -110,6 +110,30 @@ def _check_hf(path: str, dtype: str, batch: int, max_seq: int, available: int) -
                          "is available; try --dtype bf16, a smaller --batch or a shorter run")
 
 
+def check_group_size_used(group_size: int | None, quant_modes: list[str]) -> None:
+    """--group-size means something only to int4 weights: given without them, it is a mistake."""
+    if group_size is not None and "int4" not in quant_modes:
+        raise UsageError(f"--group-size sets the groups of int4 weights; it needs --quant int4 (not "
+                         f"{','.join(quant_modes)})")
+
+
+def check_quant(wl: WorkloadOptions) -> None:
+    """--quant and --group-size, before anything starts: what the kernels take, on the model asked for."""
+    from ..model.workload import QUANT_MODES
+    from ..workload.presets import resolve_config
+
+    if wl.quant not in QUANT_MODES:
+        raise UsageError(f"--quant {wl.quant}: expected one of {', '.join(QUANT_MODES)}")
+    if wl.quant == "none":
+        return
+    if wl.hf:
+        raise UsageError(f"--quant {wl.quant} quantizes the built-in model's projections; a --hf checkpoint runs "
+                         "with the weights it has")
+    problem = resolve_config(wl.preset, wl.overrides).quant_problem(wl.weight_quant())
+    if problem is not None:
+        raise UsageError(problem)
+
+
 def check_context(wl: WorkloadOptions) -> tuple[ModelConfig, int]:
     """The built-in model's config and the positions the run needs; UsageError when they exceed its
     context. (A --hf checkpoint's context is the child's to check, with the checkpoint loaded.)"""
@@ -137,6 +161,7 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
         raise UsageError(f"--warmup {wl.warmup}: expected 0 to {wl.new_tokens - 1} "
                          f"(fewer than --new-tokens {wl.new_tokens})")
     check_dtype(wl.dtype)
+    check_quant(wl)
     resolved = environment.validate(options.launch, topology)
     model = None
     if options.calibrate_only:
@@ -149,7 +174,7 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
         model, max_seq = check_context(wl)
         try:
             check_memory(model, dtype_bytes(wl.dtype), wl.batch, max_seq,
-                         available_bytes=_available_memory(resolved.mem_nodes))
+                         available_bytes=_available_memory(resolved.mem_nodes), quant=wl.weight_quant())
         except UsageError as exc:
             if not resolved.mem_nodes:
                 raise

@@ -128,7 +128,7 @@ def check_options(options: DecodeOptions, mode: str, n: int, backend: str) -> No
             raise UsageError("--backend ccl needs oneccl_bindings_for_pytorch (Intel's oneCCL for PyTorch), "
                              "which is not installed; the default gloo needs nothing")
     cfg = resolve_config(wl.preset, wl.overrides)
-    problem = cfg.shard_problem(n)
+    problem = cfg.shard_problem(n) or cfg.quant_problem(wl.weight_quant(), n)
     if problem is not None:
         raise UsageError(f"--tp {n}: {problem}")
 
@@ -223,7 +223,7 @@ def _check_group_memory(options: DecodeOptions, mode: str, n: int) -> None:
         return  # a checkpoint's estimate is per process; --instances of one checks it in prepare
     cfg = resolve_config(wl.preset, wl.overrides)
     check_memory(cfg, dtype_bytes(wl.dtype), wl.batch, wl.prompt_len + wl.new_tokens, processes=n,
-                 shards=n if mode == "tp" else 1)
+                 shards=n if mode == "tp" else 1, quant=wl.weight_quant())
 
 
 START_BARRIER_PREFIX = ".ready-rank-"

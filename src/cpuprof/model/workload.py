@@ -8,6 +8,45 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: How the built-in model may store its projection matrices (``decode --quant``).
+QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
+#: The group sizes torch's CPU int4 kernel (aten::_weight_int4pack_mm_for_cpu) accepts.
+INT4_GROUP_SIZES: tuple[int, ...] = (32, 64, 128, 256)
+DEFAULT_GROUP_SIZE = 128
+
+
+@dataclass(frozen=True)
+class WeightQuant:
+    """How the projection matrices are stored: as built (``none``), or weight-only ``int8`` (one
+    scale per output row) or ``int4`` (a scale and a zero point per ``group_size`` inputs of each
+    row, two weights to a byte). The scales are in the model's dtype, as torch's kernels take them;
+    the embedding table (one row read per token) and the norms stay in the model's dtype."""
+
+    mode: str = "none"
+    group_size: int = DEFAULT_GROUP_SIZE  # int4 only
+
+    @property
+    def quantized(self) -> bool:
+        return self.mode != "none"
+
+    def matrix_bytes(self, rows: int, cols: int, dtype_bytes: int) -> int:
+        """Bytes a [rows, cols] weight occupies (and a GEMV reads): weights plus their scales."""
+        if self.mode == "int8":
+            return rows * cols + rows * dtype_bytes
+        if self.mode == "int4":
+            return rows * cols // 2 + (cols // self.group_size) * rows * 2 * dtype_bytes
+        return rows * cols * dtype_bytes
+
+    def describe(self) -> str:
+        if self.mode == "int8":
+            return "int8 weights, one scale per output channel"
+        if self.mode == "int4":
+            return f"int4 weights, a scale and zero point per group of {self.group_size}"
+        return "not quantized"
+
+
+NO_QUANT = WeightQuant()
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -46,9 +85,21 @@ class ModelConfig:
         lm_head = 0 if self.tied_embeddings else self.vocab * self.hidden
         return embedding + self.layers * self.layer_param_count() + self.hidden + lm_head
 
-    def weight_bytes(self, dtype_bytes: int) -> int:
-        """Bytes the weights occupy in memory."""
-        return self.param_count() * dtype_bytes
+    def layer_matrices(self, shards: int = 1) -> list[tuple[int, int]]:
+        """(rows, cols) of one layer's projections q, k, v, o, gate, up, down, as torch stores them
+        ([out, in]); a tensor-parallel rank's slices with ``shards``: q/k/v and gate/up by rows,
+        o and down by columns."""
+        q, kv, h, f = self.heads * self.head_dim // shards, self.kv_dim // shards, self.hidden, self.ffn // shards
+        return [(q, h), (kv, h), (kv, h), (h, q), (f, h), (f, h), (h, f)]
+
+    def weight_bytes(self, dtype_bytes: int, quant: WeightQuant = NO_QUANT, shards: int = 1) -> int:
+        """Bytes the weights occupy in memory (a rank's share with ``shards``). Quantized, the
+        lm_head is a quantized copy of a tied embedding, which stays whole for its lookups."""
+        layer = sum(quant.matrix_bytes(rows, cols, dtype_bytes) for rows, cols in self.layer_matrices(shards))
+        lm_head = 0 if self.tied_embeddings and not quant.quantized else quant.matrix_bytes(self.vocab, self.hidden,
+                                                                                              dtype_bytes)
+        return (self.vocab * self.hidden * dtype_bytes + self.layers * (layer + 2 * self.hidden * dtype_bytes)
+                + self.hidden * dtype_bytes + lm_head)
 
     def kv_cache_bytes(self, dtype_bytes: int, seq_len: int, batch: int) -> int:
         """Bytes of k and v for ``seq_len`` positions of ``batch`` sequences, all layers."""
@@ -62,7 +113,8 @@ class ModelConfig:
                 return f"{self.name}'s {name.replace('_', ' ')} ({value}) do not divide into {shards} equal parts"
         return None
 
-    def bytes_read_per_token(self, dtype_bytes: int, context_len: int, batch: int, shards: int = 1) -> int:
+    def bytes_read_per_token(self, dtype_bytes: int, context_len: int, batch: int, shards: int = 1,
+                             quant: WeightQuant = NO_QUANT) -> int:
         """Bytes one decode step reads from memory, divided by the tokens it produces.
 
         This is the analytic floor that makes decoding memory-bound: every matrix is streamed
@@ -73,12 +125,33 @@ class ModelConfig:
 
         With ``shards`` (one tensor-parallel rank of that many): the rank's slice of every layer's
         matrices and KV cache, with the norms, embedding and lm_head whole (they are replicated).
+        With ``quant``: the projections and lm_head at their stored size, scales included.
         """
-        matrices = self.layer_param_count() - 2 * self.hidden
-        streamed = (self.layers * (matrices // shards + 2 * self.hidden) + self.hidden
-                    + self.vocab * self.hidden)
-        per_sequence = self.hidden + self.kv_cache_bytes(1, context_len, 1) // shards
-        return (streamed + batch * per_sequence) * dtype_bytes // batch
+        matrices = sum(quant.matrix_bytes(rows, cols, dtype_bytes) for rows, cols in self.layer_matrices(shards))
+        streamed = (self.layers * (matrices + 2 * self.hidden * dtype_bytes) + self.hidden * dtype_bytes
+                    + quant.matrix_bytes(self.vocab, self.hidden, dtype_bytes))
+        per_sequence = (self.hidden + self.kv_cache_bytes(1, context_len, 1) // shards) * dtype_bytes
+        return (streamed + batch * per_sequence) // batch
+
+    def quant_problem(self, quant: WeightQuant, shards: int = 1) -> str | None:
+        """Why ``quant`` cannot store this shape's projections (with ``shards``), or None if it can."""
+        if quant.mode not in QUANT_MODES:
+            return f"unknown quantization {quant.mode!r}; choose one of: {', '.join(QUANT_MODES)}"
+        if quant.mode != "int4":
+            return None
+        g = quant.group_size
+        if g not in INT4_GROUP_SIZES:
+            return (f"--group-size {g} is not one torch's CPU int4 kernel takes; choose one of: "
+                    f"{', '.join(map(str, INT4_GROUP_SIZES))}")
+        inputs = sorted({cols for _, cols in self.layer_matrices(shards)})
+        bad = [k for k in inputs if k % g]
+        if bad:
+            fits = [size for size in INT4_GROUP_SIZES if all(k % size == 0 for k in inputs)]
+            rank = " per tensor-parallel rank" if shards > 1 else ""
+            advice = f"; choose {' or '.join(map(str, fits))}" if fits else ""
+            return (f"--group-size {g} does not divide the input width {bad[0]} of {self.name}'s projections"
+                    f"{rank} (each row is quantized in groups of that many inputs){advice}")
+        return None
 
 
 @dataclass
@@ -104,7 +177,8 @@ class ModelInfo:
     architecture: str  # e.g. LlamaForCausalLM; "built-in Llama" for the built-in model
     dtype: str  # bf16, fp32
     params: int
-    weight_bytes: int  # bytes the weights occupy (tied matrices once)
+    weight_bytes: int  # bytes the weights occupy (tied matrices once), quantized ones at their stored size
+    quant: WeightQuant = NO_QUANT  # the built-in model's projections, decode --quant
     config: ModelConfig | None = None  # the built-in model's shape
     model_type: str | None = None  # a checkpoint's transformers model type: llama, qwen3, gemma2, ...
 

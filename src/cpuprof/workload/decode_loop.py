@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..errors import UsageError
 from ..model import StepFigures
-from ..model.workload import PREFILL_REGION
+from ..model.workload import NO_QUANT, PREFILL_REGION
 from .figures import step_figures
 from .llama import RegionFactory, no_region
 from .presets import ModelConfig
@@ -107,6 +107,10 @@ def _sampler(sampling: str, top_k: int, generator: torch.Generator) -> Callable[
 def bytes_read_method(model: DecodeModel) -> str:
     """How :func:`measured_bytes_per_token` counts, said of ``model`` (a tensor-parallel rank's share)."""
     method = DecodeResult.bytes_read_method
+    quant = getattr(model, "quant", NO_QUANT)
+    if quant.quantized:
+        method += (f"; the projections and lm_head at their stored size ({quant.describe()}: the weights and "
+                   "their scales), the embedding row and norms in the model's dtype")
     shards = getattr(getattr(model, "shard", None), "world", 1)
     if shards > 1:
         method += (f"; this tensor-parallel rank's 1/{shards} of every layer and of the KV cache, with the "
@@ -124,7 +128,9 @@ def measured_bytes_per_token(model: DecodeModel, cfg: ModelConfig, prompt_len: i
         return None
     # A tensor-parallel rank reads its shard: its own share of the bytes, not the model's.
     shards = getattr(getattr(model, "shard", None), "world", 1)
-    return sum(cfg.bytes_read_per_token(model.dtype.itemsize, c, batch, shards) for c in contexts) // len(contexts)
+    quant = getattr(model, "quant", NO_QUANT)
+    return sum(cfg.bytes_read_per_token(model.dtype.itemsize, c, batch, shards, quant)
+               for c in contexts) // len(contexts)
 
 
 def run_decode(

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UsageError
+from ..model.workload import NO_QUANT, WeightQuant
 from .dtypes import DTYPE_NAMES, torch_dtype
 from .presets import ModelConfig
 
@@ -85,6 +86,12 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
+def project(x: Tensor, weight: Tensor | nn.Module) -> Tensor:
+    """x times a projection's weightᵀ: ``F.linear`` for a plain weight, the quantized kernel for one
+    stored quantized (``decode --quant``)."""
+    return F.linear(x, weight) if isinstance(weight, Tensor) else weight(x)
+
+
 def _rotate_half(x: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -121,9 +128,9 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, start_pos: int, cos: Tensor, sin: Tensor) -> Tensor:
         assert self.k_cache is not None and self.v_cache is not None
         batch, seq, hidden = x.shape
-        q = F.linear(x, self.q_proj).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
-        k = F.linear(x, self.k_proj).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = F.linear(x, self.v_proj).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = project(x, self.q_proj).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k = project(x, self.k_proj).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = project(x, self.v_proj).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         end = start_pos + seq
         self.k_cache[:, :, start_pos:end] = k
@@ -140,7 +147,7 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=True)
         else:
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        return F.linear(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim), self.o_proj)
+        return project(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim), self.o_proj)
 
 
 class MLP(nn.Module):
@@ -154,7 +161,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(cfg.hidden, ffn, dtype=dtype), requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(F.silu(F.linear(x, self.gate_proj)) * F.linear(x, self.up_proj), self.down_proj)
+        return project(F.silu(project(x, self.gate_proj)) * project(x, self.up_proj), self.down_proj)
 
 
 class DecoderLayer(nn.Module):
@@ -212,6 +219,7 @@ class LlamaModel(nn.Module):
         self.register_buffer("rope_sin", angles.sin().to(dtype), persistent=False)
         self.cache_batch = 0
         self.cache_len = 0
+        self.quant = NO_QUANT
 
     @torch.no_grad()
     def reset_cache(self, batch: int = 1, max_seq: int | None = None) -> None:
@@ -262,7 +270,7 @@ class LlamaModel(nn.Module):
         with region("norm"):
             x = self.final_norm(x[:, -1:])  # only the last position's logits are needed
         with region("lm_head"):
-            return F.linear(x, self.lm_head)[:, -1].float()
+            return project(x, self.lm_head)[:, -1].float()
 
     def decoder_layers(self) -> list[DecoderLayer]:
         return [layer for layer in self.layers if isinstance(layer, DecoderLayer)]
@@ -270,6 +278,39 @@ class LlamaModel(nn.Module):
     def parameter_tensors(self) -> list[Tensor]:
         """Every weight tensor once (tied ones once), e.g. to ask where their pages live."""
         return [p.detach() for p in self.parameters()]
+
+
+_PROJECTIONS = {"attention": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
+
+
+@torch.no_grad()
+def quantize_model(model: LlamaModel, quant: WeightQuant, progress: Callable[[int, int], None] | None = None) -> None:
+    """Stores every projection and the lm_head as ``quant`` says, in place (a layer's weights in
+    the model's dtype are freed as it is done); the embedding stays for its lookups, so a tied
+    lm_head becomes a quantized copy of it. ``progress(done_layers, total_layers)`` as layers finish."""
+    from .quantize import quantized
+
+    problem = model.cfg.quant_problem(quant, model.shard.world)
+    if problem is not None:
+        raise UsageError(problem)
+    if not quant.quantized:
+        return
+    layers = model.decoder_layers()
+    for done, layer in enumerate(layers, start=1):
+        for block, names in _PROJECTIONS.items():
+            owner = getattr(layer, block)
+            for name in names:
+                _replace(owner, name, quantized(getattr(owner, name), quant))
+        if progress is not None:
+            progress(done, len(layers))
+    _replace(model, "lm_head", quantized(model.lm_head, quant))
+    model.quant = quant
+
+
+def _replace(owner: nn.Module, name: str, module: nn.Module) -> None:
+    """A weight becomes a module (torch refuses to assign one over a registered parameter)."""
+    delattr(owner, name)
+    setattr(owner, name, module)
 
 
 def _fill_normal(tensor: Tensor, seed: int, full_shape: torch.Size | None = None,

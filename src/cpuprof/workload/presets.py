@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from ..errors import CpuprofError, UsageError
-from ..model.workload import ModelConfig
+from ..model.workload import NO_QUANT, ModelConfig, WeightQuant
 from .dtypes import name_for_bytes
 
 #: The shape fields a user may change with ``--layers`` and friends.  ``max_seq`` is here
@@ -77,7 +77,8 @@ def resolve_config(preset: str, overrides: dict[str, int]) -> ModelConfig:
     return cfg
 
 
-def estimate_memory_bytes(cfg: ModelConfig, dtype_bytes: int, batch: int, max_seq: int, shards: int = 1) -> int:
+def estimate_memory_bytes(cfg: ModelConfig, dtype_bytes: int, batch: int, max_seq: int, shards: int = 1,
+                          quant: WeightQuant = NO_QUANT) -> int:
     """Resident memory a run needs: weights, KV cache, prefill activations and a fixed margin.
 
     The activation term assumes a prefill of ``max_seq`` tokens holds a handful of fp32
@@ -86,13 +87,20 @@ def estimate_memory_bytes(cfg: ModelConfig, dtype_bytes: int, batch: int, max_se
 
     ``shards``: one tensor-parallel rank of that many, which holds its slice of every layer's
     matrices, KV cache and MLP activations, and the replicated rest whole.
+
+    ``quant``: the model is built in ``dtype_bytes`` and quantized a matrix at a time, each freed
+    once converted: the peak is the unquantized model with one quantized matrix (the lm_head, the
+    largest) beside it, or the quantized model if that is larger.
     """
     activations = batch * max_seq * (6 * cfg.hidden + 3 * cfg.ffn // shards) * _FP32_BYTES
     logits = 4 * batch * cfg.vocab * _FP32_BYTES
     rope_tables = 2 * cfg.max_seq * cfg.head_dim * _FP32_BYTES
-    sharded_matrices = cfg.layers * (cfg.layer_param_count() - 2 * cfg.hidden) * (shards - 1) // shards
+    weights = cfg.weight_bytes(dtype_bytes, shards=shards)
+    if quant.quantized:
+        weights = max(weights + quant.matrix_bytes(cfg.vocab, cfg.hidden, dtype_bytes),
+                      cfg.weight_bytes(dtype_bytes, quant, shards))
     return (
-        cfg.weight_bytes(dtype_bytes) - sharded_matrices * dtype_bytes
+        weights
         + cfg.kv_cache_bytes(dtype_bytes, max_seq, batch) // shards
         + activations
         + logits
@@ -120,13 +128,14 @@ def check_memory(
     available_bytes: int | None = None,
     processes: int = 1,
     shards: int = 1,
+    quant: WeightQuant = NO_QUANT,
 ) -> int:
     """Refuse a run that would not fit in available memory; return the estimate if it fits.
 
     Failing here, with the remedies spelled out, beats being OOM-killed minutes into a
     model build with nothing on disk.
     """
-    needed = processes * estimate_memory_bytes(cfg, dtype_bytes, batch, max_seq, shards)
+    needed = processes * estimate_memory_bytes(cfg, dtype_bytes, batch, max_seq, shards, quant)
     available = available_memory_bytes() if available_bytes is None else available_bytes
     if needed <= available:
         return needed
