@@ -70,3 +70,18 @@ def test_compare_sweeps_the_quantization(tmp_path: Path):
     assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows)
     refused = cpuprof("compare", *SHORT, "--quant", "none,int8", "--group-size", "32", "--out", str(tmp_path / "x"))
     assert refused.returncode == 2 and "it needs --quant int4" in one_line_error(refused)
+
+
+def test_a_quantized_decode_measures_its_kernels_roofs_and_judges_its_gemvs_by_them(tmp_path: Path):
+    """With roofs (the default), the run's own quantized kernel is calibrated too (cached with the
+    rest), and the GEMM table judges the int4 GEMVs against it, not against the bf16 GEMV's."""
+    args = [arg for arg in SHORT if arg not in ("--roofs", "off")]
+    result = cpuprof("decode", *args, "--quant", "int4", "--group-size", "32", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    profile = Profile.load(tmp_path)
+    assert profile.roofs is not None
+    kernel = profile.roofs.kernel_roof("bf16", "i4")
+    assert kernel is not None and kernel.group_size == 32 and kernel.elements_per_s is not None
+    report = " ".join(result.stdout.split())
+    assert "bf16 x int4 GEMV kernel" in report and "G weights/s" in report
+    assert "bf16 x int4, group 32" in report  # the roofs table's row

@@ -11,6 +11,7 @@ import cpuprof
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.roofline import gemm_groups
 from cpuprof.model import OpStat, Profile
+from cpuprof.model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
 
 M, N, K, GROUP = 4, 256, 512, 64
 BF16 = 2
@@ -114,3 +115,50 @@ def test_compare_from_proposes_int8_weights_where_weight_reads_bound_the_gemvs()
     assert reason is not None and "memory-bound GEMVs over bf16 weights" in reason and NUMERICS_CHANGE in reason
     # Already int8: nothing more to propose there.
     assert not any(p.values.get("quant") for p in proposals(_gemv_profile(weight_only_int8=True)))
+
+
+def _roofs(triad_gb_per_s: float, kernels: list) -> MachineRoofs:
+    rep = Repeated(best=triad_gb_per_s, median=triad_gb_per_s, spread=0.0, repetitions=7)
+    peak = Repeated(best=1e6, median=1e6, spread=0.0, repetitions=7)  # far above: memory-bound by intensity
+    return MachineRoofs(fingerprint={}, key="", measured="2026-11-26T00:00:00+00:00", seconds=1.0, threads=2,
+                        cpus=[0, 1], bandwidth=[BandwidthRoof("triad", rep, 2, 1 << 30)],
+                        compute=[ComputeRoof("bf16", peak, 2, 4096)], kernel=kernels)
+
+
+def _int4_kernel_roof(gb_per_s: float, g_weights_per_s: float) -> KernelRoof:
+    def rep(value: float) -> Repeated:
+        return Repeated(best=value, median=value, spread=0.0, repetitions=7)
+
+    return KernelRoof(dtype="bf16", gb_per_s=rep(gb_per_s), threads=2, shape=[1, 2048, 8192 * 150], weights="i4",
+                      group_size=GROUP, elements_per_s=rep(g_weights_per_s * 1e9), cached_shape=[1, 2048, 8192])
+
+
+def test_an_int4_gemv_is_judged_against_its_own_kernel_roof_and_its_dequantization() -> None:
+    """The same int4 GEMV's profile, judged against roofs that differ only in the kernel's in-cache
+    rate: where unpacking its weights takes longer than reading their bytes at the memory roof, the
+    verdict names dequantization, with the time per call that rate gives (known: n·k / rate)."""
+    x = torch.randn(1, K, dtype=torch.bfloat16)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.randint(0, 16, (N, K), dtype=torch.int32), 2)
+    scales_zeros = torch.rand(K // GROUP, N, 2, dtype=torch.bfloat16)
+    with cpuprof.profile(mode="exact", warn=False) as prof:
+        for _ in range(10):
+            torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros)
+    profile = prof.profile
+    (group,) = [g for g in gemm_groups(profile) if g.work.kind == "gemm"]
+    per_call_s = group.time_ns / group.calls / 1e9
+    # A kernel that unpacks exactly as fast as this one ran, on memory 100x faster than its bytes need.
+    rate = N * K / per_call_s
+    profile.roofs = _roofs(100 * group.bytes / group.time_ns, [_int4_kernel_roof(5.0, rate / 1e9)])
+    (judged,) = [g for g in gemm_groups(profile) if g.work.kind == "gemm"]
+    assert judged.kernel_name == "bf16 x int4" and judged.kernel_gb_per_s == 5.0
+    assert judged.dequant_ns == pytest.approx(judged.time_ns, rel=1e-6)
+    assert judged.verdict.startswith("bound by dequantization, not memory: torch's bf16 x int4 kernel unpacks")
+    assert "it runs at 100% of that dequantization rate" in judged.verdict
+    # The same kernel unpacking 1000x faster: memory binds first, and the verdict is the memory one.
+    profile.roofs = _roofs(100 * group.bytes / group.time_ns, [_int4_kernel_roof(5.0, 1000 * rate / 1e9)])
+    (judged,) = [g for g in gemm_groups(profile) if g.work.kind == "gemm"]
+    assert "dequantization" not in judged.verdict and judged.verdict.startswith("memory-bound by intensity")
+    # No int4 kernel roof measured: the bf16 GEMV's is not used in its place, and the verdict says so.
+    profile.roofs = _roofs(100 * group.bytes / group.time_ns, [])
+    (judged,) = [g for g in gemm_groups(profile) if g.work.kind == "gemm"]
+    assert judged.kernel_gb_per_s is None and "no bf16 x int4 kernel roof measured" in judged.verdict

@@ -242,3 +242,55 @@ def test_calibration_short_of_memory_records_why(monkeypatch: pytest.MonkeyPatch
                     roofs.errors[0])
     assert any("unknown dtype 'f99'" in e for e in roofs.errors)
     assert roofs.memory_gb_per_s() is None
+
+
+QUANT = """
+import json, os, sys, time
+import torch
+from cpuprof.machine import roofs
+from cpuprof.model.codec import to_json
+from cpuprof.model.roofs import MachineRoofs
+threads = int(sys.argv[1])
+torch.set_num_threads(threads)
+r = MachineRoofs(fingerprint={}, key="", measured="", seconds=0.0, threads=threads, cpus=[])
+lines = []
+roofs.measure_quant_kernels(r, [roofs.QuantKernel("bf16", "i8"), roofs.QuantKernel("bf16", "i4", 128)],
+                            progress=lines.append)
+# What a naive calibration would measure: one 16.8 MB int8 weight read again and again.
+x = torch.ones(1, 2048, dtype=torch.bfloat16)
+w, s = torch.ones(8192, 2048, dtype=torch.int8), torch.ones(8192, dtype=torch.bfloat16)
+torch._weight_int8pack_mm(x, w, s)
+start = time.perf_counter()
+for _ in range(50):
+    torch._weight_int8pack_mm(x, w, s)
+in_cache = 50 * (w.nbytes + s.nbytes) / (time.perf_counter() - start) / 1e9
+print(json.dumps({"roofs": to_json(r), "progress": lines, "llc": roofs.llc_bytes() or roofs.FALLBACK_LLC_BYTES,
+                  "in_cache_gb_per_s": in_cache}))
+"""
+
+
+def test_quantized_kernel_roofs_read_weights_out_of_the_caches(full_roofs: dict):
+    """int8 and int4 GEMV roofs: distinct weights, together several times the last-level cache, read
+    in turn as decode reads them, so the figure is within the memory roof (a weight read again and
+    again stays in the caches and can beat it: printed beside); and the kernel's in-cache rate of
+    weight elements, measured on a weight that fits."""
+    threads = len(os.sched_getaffinity(0))
+    result = run_python(QUANT, str(threads), timeout=600)
+    triad = max(b["gb_per_s"]["best"] for b in full_roofs["roofs"]["bandwidth"] if b["kernel"] == "triad")
+    measured = {k["weights"]: k for k in result["roofs"]["kernel"]}
+    assert set(measured) == {"i8", "i4"} and result["roofs"]["errors"] == []
+    print(f"triad {triad:.1f} GB/s; int8 out of cache {measured['i8']['gb_per_s']['best']:.1f}, in cache (one weight "
+          f"again and again) {result['in_cache_gb_per_s']:.1f}; int4 {measured['i4']['gb_per_s']['best']:.1f} GB/s")
+    for weights, per_element in (("i8", 1.0), ("i4", 0.5)):
+        kernel = measured[weights]
+        _, k, n = kernel["shape"]
+        assert k == machine_roofs.GEMV_IN and n > machine_roofs.QUANT_WEIGHT_ROWS  # several weights, in turn
+        assert n * k * per_element >= machine_roofs.LLC_MULTIPLE * result["llc"]
+        # Within the memory roof, with room for the two figures' own spreads on a shared machine.
+        assert 0 < kernel["gb_per_s"]["best"] < 1.25 * triad, (kernel, triad)
+        _, k, cached_n = kernel["cached_shape"]
+        assert cached_n * k * per_element <= max(result["llc"] // 4, 256 * k)
+        rate = kernel["elements_per_s"]
+        assert rate["repetitions"] >= 5 and 0 < rate["median"] <= rate["best"]
+    assert measured["i4"]["group_size"] == 128
+    assert any("int4 (group 128) GEMV kernel roof" in line for line in result["progress"])

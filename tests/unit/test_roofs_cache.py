@@ -95,6 +95,35 @@ def test_round_trip(cache_dir: Path, measure: FakeMeasure):
     assert roofs.ensure(2, [0, 1])[0].from_cache and roofs.ensure(1, [0])[0].from_cache
 
 
+def test_a_quantized_kernel_roof_a_run_needs_is_added_to_its_cached_entry(cache_dir: Path, measure: FakeMeasure,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    measured: list[roofs.QuantKernel] = []
+
+    def fake_kernel(kernel, weight_bytes, cached_bytes, threads, repetitions, available, progress):
+        measured.append(kernel)
+        rep = Repeated(best=10.0, median=9.5, spread=0.05, repetitions=repetitions)
+        return KernelRoof(dtype=kernel.dtype, gb_per_s=rep, threads=threads, shape=[1, 2048, 8192 * 8],
+                          weights=kernel.weights, group_size=kernel.group_size, elements_per_s=rep,
+                          cached_shape=[1, 2048, 1024])
+
+    monkeypatch.setattr(roofs, "_quant_kernel", fake_kernel)
+    int8, int4 = roofs.QuantKernel("bf16", "i8"), roofs.QuantKernel("bf16", "i4", 128)
+    roofs.ensure(2, [0, 1])
+    first, warnings = roofs.ensure(2, [0, 1], quant_kernels=[int8])
+    assert warnings == [] and first.from_cache and measured == [int8] and len(measure.calls) == 1
+    assert first.kernel_roof("bf16", "i8") is not None and first.kernel_roof("bf16") is not None
+    # Cached with the entry: the next run needing it measures nothing; one needing int4 measures int4 alone.
+    again, _ = roofs.ensure(2, [0, 1], quant_kernels=[int8])
+    assert measured == [int8] and again.kernel_roof("bf16", "i8") is not None
+    roofs.ensure(2, [0, 1], quant_kernels=[int8, int4])
+    assert measured == [int8, int4]
+    # Another group size replaces int4's roof (one per storage), and is measured.
+    g64 = roofs.QuantKernel("bf16", "i4", 64)
+    replaced, _ = roofs.ensure(2, [0, 1], quant_kernels=[g64])
+    assert measured[-1] == g64 and [k.group_size for k in replaced.kernel if k.weights == "i4"] == [64]
+    assert len(measure.calls) == 1  # the rest of the entry was never measured again
+
+
 def test_force_measures_again(cache_dir: Path, measure: FakeMeasure):
     roofs.ensure(2, [0, 1])
     forced, warnings = roofs.ensure(2, [0, 1], force=True)

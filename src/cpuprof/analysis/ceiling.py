@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import MachineRoofs, OpStat, Profile
-from ..model.workload import PREFILL_REGION
+from ..model.workload import PREFILL_REGION, QUANT_WEIGHT_CODES, ROOF_DTYPES
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
 from .gemm_kernels import unknown_gemm_ops
 from .report_model import Column, Section, Table
@@ -79,7 +79,8 @@ def decode_ceiling(profile: Profile, groups: list[GemmGroup] | None = None) -> D
     if not bandwidth:
         return None
     ceiling = bandwidth * 1e9 / wl.bytes_read_per_token
-    kernel_bw = roofs.kernel_gb_per_s(wl.model.dtype)
+    kernel_bw = roofs.kernel_gb_per_s(ROOF_DTYPES.get(wl.model.dtype, wl.model.dtype),
+                                      QUANT_WEIGHT_CODES.get(wl.model.quant.mode, ""))
     result = DecodeCeiling(
         bytes_per_token=wl.bytes_read_per_token, bandwidth_gb_per_s=bandwidth, ceiling_tokens_per_s=ceiling,
         tokens_per_s=wl.figures.tokens_per_s,
@@ -198,8 +199,9 @@ def ceiling_section(profile: Profile) -> Section | None:
         lines.append(above_the_roof("the share of the ceiling is"))
     if ceiling.kernel_ceiling_tokens_per_s:
         kernel_share = ceiling.tokens_per_s / ceiling.kernel_ceiling_tokens_per_s
-        lines.append(f"at the best GEMV bandwidth torch itself reaches in {wl.model.dtype} (the kernel roof) the "
-                     f"ceiling is {fmt_rate(ceiling.kernel_ceiling_tokens_per_s)} tokens/s: "
+        storage = f" with {wl.model.quant.mode} weights" if wl.model.quant.quantized else ""
+        lines.append(f"at the best GEMV bandwidth torch itself reaches in {wl.model.dtype}{storage} (the kernel roof) "
+                     f"the ceiling is {fmt_rate(ceiling.kernel_ceiling_tokens_per_s)} tokens/s: "
                      f"{fmt_percent(kernel_share)} of it reached")
         if kernel_share > 1 >= ceiling.share:
             lines.append(above_the_roof("the share of the kernel roof's ceiling is"))

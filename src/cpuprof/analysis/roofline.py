@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from .. import defaults
 from ..model import SAMPLED, MachineRoofs, NativeFrame, OpStat, Profile
-from ..units import fmt_bytes, fmt_ns, fmt_percent
+from ..model.workload import QUANT_WEIGHT_CODES
+from ..units import fmt_bytes, fmt_count, fmt_ns, fmt_percent
 from .gemm import COMPOSITE_OPS, GemmWork, gemm_work, is_gemm_like
 from .gemm_kernels import KernelTally, UnknownGemm, unknown_gemm_ops
 from .labels import inputs_text
@@ -35,6 +36,8 @@ from .report_model import Column, Section, Table
 # 80-90% of what DRAM can do and best-of-N roofs vary by about 10% from run to run here, so the
 # last fifth is not a gap another kernel could reliably close.
 AT_ROOF_SHARE = 0.80
+#: The weight-only quantized storages the kernel roofs are measured for, by GemmWork.weight_dtype's code.
+QUANTIZED_WEIGHTS = {code: mode for mode, code in QUANT_WEIGHT_CODES.items()}
 # Above the roof by more than the roofs' run-to-run spread: the bytes did not come from DRAM (they
 # fit in the caches), or the roof was measured low.
 ABOVE_ROOF_SHARE = 1.10
@@ -118,7 +121,10 @@ class GemmGroup:
     compute_s_at_roof: float = 0.0
     memory_gb_per_s: float | None = None  # the roofs it is judged against; None: not measured
     peak_gflop_per_s: float | None = None  # of its dtype
-    kernel_gb_per_s: float | None = None  # torch's best GEMV of its dtype
+    kernel_gb_per_s: float | None = None  # torch's best GEMV of its dtype (and weight storage, if quantized)
+    # Quantized weights: torch's kernel's weight elements per second from a weight in the caches (its
+    # dequantization's own speed); None: not quantized, or not measured.
+    kernel_elements_per_s: float | None = None
     native: NativeGemmSplit | None = None  # None: no stacks in this profile
     traffic: MeasuredTraffic | None = None  # None: no cache-miss counter was counted
     verdict: str = ""
@@ -185,6 +191,25 @@ class GemmGroup:
                 or self.gb_per_s is None):
             return None
         return self.gb_per_s / self.kernel_gb_per_s
+
+    @property
+    def quantized_weights(self) -> str:
+        """"i8" or "i4" for a weight-only quantized GEMM, else ""."""
+        return self.work.weight_dtype if self.work.weight_dtype in QUANTIZED_WEIGHTS else ""
+
+    @property
+    def kernel_name(self) -> str:
+        """What the kernel roof is of: "bf16", or "bf16 x int8" for a quantized weight."""
+        weights = QUANTIZED_WEIGHTS.get(self.quantized_weights)
+        return f"{self.work.dtype} x {weights}" if weights else self.work.dtype
+
+    @property
+    def dequant_ns(self) -> float | None:
+        """The least time its calls take at the dequantizing kernel's in-cache rate: every weight
+        element unpacked and scaled once per call (what binds where memory would deliver faster)."""
+        if not self.kernel_elements_per_s or self.work.kind != "gemm":
+            return None
+        return self.calls * self.work.batch * self.work.n * self.work.k / self.kernel_elements_per_s * 1e9
 
     @property
     def ideal_ns(self) -> float | None:
@@ -295,6 +320,9 @@ def _judged(group: GemmGroup) -> str:
                     f"{fmt_bytes(group.work.bytes_min)} per call come from the caches, memory does not bind it")
         if share >= AT_ROOF_SHARE:
             return f"at the memory roof ({fmt_percent(share)} of {_short(bw)} GB/s)"
+        dequant = _dequant_binds(group, bw)
+        if dequant is not None:
+            return dequant + "; " + "; ".join(_native_causes(group))
         text = (f"memory-bound by intensity ({_short(group.intensity)} flop/B < ridge {_short(ridge)}) but running "
                 f"at {fmt_percent(share)} of the bandwidth ({_short(achieved_gb)} of {_short(bw)} GB/s)")
         kernel_share = group.kernel_roof_share
@@ -302,11 +330,13 @@ def _judged(group: GemmGroup) -> str:
             if kernel_share >= AT_ROOF_SHARE:
                 # As fast as torch's own GEMV: the kernel, not this call, binds it; the samples say
                 # what that kernel spends its time on.
-                return (text + f": the kernel binds it (torch's best {group.work.dtype} GEMV reaches "
+                return (text + f": the kernel binds it (torch's best {group.kernel_name} GEMV reaches "
                         f"{_short(group.kernel_gb_per_s)} GB/s here; this one {fmt_percent(kernel_share)} of that); "
                         + "; ".join(_native_causes(group)))
-            text += (f", and {fmt_percent(kernel_share)} of torch's best {group.work.dtype} GEMV "
+            text += (f", and {fmt_percent(kernel_share)} of torch's best {group.kernel_name} GEMV "
                      f"({_short(group.kernel_gb_per_s)} GB/s)")
+        elif group.quantized_weights:
+            text += f" (no {group.kernel_name} kernel roof measured: decode --quant measures it)"
         return text + "; " + "; ".join(_native_causes(group))
     if share >= ABOVE_ROOF_SHARE:
         return (f"above the measured {group.work.dtype} peak ({fmt_percent(share)} of {_short(peak)} GFLOP/s): "
@@ -316,6 +346,23 @@ def _judged(group: GemmGroup) -> str:
     return (f"compute-bound by intensity ({_short(group.intensity)} flop/B ≥ ridge {_short(ridge)}) at "
             f"{fmt_percent(share)} of the {group.work.dtype} peak ({_short(peak)} GFLOP/s); "
             + "; ".join(_native_causes(group)))
+
+
+def _dequant_binds(group: GemmGroup, bw: float) -> str | None:
+    """For quantized weights: the verdict when unpacking and scaling them takes longer than reading
+    their bytes at the memory roof would (int4 on a CPU whose kernel unpacks slower than memory
+    delivers): then time follows the weight's elements, not its bytes. None where memory binds first."""
+    dequant_ns, rate = group.dequant_ns, group.kernel_elements_per_s
+    if dequant_ns is None or rate is None or not group.time_ns:
+        return None
+    memory_ns = group.bytes / bw  # bytes / (GB/s) = ns
+    if dequant_ns <= memory_ns:
+        return None
+    return (f"bound by dequantization, not memory: torch's {group.kernel_name} kernel unpacks "
+            f"{_short(rate / 1e9)} G weights/s from the caches, so its {fmt_count(group.work.n * group.work.k)} "
+            f"weights per call need {fmt_ns(dequant_ns / group.calls)} where their bytes need "
+            f"{fmt_ns(memory_ns / group.calls)} at the memory roof; it runs at "
+            f"{fmt_percent(dequant_ns / group.time_ns)} of that dequantization rate")
 
 
 def enclosing_gemm_ops(profile: Profile) -> set[int]:
@@ -446,7 +493,11 @@ def gemm_groups(profile: Profile) -> list[GemmGroup]:
         if roofs is not None:
             group.memory_gb_per_s = roofs.memory_gb_per_s()
             group.peak_gflop_per_s = roofs.compute_gflop_per_s(group.work.dtype)
-            group.kernel_gb_per_s = roofs.kernel_gb_per_s(group.work.dtype)
+            kernel = roofs.kernel_roof(group.work.dtype, group.quantized_weights)
+            if kernel is not None:
+                group.kernel_gb_per_s = kernel.gb_per_s.best
+                if group.quantized_weights and kernel.elements_per_s is not None:
+                    group.kernel_elements_per_s = kernel.elements_per_s.best
         if splits is not None:
             group.native = splits[index]
         if event is not None and key not in missing_counts:
@@ -471,11 +522,16 @@ def _roofs_used(roofs: MachineRoofs, dtypes: list[str]) -> list[str]:
                          f"{fmt_percent(c.gflop_per_s.spread)})")
         else:
             parts.append(f"{dtype} compute not measured")
-        kernel = [k for k in roofs.kernel if k.dtype == dtype]
-        if kernel:
-            k = max(kernel, key=lambda k: k.gb_per_s.best)
-            parts.append(f"{dtype} GEMV kernel {_short(k.gb_per_s.best)} GB/s "
-                         f"(spread {fmt_percent(k.gb_per_s.spread)})")
+        for weights in ("", *QUANTIZED_WEIGHTS):
+            k = roofs.kernel_roof(dtype, weights)
+            if k is None:
+                continue
+            name = f"{dtype} x {QUANTIZED_WEIGHTS[weights]}" if weights else dtype
+            text = f"{name} GEMV kernel {_short(k.gb_per_s.best)} GB/s (spread {fmt_percent(k.gb_per_s.spread)})"
+            if k.elements_per_s is not None:
+                text = (text.removesuffix(")") + f"; in cache {_short(k.elements_per_s.best / 1e9)} G weights/s, "
+                        "its dequantization's own speed)")
+            parts.append(text)
     when = roofs.measured[:16].replace("T", " ")
     origin = f"from the cache, measured {when} UTC" if roofs.from_cache else f"measured for this run ({when} UTC)"
     return [f"roofs ({origin}, {roofs.threads} threads): " + "; ".join(parts)]
@@ -547,7 +603,8 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
         Column("roof", "roof", help="the roof its intensity puts it under: memory (below the ridge) or compute"),
         Column("roof_share", "% roof", "share", help="GFLOP/s / min(peak, intensity x memory roof)"),
         Column("kernel_share", "% kernel", "share",
-               help="memory-bound ones: GB/s / the best GB/s torch's own GEMV reaches for the dtype"),
+               help="memory-bound ones: GB/s / the best GB/s torch's own GEMV reaches for the dtype (and, for "
+                    "quantized weights, their storage: weights several times the last-level cache, read in turn)"),
         Column("lost", "lost", "ns", help="time - calls x max(FLOPs / peak, bytes / memory roof)"),
     ]
     if has_native:

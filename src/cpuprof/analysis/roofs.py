@@ -38,9 +38,26 @@ def roofs_table(roofs: MachineRoofs) -> Table:
     for k in roofs.kernel:
         # the GEMV's shape is [1, in, out]: one activation row times an nn.Linear weight [out, in]
         gemv = f"[1,{k.shape[1]}]x[{k.shape[2]},{k.shape[1]}]ᵀ" if len(k.shape) == 3 else str(k.shape)
-        rows.append({"roof": "GEMV kernel", "dtype": k.dtype, "best": k.gb_per_s.best, "unit": "GB/s",
-                     "median": k.gb_per_s.median, "spread": k.gb_per_s.spread, "runs": k.gb_per_s.repetitions,
-                     "how": f"F.linear {gemv}, {_threads(k.threads)}"})
+        if not k.weights:
+            rows.append({"roof": "GEMV kernel", "dtype": k.dtype, "best": k.gb_per_s.best, "unit": "GB/s",
+                         "median": k.gb_per_s.median, "spread": k.gb_per_s.spread, "runs": k.gb_per_s.repetitions,
+                         "how": f"F.linear {gemv}, {_threads(k.threads)}"})
+            continue
+        storage = "int8" if k.weights == "i8" else f"int4, group {k.group_size}"
+        kernel = "aten::_weight_int8pack_mm" if k.weights == "i8" else "aten::_weight_int4pack_mm_for_cpu"
+        rows.append({"roof": "GEMV kernel", "dtype": f"{k.dtype} x {storage}", "best": k.gb_per_s.best,
+                     "unit": "GB/s", "median": k.gb_per_s.median, "spread": k.gb_per_s.spread,
+                     "runs": k.gb_per_s.repetitions,
+                     "how": f"{kernel}, weights of [1,{k.shape[1]}]x[{k.shape[2]},{k.shape[1]}]ᵀ in all, read in "
+                            f"turn (out of the caches), {_threads(k.threads)}"})
+        if k.elements_per_s is not None and len(k.cached_shape) == 3:
+            rows.append({"roof": "dequantization", "dtype": f"{k.dtype} x {storage}",
+                         "best": k.elements_per_s.best / 1e9, "unit": "G weights/s",
+                         "median": k.elements_per_s.median / 1e9, "spread": k.elements_per_s.spread,
+                         "runs": k.elements_per_s.repetitions,
+                         "how": f"{kernel} on one [{k.cached_shape[2]},{k.cached_shape[1]}] weight read again and "
+                                f"again (in the caches: what the kernel unpacks when memory does not bind), "
+                                f"{_threads(k.threads)}"})
     return Table(columns, rows, caption="measured roofs: the best repetition is the roof")
 
 

@@ -234,8 +234,15 @@ class DecodeRun(ChildRun):
         self.stage = "measuring the machine's roofs"
         # The run's CPU set, not this thread's affinity: bound runs pin each thread to one CPU.
         cpus = sorted(self.config.requested.cpus or os.sched_getaffinity(0))
+        from ..model.workload import QUANT_WEIGHT_CODES, ROOF_DTYPES
+
+        quant = self.wl.weight_quant()
+        kernels = [] if not quant.quantized or self.options.calibrate_only else [
+            roofs.QuantKernel(ROOF_DTYPES[self.wl.dtype], QUANT_WEIGHT_CODES[quant.mode],
+                              quant.group_size if quant.mode == "int4" else 0)]
         measured, notes = roofs.ensure(self.config.threads, cpus, force=mode == "remeasure",
-                                       progress=lambda line: self.progress.show(line, phase="calibrate"))
+                                       progress=lambda line: self.progress.show(line, phase="calibrate"),
+                                       quant_kernels=kernels)
         for note in notes:
             self.progress.done(f"note: {note}")
         measured.errors.extend(notes)

@@ -283,6 +283,125 @@ def _kernel(
     )
 
 
+_WEIGHT_ELEMENT_BYTES = {"i8": 1.0, "i4": 0.5}
+# The in-cache weight of a quantized kernel roof: a quarter of the last-level cache, at most this
+# (read again and again, it stays in the caches), and calls are repeated until a repetition takes
+# at least CACHED_MIN_SECONDS, so a timer's resolution is noise.
+CACHED_MAX_BYTES = 8 << 20
+CACHED_MIN_SECONDS = 0.02
+# The out-of-cache quantized roof reads distinct weights of this many rows (Llama-3.2-1B's MLP width)
+# in turn: torch's int4 kernel indexes a weight with 32-bit integers, and one weight several times a
+# large last-level cache would overflow them.
+QUANT_WEIGHT_ROWS = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantKernel:
+    """A quantized GEMV kernel roof a run needs: activations in ``dtype`` (f32, bf16), weights
+    stored as ``weights`` (i8, i4), int4 in groups of ``group_size`` inputs."""
+
+    dtype: str
+    weights: str
+    group_size: int = 0
+
+    def measured_by(self, roof: KernelRoof) -> bool:
+        return (roof.dtype, roof.weights, roof.group_size) == (self.dtype, self.weights, self.group_size)
+
+
+def _quantized_gemvs(kernel: QuantKernel, out: int, count: int) -> tuple[Callable[[], object], int]:
+    """Calls of torch's int8 or int4 GEMV on ``count`` distinct random [out, GEMV_IN] weights in turn,
+    and the bytes one round reads and writes. The weights' values do not change the kernel's speed:
+    int8 and packed int4 bytes are drawn at random (any byte is a valid pair of int4 weights), never
+    quantized from a float matrix, so no float copy of hundreds of MB is ever made."""
+    import torch
+
+    tdtype = _torch_dtype(kernel.dtype)
+    generator = _generator()
+    x = torch.empty(1, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
+    weights: list[tuple[Any, Any]] = []  # (weight, its scales) in turn
+    moved = 0
+    for _ in range(count):
+        if kernel.weights == "i8":
+            weight = torch.randint(-127, 128, (out, GEMV_IN), dtype=torch.int8, generator=generator)
+            scales = torch.empty(out, dtype=tdtype).uniform_(0.001, 0.01, generator=generator)
+        else:
+            weight = torch.randint(0, 256, (out, GEMV_IN // 2), dtype=torch.uint8, generator=generator)
+            scales = torch.empty(GEMV_IN // kernel.group_size, out, 2, dtype=tdtype).uniform_(0.001, 0.01,
+                                                                                             generator=generator)
+        weights.append((weight, scales))
+        moved += x.nbytes + weight.nbytes + scales.nbytes + out * x.element_size()
+
+    def each() -> None:
+        for weight, scales in weights:
+            if kernel.weights == "i8":
+                torch._weight_int8pack_mm(x, weight, scales)
+            else:
+                torch._weight_int4pack_mm_for_cpu(x, weight, kernel.group_size, scales)
+
+    return each, moved
+
+
+def _quant_kernel(kernel: QuantKernel, weight_bytes: int, cached_bytes: int, threads: int, repetitions: int,
+                  available: int | None, progress: Progress) -> KernelRoof:
+    """A quantized GEMV's roofs: bytes per second from distinct weights read in turn, together several
+    times the last-level cache (as decode reads each layer's weights once per token: a weight read
+    again and again stays in the caches, and its figure is not a decode's), and weight elements per
+    second from one weight that stays in the caches (the dequantizing kernel's own speed, which binds
+    where it is below what memory delivers)."""
+    per_element = _WEIGHT_ELEMENT_BYTES[kernel.weights]
+    one = QUANT_WEIGHT_ROWS * GEMV_IN * per_element
+    count = max(2, -(-weight_bytes // int(one)))
+    if available is not None and count * one > MEMORY_SHARE * available:
+        raise MemoryError(f"{count} weights of {_mib(one)} need more than half of the {_mib(available)} available")
+    label = f"{kernel.dtype} x {'int8' if kernel.weights == 'i8' else f'int4 (group {kernel.group_size})'}"
+    progress(f"calibrating: {label} GEMV kernel roof ({count} weights [{QUANT_WEIGHT_ROWS},{GEMV_IN}] in turn, "
+             f"{_threads(threads)}) ...")
+    rounds, moved = _quantized_gemvs(kernel, QUANT_WEIGHT_ROWS, count)
+    rounds()  # untimed: the first calls choose the kernel and fault in its buffers
+    seconds = [_timed(rounds) for _ in range(repetitions)]
+    del rounds
+    cached_out = max(256, int(cached_bytes / (GEMV_IN * per_element)) // 256 * 256)
+    small, _ = _quantized_gemvs(kernel, cached_out, 1)
+    small()
+    calls = max(1, int(CACHED_MIN_SECONDS / max(_timed(small), 1e-6)))
+    elements = cached_out * GEMV_IN * calls
+    rates = [elements / _timed(lambda: [small() for _ in range(calls)]) for _ in range(repetitions)]
+    return KernelRoof(dtype=kernel.dtype, gb_per_s=repeated([moved / s / 1e9 for s in seconds]), threads=threads,
+                      shape=[1, GEMV_IN, QUANT_WEIGHT_ROWS * count], weights=kernel.weights,
+                      group_size=kernel.group_size, elements_per_s=repeated(rates),
+                      cached_shape=[1, GEMV_IN, cached_out])
+
+
+def measure_quant_kernels(roofs: MachineRoofs, kernels: Sequence[QuantKernel], progress: Progress | None = None,
+                          repetitions: int = DEFAULT_REPETITIONS) -> None:
+    """Adds the quantized kernel roofs ``roofs`` lacks (one of another group size is replaced), on its
+    threads; what cannot be measured is a line in its ``errors``."""
+    import torch
+
+    say = progress or (lambda _line: None)
+    llc = llc_bytes() or FALLBACK_LLC_BYTES
+    weight_bytes = max(LLC_MULTIPLE * llc, MIN_STREAM_BYTES)
+    cached_bytes = min(llc // 4, CACHED_MAX_BYTES)
+    torch_threads = torch.get_num_threads()
+    if torch_threads != roofs.threads:
+        torch.set_num_threads(roofs.threads)
+    try:
+        for kernel in kernels:
+            if any(kernel.measured_by(k) for k in roofs.kernel):
+                continue
+            try:
+                measured = _quant_kernel(kernel, weight_bytes, cached_bytes, roofs.threads,
+                                         max(repetitions, MIN_REPETITIONS), mem_available_bytes(), say)
+            except (ValueError, MemoryError, RuntimeError) as exc:
+                roofs.errors.append(f"{kernel.dtype} x {kernel.weights} kernel roof not measured: {exc}")
+                continue
+            roofs.kernel = [k for k in roofs.kernel if (k.dtype, k.weights) != (kernel.dtype, kernel.weights)]
+            roofs.kernel.append(measured)
+    finally:
+        if torch_threads != roofs.threads:
+            torch.set_num_threads(torch_threads)
+
+
 def calibrate(
     threads: int,
     cpus: list[int],
@@ -338,10 +457,16 @@ def calibrate(
         if torch_threads != threads:
             torch.set_num_threads(torch_threads)
     roofs.seconds = time.perf_counter() - started
-    delay_after = process_run_delay_ns()
-    if delay_before is not None and delay_after is not None and roofs.seconds > 0:
-        roofs.run_queue_share = max(0, delay_after - delay_before) / 1e9 / (roofs.seconds * threads)
+    roofs.run_queue_share = _busy_share(delay_before, roofs.seconds, threads)
     return roofs
+
+
+def _busy_share(delay_before: int | None, seconds: float, threads: int) -> float | None:
+    """The calibrating threads' run-queue delay since ``delay_before`` / (``seconds`` x ``threads``)."""
+    delay_after = process_run_delay_ns()
+    if delay_before is None or delay_after is None or seconds <= 0:
+        return None
+    return max(0, delay_after - delay_before) / 1e9 / (seconds * threads)
 
 
 def process_run_delay_ns(task_dir: str | Path = "/proc/self/task") -> int | None:
@@ -457,9 +582,12 @@ def store(roofs: MachineRoofs) -> str | None:
 
 
 def ensure(
-    threads: int, cpus: list[int], force: bool = False, progress: Progress | None = None
+    threads: int, cpus: list[int], force: bool = False, progress: Progress | None = None,
+    quant_kernels: Sequence[QuantKernel] = (),
 ) -> tuple[MachineRoofs, list[str]]:
     """The roofs for this process's machine, software and binding: cached, else measured and stored.
+    ``quant_kernels``: the quantized GEMV roofs the run needs too; those the cached entry lacks are
+    measured and added to it.
 
     Returns the roofs (``from_cache`` says which) and one-line warnings about the cache; what could
     not be measured is in the roofs' own ``errors``. Roofs without a memory bandwidth are not
@@ -469,10 +597,27 @@ def ensure(
     if not force:
         roofs, reason = cached(threads, cpus)
         if roofs is not None:
+            missing = [k for k in quant_kernels if not any(k.measured_by(r) for r in roofs.kernel)]
+            if not missing:
+                return roofs, warnings
+            before = process_run_delay_ns()
+            started = time.perf_counter()
+            measure_quant_kernels(roofs, missing, progress)
+            busy = _busy_share(before, time.perf_counter() - started, threads)
+            if busy is not None and busy > defaults.BUSY_CALIBRATION_SHARE:
+                warnings.append(f"the machine was busy while the quantized kernel roofs were measured (their threads "
+                                f"waited for a CPU {busy:.0%} of the time): used for this run, not cached")
+            else:
+                problem = store(roofs)
+                if problem:
+                    warnings.append(problem)
+            roofs.from_cache = True
             return roofs, warnings
         if reason:
             warnings.append(reason)
     roofs = calibrate(threads, cpus, progress=progress)
+    if quant_kernels:
+        measure_quant_kernels(roofs, quant_kernels, progress)
     if roofs.memory_gb_per_s() is None:
         warnings.append("roofs without a memory bandwidth are not cached; they will be measured again next time")
     elif roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE:

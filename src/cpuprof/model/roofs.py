@@ -53,6 +53,14 @@ class KernelRoof:
     gb_per_s: Repeated
     threads: int
     shape: list[int]  # [1, in, out]: a [1, in] row times an [out, in] weight
+    # How the weight was stored: "" in ``dtype`` (F.linear); "i8" or "i4": weight-only quantized, through
+    # torch's int8 or int4 kernel (with its scales: their bytes are counted in gb_per_s).
+    weights: str = ""
+    group_size: int = 0  # i4: inputs per scale and zero point
+    # Quantized: weight elements per second from a weight that stays in the caches (read again and
+    # again), where memory does not bind: the dequantizing kernel's own speed. None: not measured.
+    elements_per_s: Repeated | None = None
+    cached_shape: list[int] = field(default_factory=list)  # [1, in, out] of that in-cache weight
 
 
 @dataclass
@@ -86,6 +94,11 @@ class MachineRoofs:
         figures = [c.gflop_per_s.best for c in self.compute if c.dtype == dtype]
         return max(figures) if figures else None
 
-    def kernel_gb_per_s(self, dtype: str) -> float | None:
-        figures = [k.gb_per_s.best for k in self.kernel if k.dtype == dtype]
-        return max(figures) if figures else None
+    def kernel_gb_per_s(self, dtype: str, weights: str = "") -> float | None:
+        roof = self.kernel_roof(dtype, weights)
+        return roof.gb_per_s.best if roof is not None else None
+
+    def kernel_roof(self, dtype: str, weights: str = "") -> KernelRoof | None:
+        """The best GEMV kernel roof for activations in ``dtype`` and weights stored as ``weights``."""
+        found = [k for k in self.kernel if k.dtype == dtype and k.weights == weights]
+        return max(found, key=lambda k: k.gb_per_s.best) if found else None

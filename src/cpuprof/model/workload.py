@@ -13,6 +13,10 @@ QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
 #: The group sizes torch's CPU int4 kernel (aten::_weight_int4pack_mm_for_cpu) accepts.
 INT4_GROUP_SIZES: tuple[int, ...] = (32, 64, 128, 256)
 DEFAULT_GROUP_SIZE = 128
+#: The codes the GEMM table and the kernel roofs give a quantized weight's storage.
+QUANT_WEIGHT_CODES: dict[str, str] = {"int8": "i8", "int4": "i4"}
+#: The roofs' names of the decode's dtypes (the profile's op inputs name them so).
+ROOF_DTYPES: dict[str, str] = {"bf16": "bf16", "fp32": "f32"}
 
 
 @dataclass(frozen=True)
