@@ -5,6 +5,7 @@ SVG chart parses and draws one circle per GEMM."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import xml.etree.ElementTree as ET
 
@@ -603,3 +604,46 @@ def test_weight_only_int8_and_int4_kernels_are_compute_not_repacking() -> None:
     onednn_split = groups["_C::onednn_mm"].native
     assert onednn_split is not None
     assert onednn_split.kernel == "unnamed JIT code under brgemm_matmul_t<…>::execute(…) const"
+
+
+def test_the_isa_line_says_which_instruction_sets_the_gemms_ran_in_beside_what_the_cpu_has() -> None:
+    """Known answer: 75 ms of samples in an MKL avx512 GEMV, 25 ms in ATen's int8 kernel (whose names
+    carry no ISA); a CPU with AMX on which no sample was in an AMX kernel says so."""
+    from profiles import make_profile
+
+    frames = [NativeFrame("mkl_blas_avx512_gemv_bf16bf16f32_kernel_n", "libmkl.so", "compute"),
+              NativeFrame("void at::native::(anonymous namespace)::tinygemm_kernel<1, 4>(…)", "libtorch_cpu.so",
+                          "compute")]
+    mm = op(1, "aten::mm", gemv_inputs(), 100 * MS, calls=10)
+    int8 = op(2, "aten::_weight_int8pack_mm", [t("bf16", 1, 2048), t("i8", 8192, 2048), t("bf16", 8192)],
+              100 * MS, calls=10)
+    stacks = Stacks(frames=frames, stacks=[[], [0], [1]], counts=[
+        StackCount(stack=1, path=0, thread=0, op=1, samples=300, cpu_ns=75 * MS),
+        StackCount(stack=2, path=0, thread=0, op=2, samples=100, cpu_ns=25 * MS)])
+    p = profile([mm, int8], mode="sampled", stacks=stacks)
+    p.settings = make_profile().settings
+    assert p.settings is not None
+    p.settings.topology = dataclasses.replace(p.settings.topology,
+                                              isa_flags=["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"])
+    section = roofline_section(gemm_summary(p))
+    assert section is not None
+    (line,) = [line for line in section.lines if line.startswith("instruction sets")]
+    assert line == ("instruction sets of the GEMMs' compute samples, by their kernels' names: avx512 75%; ISA not "
+                    "visible 25% (kernels whose names carry none, as ATen's int8/int4 tinygemm); this CPU has avx2, "
+                    "avx512f, avx512_bf16, amx_tile, amx_bf16 (/proc/cpuinfo); no sample was in an AMX kernel")
+    rows = {row["ops"]: row["isa"] for row in section.tables[0].rows}
+    assert rows == {"aten::mm": "avx512 100%", "aten::_weight_int8pack_mm": "not named 100%"}
+    # A CPU without AMX says it has none; one whose flags were not read says so.
+    p.settings.topology = dataclasses.replace(p.settings.topology, isa_flags=["avx2"])
+    section = roofline_section(gemm_summary(p))
+    assert section is not None and any(line.endswith("(/proc/cpuinfo); it has no AMX") for line in section.lines)
+
+
+def test_isa_flags_are_read_from_cpuinfo(tmp_path) -> None:
+    from cpuprof.machine.topology import _isa_flags
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni amx_int8 amx_tile ht\n"
+    assert _isa_flags(x86) == ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes asimddp i8mm bf16 sve sve2\n"
+    assert _isa_flags(arm) == ["asimd", "asimddp", "i8mm", "bf16", "sve", "sve2"]
+    assert _isa_flags(None) == [] and _isa_flags("processor: 0\n") == []

@@ -86,6 +86,22 @@ class KernelTally:
         top = self.top(1)
         return top[0][0] if top else None
 
+    def by_isa(self) -> dict[str | None, int]:
+        """CPU ns by the instruction set the kernels' names carry (None: they carry none)."""
+        out: dict[str | None, int] = {}
+        for (_, isa), ns in self.cpu_ns.items():
+            out[isa] = out.get(isa, 0) + ns
+        return out
+
+
+def isa_text(by_isa: dict[str | None, int]) -> str:
+    """"avx512 96%, not named 4%": each instruction set's share of the kernels' CPU, most first."""
+    total = sum(by_isa.values())
+    if not total:
+        return "-"
+    ranked = sorted(by_isa.items(), key=lambda kv: kv[1], reverse=True)
+    return ", ".join(f"{isa or 'not named'} {round(100 * ns / total)}%" for isa, ns in ranked)
+
 
 @dataclass
 class UnknownGemm:
@@ -143,5 +159,5 @@ def unknown_gemm_ops(profile: Profile, unreadable: list[OpStat]) -> list[Unknown
     return sorted(out, key=lambda u: u.op.incl_ns, reverse=True)
 
 
-__all__ = ["GEMM_FRAME", "GEMM_LIKE_SHARE", "ISA", "KernelTally", "UnknownGemm", "is_gemm_frame", "kernel_isa",
-           "kernel_text", "unknown_gemm_ops"]
+__all__ = ["GEMM_FRAME", "GEMM_LIKE_SHARE", "ISA", "KernelTally", "UnknownGemm", "is_gemm_frame", "isa_text",
+           "kernel_isa", "kernel_text", "unknown_gemm_ops"]

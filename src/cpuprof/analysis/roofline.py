@@ -27,7 +27,7 @@ from ..model import SAMPLED, MachineRoofs, NativeFrame, OpStat, Profile
 from ..model.workload import QUANT_WEIGHT_CODES
 from ..units import fmt_bytes, fmt_count, fmt_ns, fmt_percent
 from .gemm import COMPOSITE_OPS, GemmWork, gemm_work, is_gemm_like
-from .gemm_kernels import KernelTally, UnknownGemm, unknown_gemm_ops
+from .gemm_kernels import KernelTally, UnknownGemm, isa_text, unknown_gemm_ops
 from .labels import inputs_text
 from .native import short_function
 from .report_model import Column, Section, Table
@@ -551,6 +551,7 @@ class GemmSummary:
     sampled: bool  # per-op counts are estimated from the samples
     no_hardware_pmu: bool  # the machine is known to have no hardware counters
     has_native: bool  # the profile has sampled stacks, so the native split is known
+    isa_flags: list[str] = field(default_factory=list)  # the CPU's GEMM-relevant extensions (/proc/cpuinfo)
 
     @property
     def gemm_ns(self) -> int:
@@ -575,7 +576,8 @@ def gemm_summary(profile: Profile) -> GemmSummary | None:
                        total_self_ns=sum(op.self_ns for op in profile.ops if op.kind == "op"), roofs=profile.roofs,
                        miss_event=_miss_event(profile), sampled=profile.collection.mode == SAMPLED,
                        no_hardware_pmu=profile.capabilities is not None and not profile.capabilities.hardware_pmu,
-                       has_native=profile.stacks is not None)
+                       has_native=profile.stacks is not None,
+                       isa_flags=list(profile.settings.topology.isa_flags) if profile.settings is not None else [])
 
 
 def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -> Section | None:
@@ -610,7 +612,10 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
     if has_native:
         columns += [Column("repack", "repack", "share", help="share of its sampled CPU under weight-repacking "
                                                                "frames (reorders, copy_b, pack)"),
-                    Column("openmp", "OpenMP", "share", help="share of its sampled CPU in the OpenMP runtime")]
+                    Column("openmp", "OpenMP", "share", help="share of its sampled CPU in the OpenMP runtime"),
+                    Column("isa", "ISA", help="the instruction sets its compute samples' kernels are named for "
+                                              "(oneDNN's cpu_isa_t, MKL's and ATen's CPU-capability names), by "
+                                              "share of their CPU; not named: the kernel's names carry none")]
     columns.append(Column("verdict", "verdict", help="computed from the figures on the row"))
     rows = []
     for group in ranked[:top]:
@@ -627,6 +632,7 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
             enough = group.native is not None and group.native.enough_samples
             row["repack"] = group.native.share("repack") if enough and group.native else None
             row["openmp"] = group.native.share("openmp") if enough and group.native else None
+            row["isa"] = isa_text(group.native.kernels.by_isa()) if enough and group.native else "-"
         rows.append(row)
     lines = []
     gemm_time = summary.gemm_ns
@@ -652,6 +658,8 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
                  "(aten::linear and aten::matmul only call mm/addmm/bmm)")
     if not has_native:
         lines.append("native split not known: this profile has no stacks (exact mode)")
+    else:
+        lines += _isa_lines(groups, summary.isa_flags)
     notes = []
     tables = []
     unknown = summary.unknown
@@ -665,6 +673,34 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
                else f"top {len(rows)} of {len(groups)} GEMM shapes by time")
     return Section("gemms", "GEMMs against the roofs", lines,
                    ([Table(columns, rows, caption=caption)] if rows else []) + tables, notes)
+
+
+def _isa_lines(groups: list[GemmGroup], cpu_flags: list[str]) -> list[str]:
+    """Which instruction sets the GEMMs' kernels ran in, by their samples, beside what the CPU has:
+    whether AMX or AVX-512 kernels were used at all."""
+    by_isa: dict[str | None, int] = {}
+    for group in groups:
+        if group.native is not None:
+            for isa, ns in group.native.kernels.by_isa().items():
+                by_isa[isa] = by_isa.get(isa, 0) + ns
+    total = sum(by_isa.values())
+    has = f"this CPU has {', '.join(cpu_flags)} (/proc/cpuinfo)" if cpu_flags else "this CPU's extensions are not known"
+    if not total:
+        return [f"instruction sets: no sample of the GEMMs was in a compute kernel; {has}"]
+    named = sorted(((isa, ns) for isa, ns in by_isa.items() if isa), key=lambda kv: kv[1], reverse=True)
+    parts = [f"{isa} {fmt_percent(ns / total)}" for isa, ns in named]
+    hidden = by_isa.get(None, 0)
+    if hidden:
+        parts.append(f"ISA not visible {fmt_percent(hidden / total)} (kernels whose names carry none, as ATen's "
+                     "int8/int4 tinygemm)")
+    line = f"instruction sets of the GEMMs' compute samples, by their kernels' names: {'; '.join(parts)}; {has}"
+    amx = sum(ns for isa, ns in named if "amx" in isa)
+    if any(flag.startswith("amx") for flag in cpu_flags):
+        line += (f"; {fmt_percent(amx / total)} of their compute CPU was in AMX kernels" if amx
+                 else "; no sample was in an AMX kernel")
+    elif cpu_flags:
+        line += "; it has no AMX"
+    return [line]
 
 
 def unknown_gemm_table(unknown: list[UnknownGemm], total_self_ns: int, top: int = defaults.TOP_OPS) -> Table:

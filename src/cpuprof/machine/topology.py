@@ -67,6 +67,23 @@ def _meminfo(text: str | None) -> dict[str, int]:
     return values
 
 
+# The instruction-set extensions matrix kernels choose between (x86's /proc/cpuinfo "flags", arm64's
+# "Features"): what a GEMM's kernel could have used, beside what its samples say it did use.
+GEMM_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                  "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16", "asimd", "asimddp", "i8mm", "bf16",
+                  "sve", "sve2", "sme")
+
+
+def _isa_flags(cpuinfo: str | None) -> list[str]:
+    """The GEMM-relevant extensions of the first CPU /proc/cpuinfo lists, in GEMM_ISA_FLAGS' order."""
+    for line in (cpuinfo or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [flag for flag in GEMM_ISA_FLAGS if flag in present]
+    return []
+
+
 def _model_name(cpuinfo: str | None) -> str | None:
     """The CPU model from /proc/cpuinfo; the field is named differently per architecture."""
     fields: dict[str, str] = {}
@@ -134,6 +151,7 @@ def read_topology(root: str | Path = "/") -> Topology:
         online_cpus=online,
         nodes=nodes,
         cpus=cpus,
-        model_name=_model_name(_read(base / "proc/cpuinfo")),
+        model_name=_model_name(cpuinfo := _read(base / "proc/cpuinfo")),
         numa_in_sysfs=bool(node_ids),
+        isa_flags=_isa_flags(cpuinfo),
     )

@@ -72,6 +72,8 @@ class Topology:
     model_name: str | None
     numa_in_sysfs: bool
     """False when /sys/devices/system/node was missing and one node 0 was assumed."""
+    isa_flags: list[str] = field(default_factory=list)
+    """The GEMM-relevant instruction-set extensions /proc/cpuinfo lists (avx512_bf16, amx_int8, ...)."""
 
     @property
     def node_ids(self) -> list[int]:
