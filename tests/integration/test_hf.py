@@ -151,3 +151,54 @@ def test_failure_before_profiling_says_so(checkpoints, tmp_path: Path):
     assert result.returncode != 0
     assert "nothing was profiled because of it" in result.stderr
     assert "--no-profile" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("family, quant, extra, kernel, weight_bytes_per_row", [
+    ("llama", "int8", [], "aten::_weight_int8pack_mm", lambda n_in: n_in + 2),  # int8 weights + a bf16 scale
+    ("qwen3", "int4", ["--group-size", "32"], "aten::_weight_int4pack_mm_for_cpu",
+     lambda n_in: n_in // 2 + n_in // 32 * 2 * 2),  # two weights a byte + a bf16 scale and zero per 32
+], ids=["llama-int8", "qwen3-int4"])
+def test_a_checkpoint_decodes_with_its_linear_layers_quantized(checkpoints, tmp_path: Path, family, quant, extra,
+                                                                kernel, weight_bytes_per_row):
+    """Every nn.Linear (projections and output head) runs through torch's weight-only kernel, once
+    per layer per forward; the bytes a token reads count them at their stored size (the tied
+    Llama's head becomes an int8 copy, its embedding stays bf16 and gives one row per sequence)."""
+    result = decode(checkpoints[family], tmp_path, "--dtype", "bf16", "--quant", quant, *extra)
+    assert result.returncode == 0, result.stderr
+    profile = Profile.load(tmp_path)
+    wl = profile.workload
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoints[family], dtype=torch.bfloat16)
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    forwards = NEW + 1  # generate() runs the prefill, then one forward per further token
+    calls = sum(op.calls for op in profile.ops if op.kind == "op" and op.name == kernel)
+    assert calls == len(linears) * forwards
+    assert not any(op.name == "aten::linear" for op in profile.ops if op.kind == "op")
+    matrices = sum(m.out_features * weight_bytes_per_row(m.in_features) for m in linears)
+    linear_ids = {id(m.weight) for m in linears}
+    embedding = model.get_input_embeddings().weight
+    others = sum(p.numel() * 2 for p in model.parameters() if id(p) not in linear_ids and p is not embedding)
+    contexts = range(PROMPT + WARMUP + 1, PROMPT + NEW + 1)
+    kv_heads, head_dim = 2, FAMILIES[family][2].get("head_dim", 16)
+    kv = sum(2 * 2 * kv_heads * head_dim * c * 2 for c in contexts) // len(contexts)
+    assert wl.bytes_read_per_token == pytest.approx(matrices + others + 64 * 2 + kv, rel=0.01)
+    assert wl.model.quant.mode == quant
+    assert wl.model.params == sum(p.numel() for p in model.parameters())  # the checkpoint's, not the stored
+    assert f"quantized the checkpoint's {len(linears)} nn.Linear layers to {quant}" in result.stderr
+
+
+@pytest.mark.parametrize("config, args, words", [
+    ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}, ["--quant", "int8"],
+     "is a gpt2 model, whose projections are transformers' Conv1D, not nn.Linear"),
+    ({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128},
+     ["--quant", "int4"], "--group-size 128 does not divide the checkpoint's hidden_size 64"),
+], ids=["conv1d", "group"])
+def test_quantizing_a_checkpoint_the_kernels_cannot_take_is_one_line_before_it_loads(tmp_path: Path, config, args,
+                                                                                      words):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(config))
+    result = decode(ckpt, tmp_path / "out", *args)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("cpuprof: error:")]
+    assert len(errors) == 1 and words in errors[0], result.stderr
+    assert "loading" not in result.stderr and "Traceback" not in result.stderr

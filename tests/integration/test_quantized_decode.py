@@ -51,8 +51,7 @@ def test_a_quantized_decode_runs_its_projections_through_the_kernels_and_counts_
     (["--quant", "int8", "--group-size", "32"], "--group-size sets the groups of int4 weights; it needs --quant int4"),
     (["--quant", "int4", "--group-size", "64", "--tp", "2"], "--tp 2: --group-size 64 does not divide the input "
                                                              "width 32 of tiny's projections per tensor-parallel rank"),
-    (["--quant", "int8", "--hf", "."], "--quant int8 quantizes the built-in model's projections; a --hf checkpoint"),
-], ids=["int3", "group-100", "group-128-on-tiny", "group-without-int4", "tp-group", "hf"])
+], ids=["int3", "group-100", "group-128-on-tiny", "group-without-int4", "tp-group"])
 def test_bad_quantization_is_one_line_before_anything_starts(tmp_path: Path, args: list[str], words: str):
     result = cpuprof("decode", "--preset", "tiny", *args, "--out", str(tmp_path / "out"))
     assert result.returncode == 2, (result.returncode, result.stderr)

@@ -100,9 +100,13 @@ class DecodeRun(ChildRun):
         if self.wl.hf:
             self.progress.show(f"loading {self.wl.hf} ...", phase="build")
             model = load_hf(self.wl.hf, dtype)
+            params = model.param_count()  # counted before quantizing: the checkpoint's parameters
+            quant = self.wl.weight_quant()
+            if quant.quantized:
+                self.quantize(model, quant)
             info = ModelInfo(name=model.name, source=str(Path(self.wl.hf).resolve()), architecture=model.architecture,
-                             dtype=self.wl.dtype, params=model.param_count(), weight_bytes=model.weight_bytes(),
-                             model_type=model.model_type)
+                             dtype=self.wl.dtype, params=params, weight_bytes=model.weight_bytes(),
+                             model_type=model.model_type, quant=quant)
             if self.prof is not None:
                 self.prof.modules = model.model  # regions named as the model names its modules
         else:
@@ -138,6 +142,8 @@ class DecodeRun(ChildRun):
         return model
 
     def quantize(self, model: Any, quant: Any) -> None:
+        """The built-in model's projections and lm_head, or a checkpoint's nn.Linear layers, quantized."""
+        from ..workload.hf import HFModel, quantize_hf
         from ..workload.llama import quantize_model
 
         self.stage = f"quantizing the model to {quant.mode}"
@@ -146,8 +152,13 @@ class DecodeRun(ChildRun):
             self.progress.show(f"quantizing the projections to {quant.mode}: layer {done}/{total}", phase="build")
 
         started = time.perf_counter()
-        quantize_model(model, quant, progress=on_layer)
-        self.progress.done(f"quantized the projections and lm_head to {quant.mode} ({quant.describe()}) in "
+        if isinstance(model, HFModel):
+            self.progress.show(f"quantizing the checkpoint's nn.Linear layers to {quant.mode} ...", phase="build")
+            what = f"the checkpoint's {quantize_hf(model, quant)} nn.Linear layers"
+        else:
+            quantize_model(model, quant, progress=on_layer)
+            what = "the projections and lm_head"
+        self.progress.done(f"quantized {what} to {quant.mode} ({quant.describe()}) in "
                            f"{time.perf_counter() - started:.1f} s")
 
     def join_tensor_parallel(self, region_factory: Any) -> tuple[Any, Any]:

@@ -117,6 +117,32 @@ def check_group_size_used(group_size: int | None, quant_modes: list[str]) -> Non
                          f"{','.join(quant_modes)})")
 
 
+# Causal LMs transformers builds with its Conv1D ([in, out] weights) instead of nn.Linear.
+CONV1D_MODEL_TYPES = frozenset({"gpt2", "openai-gpt", "imagegpt"})
+
+
+def _check_hf_quant(wl: WorkloadOptions) -> None:
+    """What config.json tells of a checkpoint's projections; the child checks every layer once loaded."""
+    from ..workload.checkpoints import read_config
+
+    assert wl.hf is not None
+    config = read_config(wl.hf)
+    model_type = config.get("model_type")
+    if model_type in CONV1D_MODEL_TYPES:
+        raise UsageError(f"--quant {wl.quant}: --hf {wl.hf} is a {model_type} model, whose projections are "
+                         "transformers' Conv1D, not nn.Linear: torch's weight-only kernels take an nn.Linear's weight")
+    quant = wl.weight_quant()
+    if quant.mode != "int4":
+        return
+    nested = config.get("text_config")
+    text: dict = nested if isinstance(nested, dict) else config
+    for key in ("hidden_size", "intermediate_size"):
+        width = text.get(key)
+        if isinstance(width, int) and width % quant.group_size:
+            raise UsageError(f"--group-size {quant.group_size} does not divide the checkpoint's {key} {width} "
+                             "(each row is quantized in groups of that many inputs)")
+
+
 def check_quant(wl: WorkloadOptions) -> None:
     """--quant and --group-size, before anything starts: what the kernels take, on the model asked for."""
     from ..model.workload import QUANT_MODES
@@ -127,8 +153,8 @@ def check_quant(wl: WorkloadOptions) -> None:
     if wl.quant == "none":
         return
     if wl.hf:
-        raise UsageError(f"--quant {wl.quant} quantizes the built-in model's projections; a --hf checkpoint runs "
-                         "with the weights it has")
+        _check_hf_quant(wl)
+        return
     problem = resolve_config(wl.preset, wl.overrides).quant_problem(wl.weight_quant())
     if problem is not None:
         raise UsageError(problem)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import CpuprofError, UsageError
-from ..model.workload import PREFILL_REGION
+from ..model.workload import NO_QUANT, PREFILL_REGION, WeightQuant
 from .checkpoints import read_config
 from .decode_loop import SAMPLING_MODES, DecodeResult
 from .dtypes import dtype_name_of
@@ -62,6 +62,7 @@ class HFModel:
     name: str
     model_type: str
     dtype: torch.dtype
+    quant: WeightQuant = NO_QUANT  # decode --quant: its nn.Linear projections and output head, stored so
 
     @property
     def architecture(self) -> str:
@@ -107,6 +108,16 @@ class HFModel:
         row = embedding.shape[1] * embedding.element_size()
         return streamed + batch * row
 
+
+
+def quantize_hf(hf: HFModel, quant: WeightQuant) -> int:
+    """The checkpoint's nn.Linear projections and output head stored as ``quant`` says (a tied output
+    head becomes a quantized copy; the input embedding stays); how many were converted."""
+    from .quantize import quantize_linears
+
+    converted = quantize_linears(hf.model, quant)
+    hf.quant = quant
+    return converted
 
 
 def load_hf(path: str | os.PathLike[str], dtype: torch.dtype) -> HFModel:
@@ -236,7 +247,10 @@ def run_hf_decode(
         generated_ids=out.sequences[:, prompt_len:].tolist(), prompt_ids=prompt.tolist(),
         bytes_read_per_token=sum(step_bytes) // len(step_bytes) // batch,
         kv_cache=[(c, kv_bytes_per_step(out.past_key_values, c)) for c in (prompt_len, prompt_len + new_tokens)],
-        bytes_read_method=(f"from the loaded weights ({dtype_name_of(hf.dtype)}; every matrix once per step, tied "
-                           "embeddings once, one embedding row per sequence) and the KV cache's own tensors at the "
-                           "measured steps' mean context; divided by the batch"),
+        bytes_read_method=(f"from the loaded weights ({dtype_name_of(hf.dtype)}"
+                           + (f"; projections and output head {hf.quant.describe()}, at their stored size"
+                              if hf.quant.quantized else "")
+                           + "; every matrix once per step, tied embeddings once, one embedding row per sequence) "
+                           "and the KV cache's own tensors at the measured steps' mean context; divided by the "
+                           "batch"),
     )

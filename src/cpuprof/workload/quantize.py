@@ -90,3 +90,49 @@ def quantized(weight: Tensor, quant: WeightQuant) -> nn.Module:
     if quant.mode == "int4":
         return Int4Weight(weight, quant.group_size)
     raise ValueError(f"no quantized storage for {quant.mode!r}")
+
+
+class QuantizedLinear(nn.Module):
+    """An ``nn.Linear`` of a checkpoint with its weight stored quantized and its bias kept: what
+    ``decode --hf PATH --quant`` makes of every projection and the output head."""
+
+    def __init__(self, linear: nn.Linear, quant: WeightQuant) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = quantized(linear.weight.detach(), quant)
+        self.bias = linear.bias
+
+    @property
+    def weight(self) -> Tensor:
+        """The stored weight (transformers reads the vocabulary size from the output head's rows)."""
+        weight = self.packed.weight
+        assert isinstance(weight, Tensor)
+        return weight
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.packed(x)
+        return out + self.bias if self.bias is not None else out
+
+
+def quantize_linears(model: nn.Module, quant: WeightQuant) -> int:
+    """Every ``nn.Linear`` of ``model`` (a causal LM's projections and output head) stored as
+    ``quant`` says, in place; the embedding stays for its lookups. Returns how many; UsageError,
+    before any is converted, where the kernels cannot take them."""
+    from ..errors import UsageError
+
+    conv = sorted({type(m).__name__ for m in model.modules() if type(m).__name__ == "Conv1D"})
+    if conv:
+        raise UsageError(f"--quant {quant.mode}: the checkpoint's projections are transformers' {conv[0]}, not "
+                         "nn.Linear: torch's weight-only kernels take an nn.Linear's [out, in] weight")
+    targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if type(child) is nn.Linear]
+    if not targets:
+        raise UsageError(f"--quant {quant.mode}: the checkpoint has no nn.Linear projections to quantize")
+    if quant.mode == "int4":
+        bad = sorted({child.in_features for _, _, child in targets if child.in_features % quant.group_size})
+        if bad:
+            raise UsageError(f"--group-size {quant.group_size} does not divide the input width {bad[0]} of the "
+                             "checkpoint's projections (each row is quantized in groups of that many inputs)")
+    for parent, name, child in targets:
+        setattr(parent, name, QuantizedLinear(child, quant))
+    return len(targets)
