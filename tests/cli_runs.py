@@ -17,22 +17,38 @@ def cpuprof(*args: str, timeout: float = 600, **kwargs: Any) -> subprocess.Compl
     """``python -m cpuprof ARGS`` in a child, its output captured as text. One that outlives
     ``timeout`` fails with where each of its processes was stuck (a hang seen once in CI is
     otherwise a bare timeout, with nothing to go on), and none of them is left running."""
+    # A session of its own: on a timeout the whole group is killed at once, with the processes a pool
+    # would start again behind a kill of one of them.
     proc = subprocess.Popen([sys.executable, "-m", "cpuprof", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         tree = [proc.pid, *_descendants(proc.pid)]
         where = "\n".join(_where_stuck(pid) for pid in tree)
-        for pid in reversed(tree):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        stdout, stderr = proc.communicate()
+        for pid in tree:  # stopped first, so that none starts another while they are killed
+            _signal(pid, signal.SIGSTOP)
+        _signal(-proc.pid, signal.SIGKILL)
+        for pid in tree:  # any that left the group
+            _signal(pid, signal.SIGKILL)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipes
+            stdout, stderr = "(not read: a process outside the run's group kept its pipes open)", ""
         raise AssertionError(f"{exc}\nwhere its processes were:\n{where}\nstdout:\n{stdout}\n"
                              f"stderr:\n{stderr}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _signal(pid: int, signum: int) -> None:
+    """``pid`` (or, negative, a process group) sent ``signum``; gone already is fine."""
+    try:
+        if pid < 0:
+            os.killpg(-pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _descendants(root: int) -> list[int]:
@@ -54,7 +70,8 @@ def _descendants(root: int) -> list[int]:
 
 def _where_stuck(pid: int) -> str:
     """Each thread's name, state and kernel wait channel, py-spy's Python stacks, and gdb's native
-    stacks of every thread (py-spy shows only the threads that run Python) where gdb is installed."""
+    stacks of every thread (py-spy shows only the threads that run Python) where gdb is installed
+    (both need ptrace: where Yama or a container forbids it, they say so, and the wait channels stand)."""
     lines = [f"pid {pid}:"]
     try:
         for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):

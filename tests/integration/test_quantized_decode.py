@@ -69,6 +69,11 @@ def test_compare_sweeps_the_quantization(tmp_path: Path):
     assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows)
     refused = cpuprof("compare", *SHORT, "--quant", "none,int8", "--group-size", "32", "--out", str(tmp_path / "x"))
     assert refused.returncode == 2 and "it needs --quant int4" in one_line_error(refused)
+    # A tensor-parallel configuration's slices are checked too, before the first run.
+    refused = cpuprof("compare", *SHORT, "--tp", "1,2", "--quant", "int4", "--group-size", "64",
+                      "--out", str(tmp_path / "y"))
+    assert refused.returncode == 2 and "per tensor-parallel rank" in one_line_error(refused)
+    assert "(configuration tp=2)" in refused.stderr and not (tmp_path / "y" / "compare.json").exists()
 
 
 def test_a_quantized_decode_measures_its_kernels_roofs_and_judges_its_gemvs_by_them(tmp_path: Path):
@@ -82,5 +87,5 @@ def test_a_quantized_decode_measures_its_kernels_roofs_and_judges_its_gemvs_by_t
     kernel = profile.roofs.kernel_roof("bf16", "i4")
     assert kernel is not None and kernel.group_size == 32 and kernel.elements_per_s is not None
     report = " ".join(result.stdout.split())
-    assert "bf16 x int4 GEMV kernel" in report and "G weights/s" in report
+    assert "bf16 x int4 (group 32) GEMV kernel" in report and "G weights/s" in report
     assert "bf16 x int4, group 32" in report  # the roofs table's row

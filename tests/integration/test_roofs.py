@@ -286,8 +286,10 @@ def test_quantized_kernel_roofs_read_weights_out_of_the_caches(full_roofs: dict)
         _, k, n = kernel["shape"]
         assert k == machine_roofs.GEMV_IN and n > machine_roofs.QUANT_WEIGHT_ROWS  # several weights, in turn
         assert n * k * per_element >= machine_roofs.LLC_MULTIPLE * result["llc"]
-        # Within the memory roof, with room for the two figures' own spreads on a shared machine.
-        assert 0 < kernel["gb_per_s"]["best"] < 1.25 * triad, (kernel, triad)
+        # Within the memory roof, with room for the figures' own spreads on a shared machine and for a
+        # read-only stream beating STREAM's triad (which leaves write-allocate traffic uncounted), as
+        # the F.linear roof's test allows.
+        assert 0 < kernel["gb_per_s"]["best"] < 1.5 * triad, (kernel, triad)
         _, k, cached_n = kernel["cached_shape"]
         assert cached_n * k * per_element <= max(result["llc"] // 4, 256 * k)
         rate = kernel["elements_per_s"]

@@ -92,6 +92,22 @@ def test_one_billion_parameters_in_int8_and_int4_read_about_a_half_and_a_quarter
             == cfg.vocab * cfg.hidden + cfg.vocab * 2)
 
 
+@pytest.mark.parametrize("overrides, words", [
+    ({"vocab": 1000}, "--quant int4: tiny's lm_head has 1000 rows (the vocabulary), which torch's int4 packing "
+                      "cannot take (it needs a multiple of 16); --quant int8 can"),
+    ({"heads": 8, "kv_heads": 1}, "tiny's projections have 8 output rows"),  # k and v: one head of 8
+])
+def test_int4_refuses_matrices_whose_rows_its_packing_cannot_take(overrides: dict[str, int], words: str):
+    import dataclasses
+
+    cfg = dataclasses.replace(TINY, **overrides)
+    problem = cfg.quant_problem(INT4)
+    assert problem is not None and words in problem
+    assert cfg.quant_problem(INT8) is None
+    with pytest.raises(RuntimeError, match="dividable by 16"):  # what torch itself would have said, mid-build
+        torch._convert_weight_to_int4pack_for_cpu(torch.zeros(overrides.get("vocab", 8), 64, dtype=torch.int32), 2)
+
+
 @pytest.mark.parametrize("quant, shards, words", [
     (WeightQuant("int3"), 1, "unknown quantization 'int3'; choose one of: none, int8, int4"),
     (WeightQuant("int4", 100), 1, "--group-size 100 is not one torch's CPU int4 kernel takes"),

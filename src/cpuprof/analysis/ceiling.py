@@ -79,8 +79,10 @@ def decode_ceiling(profile: Profile, groups: list[GemmGroup] | None = None) -> D
     if not bandwidth:
         return None
     ceiling = bandwidth * 1e9 / wl.bytes_read_per_token
+    quant = wl.model.quant
     kernel_bw = roofs.kernel_gb_per_s(ROOF_DTYPES.get(wl.model.dtype, wl.model.dtype),
-                                      QUANT_WEIGHT_CODES.get(wl.model.quant.mode, ""))
+                                      QUANT_WEIGHT_CODES.get(quant.mode, ""),
+                                      quant.group_size if quant.mode == "int4" else 0)
     result = DecodeCeiling(
         bytes_per_token=wl.bytes_read_per_token, bandwidth_gb_per_s=bandwidth, ceiling_tokens_per_s=ceiling,
         tokens_per_s=wl.figures.tokens_per_s,
@@ -166,9 +168,10 @@ def prefill_figures(profile: Profile, groups: list[GemmGroup]) -> PrefillFigures
         return None
     gemm_ns, at_roof_ns = _phase_times(groups, roofs, prefill=True) if roofs else (
         sum(op.incl_ns for g in groups for op in g.ops if in_prefill(op)), 0.0)
+    peak = roofs.compute_gflop_per_s(ROOF_DTYPES.get(wl.model.dtype, wl.model.dtype)) if roofs else None
     return PrefillFigures(
         prompt_tokens=wl.prompt_len * wl.batch, ttft_s=wl.ttft_s, gemm_flops=int(flops), gemm_ns=int(gemm_ns),
-        at_roof_ns=at_roof_ns, compute_gflop_per_s=roofs.compute_gflop_per_s(wl.model.dtype) if roofs else None)
+        at_roof_ns=at_roof_ns, compute_gflop_per_s=peak)
 
 
 def above_the_roof(what: str) -> str:

@@ -79,11 +79,12 @@ def proposals(profile: Profile) -> list[Proposal]:
                             f"the GEMMs spend {fmt_percent(repack)} of their CPU repacking weights on every call: "
                             "torch.compile with frozen weights packs them once"))
     gemv = _weight_bound_gemv_share(profile)
-    if gemv is not None and gemv >= GEMV_PROPOSAL_SHARE and not profile.workload.model.quant.quantized \
-            and profile.workload.model.config is not None:
+    model = profile.workload.model
+    if gemv is not None and gemv >= GEMV_PROPOSAL_SHARE and not model.quant.quantized and model.config is not None:
+        fraction = {"bf16": "half", "fp32": "a quarter"}.get(model.dtype, "fewer")
         out.append(Proposal({"quant": "int8"},
-                            f"memory-bound GEMVs over {profile.workload.model.dtype} weights take {fmt_percent(gemv)} "
-                            f"of the op time: int8 weights are half the bytes to read ({NUMERICS_CHANGE})"))
+                            f"memory-bound GEMVs over {model.dtype} weights take {fmt_percent(gemv)} of the op time: "
+                            f"int8 weights are {fraction} the bytes to read ({NUMERICS_CHANGE})"))
     seen: set[tuple[tuple[str, str], ...]] = set()
     unique = []
     for p in out:

@@ -484,6 +484,9 @@ def gemm_groups(profile: Profile) -> list[GemmGroup]:
             else:
                 misses[key] += value
     roofs: MachineRoofs | None = profile.roofs
+    # int4's kernel roof is of the group size the decode used (0 where not known: a program's profile).
+    quant = profile.workload.model.quant if profile.workload is not None else None
+    group_size = quant.group_size if quant is not None and quant.mode == "int4" else 0
     ordered = list(groups.values())
     splits = _native_splits(profile, group_of, len(ordered))
     for index, (key, group) in enumerate(groups.items()):
@@ -493,7 +496,8 @@ def gemm_groups(profile: Profile) -> list[GemmGroup]:
         if roofs is not None:
             group.memory_gb_per_s = roofs.memory_gb_per_s()
             group.peak_gflop_per_s = roofs.compute_gflop_per_s(group.work.dtype)
-            kernel = roofs.kernel_roof(group.work.dtype, group.quantized_weights)
+            kernel = roofs.kernel_roof(group.work.dtype, group.quantized_weights,
+                                       group_size if group.quantized_weights == "i4" else 0)
             if kernel is not None:
                 group.kernel_gb_per_s = kernel.gb_per_s.best
                 if group.quantized_weights and kernel.elements_per_s is not None:
@@ -527,6 +531,8 @@ def _roofs_used(roofs: MachineRoofs, dtypes: list[str]) -> list[str]:
             if k is None:
                 continue
             name = f"{dtype} x {QUANTIZED_WEIGHTS[weights]}" if weights else dtype
+            if weights == "i4":
+                name += f" (group {k.group_size})"
             text = f"{name} GEMV kernel {_short(k.gb_per_s.best)} GB/s (spread {fmt_percent(k.gb_per_s.spread)})"
             if k.elements_per_s is not None:
                 text = (text.removesuffix(")") + f"; in cache {_short(k.elements_per_s.best / 1e9)} G weights/s, "

@@ -166,11 +166,12 @@ def check_context(comparison: Comparison) -> None:
     base = sweep.base_options(comparison)
     for config in comparison.configs:
         options = sweep.apply(base, config.values)
-        if options.workload.hf:
-            continue  # a checkpoint's context is known once it is loaded, in the child
+        layout = sweep.process_layout(config.values)
         try:
-            parent.check_context(options.workload)
-            parent.check_quant(options.workload)
+            # A tensor-parallel rank quantizes its slices: their widths must suit the kernels too.
+            parent.check_quant(options.workload, shards=layout[1] if layout and layout[0] == "tp" else 1)
+            if not options.workload.hf:  # a checkpoint's context is known once it is loaded, in the child
+                parent.check_context(options.workload)
         except UsageError as exc:
             where = f" (configuration {config.label})" if config.values else ""
             raise UsageError(f"{exc}{where}") from exc

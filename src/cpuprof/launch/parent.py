@@ -143,8 +143,9 @@ def _check_hf_quant(wl: WorkloadOptions) -> None:
                              "(each row is quantized in groups of that many inputs)")
 
 
-def check_quant(wl: WorkloadOptions) -> None:
-    """--quant and --group-size, before anything starts: what the kernels take, on the model asked for."""
+def check_quant(wl: WorkloadOptions, shards: int = 1) -> None:
+    """--quant and --group-size, before anything starts: what the kernels take, on the model asked for
+    (with ``shards``: on a tensor-parallel rank's slices)."""
     from ..model.workload import QUANT_MODES
     from ..workload.presets import resolve_config
 
@@ -155,7 +156,7 @@ def check_quant(wl: WorkloadOptions) -> None:
     if wl.hf:
         _check_hf_quant(wl)
         return
-    problem = resolve_config(wl.preset, wl.overrides).quant_problem(wl.weight_quant())
+    problem = resolve_config(wl.preset, wl.overrides).quant_problem(wl.weight_quant(), shards)
     if problem is not None:
         raise UsageError(problem)
 

@@ -30,7 +30,8 @@ from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, 
 from .openmp import openmp_in_process
 from .topology import _meminfo, _model_name
 
-CACHE_VERSION = 1
+# 2: kernel roofs of quantized weights (KernelRoof.weights, group_size, elements_per_s, cached_shape).
+CACHE_VERSION = 2
 CACHE_FILE = "roofs.json"
 # Entries kept in the cache file; the oldest go first (one per machine, torch, runtime and binding).
 MAX_CACHE_ENTRIES = 64
@@ -372,6 +373,10 @@ def _quant_kernel(kernel: QuantKernel, weight_bytes: int, cached_bytes: int, thr
                       cached_shape=[1, GEMV_IN, cached_out])
 
 
+# Below this, a measuring window's run-queue share is one preemption's noise, not a busy machine.
+MIN_BUSY_WINDOW_S = 0.5
+
+
 def measure_quant_kernels(roofs: MachineRoofs, kernels: Sequence[QuantKernel], progress: Progress | None = None,
                           repetitions: int = DEFAULT_REPETITIONS) -> None:
     """Adds the quantized kernel roofs ``roofs`` lacks (one of another group size is replaced), on its
@@ -508,7 +513,8 @@ def _load(path: Path) -> RoofsCache | None:
         raise _Unusable(f"the roofs cache {path} cannot be read ({exc.strerror or exc}); measuring again") from exc
     try:
         cache = from_json(RoofsCache, parse_json(data, path, "roofs cache"))
-        if cache.version != CACHE_VERSION:
+        # Each version only added fields with defaults: older files read as they are.
+        if not 1 <= cache.version <= CACHE_VERSION:
             raise DecodeError(f"version {cache.version}, this cpuprof writes {CACHE_VERSION}")
     except (FileFormatError, DecodeError, RecursionError) as exc:
         what = "nested too deep" if isinstance(exc, RecursionError) else str(exc).removeprefix(f"{path}: ")
@@ -559,6 +565,7 @@ def store(roofs: MachineRoofs) -> str | None:
     entry = dataclasses.replace(roofs, from_cache=False)
     entries = [e for e in cache.entries if e.key != roofs.key] + [entry]
     cache.entries = sorted(entries, key=lambda e: e.measured)[-MAX_CACHE_ENTRIES:]
+    cache.version = CACHE_VERSION
     text = json.dumps(to_json(cache), indent=1) + "\n"
     tmp: str | None = None
     try:
@@ -600,11 +607,15 @@ def ensure(
             missing = [k for k in quant_kernels if not any(k.measured_by(r) for r in roofs.kernel)]
             if not missing:
                 return roofs, warnings
+            errors = len(roofs.errors)
             before = process_run_delay_ns()
             started = time.perf_counter()
             measure_quant_kernels(roofs, missing, progress)
-            busy = _busy_share(before, time.perf_counter() - started, threads)
-            if busy is not None and busy > defaults.BUSY_CALIBRATION_SHARE:
+            seconds = time.perf_counter() - started
+            busy = _busy_share(before, seconds, threads)
+            if len(roofs.errors) > errors:
+                pass  # one could not be measured (its line is in the roofs): kept out of the cache, tried next run
+            elif busy is not None and seconds >= MIN_BUSY_WINDOW_S and busy > defaults.BUSY_CALIBRATION_SHARE:
                 warnings.append(f"the machine was busy while the quantized kernel roofs were measured (their threads "
                                 f"waited for a CPU {busy:.0%} of the time): used for this run, not cached")
             else:

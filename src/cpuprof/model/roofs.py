@@ -94,11 +94,13 @@ class MachineRoofs:
         figures = [c.gflop_per_s.best for c in self.compute if c.dtype == dtype]
         return max(figures) if figures else None
 
-    def kernel_gb_per_s(self, dtype: str, weights: str = "") -> float | None:
-        roof = self.kernel_roof(dtype, weights)
+    def kernel_gb_per_s(self, dtype: str, weights: str = "", group_size: int = 0) -> float | None:
+        roof = self.kernel_roof(dtype, weights, group_size)
         return roof.gb_per_s.best if roof is not None else None
 
-    def kernel_roof(self, dtype: str, weights: str = "") -> KernelRoof | None:
-        """The best GEMV kernel roof for activations in ``dtype`` and weights stored as ``weights``."""
-        found = [k for k in self.kernel if k.dtype == dtype and k.weights == weights]
+    def kernel_roof(self, dtype: str, weights: str = "", group_size: int = 0) -> KernelRoof | None:
+        """The best GEMV kernel roof for activations in ``dtype`` and weights stored as ``weights``;
+        ``group_size``: int4's groups, where known (0: any)."""
+        found = [k for k in self.kernel if k.dtype == dtype and k.weights == weights
+                 and (not group_size or k.group_size == group_size)]
         return max(found, key=lambda k: k.gb_per_s.best) if found else None

@@ -13,6 +13,8 @@ QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
 #: The group sizes torch's CPU int4 kernel (aten::_weight_int4pack_mm_for_cpu) accepts.
 INT4_GROUP_SIZES: tuple[int, ...] = (32, 64, 128, 256)
 DEFAULT_GROUP_SIZE = 128
+#: torch's CPU int4 packing (aten::_convert_weight_to_int4pack_for_cpu) needs the rows in multiples of this.
+INT4_ROW_MULTIPLE = 16
 #: The codes the GEMM table and the kernel roofs give a quantized weight's storage.
 QUANT_WEIGHT_CODES: dict[str, str] = {"int8": "i8", "int4": "i4"}
 #: The roofs' names of the decode's dtypes (the profile's op inputs name them so).
@@ -147,6 +149,14 @@ class ModelConfig:
         if g not in INT4_GROUP_SIZES:
             return (f"--group-size {g} is not one torch's CPU int4 kernel takes; choose one of: "
                     f"{', '.join(map(str, INT4_GROUP_SIZES))}")
+        rows = sorted({r for r, _ in self.layer_matrices(shards)} | {self.vocab})
+        odd_rows = [n for n in rows if n % INT4_ROW_MULTIPLE]
+        if odd_rows:
+            rank = " per tensor-parallel rank" if shards > 1 else ""
+            what = (f"lm_head has {odd_rows[0]} rows (the vocabulary)" if odd_rows[0] == self.vocab
+                    else f"projections have {odd_rows[0]} output rows{rank}")
+            return (f"--quant int4: {self.name}'s {what}, which torch's int4 packing cannot take (it needs a "
+                    f"multiple of {INT4_ROW_MULTIPLE}); --quant int8 can")
         inputs = sorted({cols for _, cols in self.layer_matrices(shards)})
         bad = [k for k in inputs if k % g]
         if bad:

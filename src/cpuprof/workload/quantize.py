@@ -60,18 +60,20 @@ class Int4Weight(nn.Module):
         rows, cols = weight.shape
         self.group_size = group_size
         groups = cols // group_size
-        q = torch.empty(rows, cols, dtype=torch.int32)
+        packed = []
         scales_and_zeros = torch.empty(groups, rows, 2, dtype=weight.dtype)
+        # Packed a slice of rows at a time (the packing keeps each 1024 rows' bytes together), so the
+        # int32 codes it takes, 4 bytes a weight, never exist for a whole matrix.
         for start in range(0, rows, _ROWS_PER_SLICE):
             w = weight[start:start + _ROWS_PER_SLICE].float().view(-1, groups, group_size)
             low, high = w.amin(dim=-1), w.amax(dim=-1)
             scale = ((high - low) / 15).clamp(min=1e-12)
-            q[start:start + _ROWS_PER_SLICE] = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15) \
-                .to(torch.int32).view(-1, cols)
+            q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(-1, cols)
+            packed.append(torch._convert_weight_to_int4pack_for_cpu(q, _INNER_K_TILES))
             # [rows, groups] -> the kernel's [groups, rows]
             scales_and_zeros[:, start:start + _ROWS_PER_SLICE, 0] = scale.t().to(weight.dtype)
             scales_and_zeros[:, start:start + _ROWS_PER_SLICE, 1] = (low + 8 * scale).t().to(weight.dtype)
-        self.weight = nn.Parameter(torch._convert_weight_to_int4pack_for_cpu(q, _INNER_K_TILES), requires_grad=False)
+        self.weight = nn.Parameter(torch.cat(packed), requires_grad=False)
         self.scales_and_zeros = nn.Parameter(scales_and_zeros, requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -129,6 +131,12 @@ def quantize_linears(model: nn.Module, quant: WeightQuant) -> int:
     if not targets:
         raise UsageError(f"--quant {quant.mode}: the checkpoint has no nn.Linear projections to quantize")
     if quant.mode == "int4":
+        from ..model.workload import INT4_ROW_MULTIPLE
+
+        odd = sorted({child.out_features for _, _, child in targets if child.out_features % INT4_ROW_MULTIPLE})
+        if odd:
+            raise UsageError(f"--quant int4: the checkpoint has projections of {odd[0]} output rows, which torch's "
+                             f"int4 packing cannot take (it needs a multiple of {INT4_ROW_MULTIPLE}); --quant int8 can")
         bad = sorted({child.in_features for _, _, child in targets if child.in_features % quant.group_size})
         if bad:
             raise UsageError(f"--group-size {quant.group_size} does not divide the input width {bad[0]} of the "
