@@ -135,6 +135,8 @@ def test_calibrate_command_measures_under_the_launch(tmp_path: Path) -> None:
     rows = section(report, "roofs")["tables"][0]["rows"]
     assert {r["roof"] for r in rows} >= {"memory (triad)", "memory (copy)", "compute", "GEMV kernel"}
     assert all(r["best"] > 0 and r["runs"] >= 5 for r in rows)
+    if "the machine was busy while the roofs were measured" in result.stdout + result.stderr:
+        pytest.skip("the machine was busy while the roofs were measured: rightly used for this run and not cached")
     saved = json.loads((cache / "roofs.json").read_text())
     assert [e["threads"] for e in saved["entries"]] == [1]
 

@@ -88,7 +88,8 @@ def test_each_sweep_axis_sets_the_field_its_option_names(axis: str):
 
 def test_the_baseline_of_a_sweep_is_what_decode_runs_without_the_flag():
     assert sweep.DECODE_DEFAULTS == {"tp": "1", "instances": "1", "omp": "gnu", "bind": "close",
-                                     "allocator": "default", "dtype": "bf16", "batch": "1", "compile": "off"}
+                                     "allocator": "default", "dtype": "bf16", "quant": "none", "batch": "1",
+                                     "compile": "off"}
 
 
 @pytest.mark.parametrize("command", ["decode", "run", "calibrate", "compare", "report"])
