@@ -82,7 +82,7 @@ def decode_ceiling(profile: Profile, groups: list[GemmGroup] | None = None) -> D
     quant = wl.model.quant
     kernel_bw = roofs.kernel_gb_per_s(ROOF_DTYPES.get(wl.model.dtype, wl.model.dtype),
                                       QUANT_WEIGHT_CODES.get(quant.mode, ""),
-                                      quant.group_size if quant.mode == "int4" else 0)
+                                      quant.groups)
     result = DecodeCeiling(
         bytes_per_token=wl.bytes_read_per_token, bandwidth_gb_per_s=bandwidth, ceiling_tokens_per_s=ceiling,
         tokens_per_s=wl.figures.tokens_per_s,

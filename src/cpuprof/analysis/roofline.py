@@ -490,7 +490,7 @@ def gemm_groups(profile: Profile) -> list[GemmGroup]:
     roofs: MachineRoofs | None = profile.roofs
     # int4's kernel roof is of the group size the decode used (0 where not known: a program's profile).
     quant = profile.workload.model.quant if profile.workload is not None else None
-    group_size = quant.group_size if quant is not None and quant.mode == "int4" else 0
+    group_size = quant.groups if quant is not None else 0
     ordered = list(groups.values())
     splits = _native_splits(profile, group_of, len(ordered))
     for index, (key, group) in enumerate(groups.items()):

@@ -238,6 +238,7 @@ class DecodeRun(ChildRun):
         """The machine's roofs at this run's threads and CPUs, from the cache or measured now, before
         the profiler starts (the measurement is not part of the profile)."""
         from ..machine import roofs
+        from ..model.workload import QUANT_WEIGHT_CODES, ROOF_DTYPES
 
         mode = self.options.roofs
         if mode == "off":
@@ -245,12 +246,9 @@ class DecodeRun(ChildRun):
         self.stage = "measuring the machine's roofs"
         # The run's CPU set, not this thread's affinity: bound runs pin each thread to one CPU.
         cpus = sorted(self.config.requested.cpus or os.sched_getaffinity(0))
-        from ..model.workload import QUANT_WEIGHT_CODES, ROOF_DTYPES
-
         quant = self.wl.weight_quant()
         kernels = [] if not quant.quantized or self.options.calibrate_only else [
-            roofs.QuantKernel(ROOF_DTYPES[self.wl.dtype], QUANT_WEIGHT_CODES[quant.mode],
-                              quant.group_size if quant.mode == "int4" else 0)]
+            roofs.QuantKernel(ROOF_DTYPES[self.wl.dtype], QUANT_WEIGHT_CODES[quant.mode], quant.groups)]
         measured, notes = roofs.ensure(self.config.threads, cpus, force=mode == "remeasure",
                                        progress=lambda line: self.progress.show(line, phase="calibrate"),
                                        quant_kernels=kernels)

@@ -35,6 +35,11 @@ class WeightQuant:
     def quantized(self) -> bool:
         return self.mode != "none"
 
+    @property
+    def groups(self) -> int:
+        """int4's inputs per scale; 0 for a storage without groups."""
+        return self.group_size if self.mode == "int4" else 0
+
     def matrix_bytes(self, rows: int, cols: int, dtype_bytes: int) -> int:
         """Bytes a [rows, cols] weight occupies (and a GEMV reads): weights plus their scales."""
         if self.mode == "int8":
