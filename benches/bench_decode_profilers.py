@@ -88,7 +88,7 @@ def custom_options(name: str) -> dict[str, object]:
     for item in filter(None, match.group(1).split(";")):
         key, _, value = item.partition("=")
         options[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
-    for flag in ("record_shapes", "python_stacks"):
+    for flag in ("record_shapes", "python_stacks", "eager_workers"):
         if flag in options:
             options[flag] = bool(options[flag])
     return options
@@ -105,12 +105,21 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
                        python_stacks=name == "cpuprof+py-spy",
                        python_hz=args.python_hz, warn=False)
         options.update(custom_options(name))
+        # Not an option of profile(): the collector's old way of charging OpenMP workers (every
+        # worker settled at every op boundary), through the test hook, for the side-by-side.
+        eager = bool(options.pop("eager_workers", 0))
+        from cpuprof import native
+
+        native.load().inject_eager_workers(eager)
         prof = cpuprof.profile(args.events, **options)
 
         @contextlib.contextmanager
         def run() -> Iterator[None]:
-            with prof:
-                yield
+            try:
+                with prof:
+                    yield
+            finally:
+                native.load().inject_eager_workers(False)
             p = prof.profile
             wall = max(1, p.collection.wall_ns)
             note = (f"hook {p.overhead.per_op_ns / 1e3:.2f} µs/op, {p.overhead.ops / max(1, args.new_tokens + 1):.0f} "
@@ -218,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
           "added time per token at that median)")
     for n in names:
         if results[n].note:
-            print(f"  {n}: {results[n].note[-1]}")
+            shares = [float(m.group(1)) for note in results[n].note if (m := re.search(r"collector ([\d.]+)%", note))]
+            print(f"  {n}: {results[n].note[-1]} (last round); collector {median(shares):.1f}% of a CPU, median "
+                  f"of {len(shares)} rounds ({span(shares, '{:.1f}')})")
     print()
     for name, floor, what in (("cpuprof default", 0.98, "cpuprof's default mode"),
                               ("cpuprof+py-spy", 0.95, "cpuprof with Python frames (py-spy)")):

@@ -323,6 +323,8 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: every op callback spends this many nanoseconds busy inside cpuprof's hook time (0 clears).");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
         "Test hook: report groups as running this fraction of their enabled time (0 clears).");
+  m.def("inject_eager_workers", &inject_eager_workers, py::arg("eager"),
+        "Test hook: sessions started from now on settle every OpenMP worker at every op boundary (False restores).");
   m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),
         "Test hook: the next `count` dispatching threads' buffer allocations fail (0 clears).");
   m.def(

@@ -92,4 +92,8 @@ struct CountingOptions {
 
 std::unique_ptr<CountingStrategy> make_counting_strategy(CountingContext& context, const CountingOptions& options);
 
+// Test and benchmark hook: sessions started from now on settle every OpenMP worker at every op
+// boundary, as before workers were charged lazily (false restores).
+void inject_eager_workers(bool eager);
+
 }  // namespace cpuprof

@@ -35,6 +35,8 @@ namespace cpuprof {
 
 namespace {
 
+std::atomic<bool> g_eager_workers{false};
+
 // Which dispatching thread an OpenMP worker's time belongs to, when several run ops at once: the
 // one its samples found it working for when the choice was clear, by majority.
 struct WorkerVotes {
@@ -81,6 +83,7 @@ class SampledCounting final : public CountingStrategy {
 
   void collect(int64_t now, bool final) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    enter_lazy();
     frames_.refresh();  // libraries loaded since the last pass (torch loads some lazily)
     // Op events are stamped when their callback began and published a little later; samples are
     // joined only once every op event up to their time has surely been published.
@@ -97,11 +100,13 @@ class SampledCounting final : public CountingStrategy {
     if (final) {
       advance_all(INT64_MAX);
       const int64_t end = stopped_ns_ > 0 ? stopped_ns_ : now;
-      for (int slot : on_cpu_) settle(slot, end);
+      for (int slot : on_cpu_) settle_any(slot, end);
+      flush_view();
       flush_all();
       charge_remainders();
     } else {
       advance_all(until);
+      flush_view();
       flush_all();
     }
   }
@@ -192,6 +197,9 @@ class SampledCounting final : public CountingStrategy {
   struct Run {
     RunState state = RunState::Unknown;
     int64_t mark = 0;         // on a CPU: charged up to here
+    int64_t tracked_mark = 0; // on a CPU: counted in `tracked` up to here (ahead of `mark` for a worker
+                              // charged lazily, whose charges wait for the end of the pass)
+    uint32_t seg = 0;         // a lazily charged worker: the first worker segment its walk can need
     uint64_t tracked = 0;     // ns charged by interval since the thread's last sample
     int owner = -1;           // the dispatching thread whose ops its time goes to (-1: none)
     bool dispatching = false; // owner is the thread itself
@@ -320,6 +328,7 @@ class SampledCounting final : public CountingStrategy {
   // Applies every dispatching thread's op events up to `time`, all of them in time order, so that
   // the threads on a CPU are charged up to each op boundary with the ops open before it.
   void advance_all(int64_t time) {
+    if (lazy_index_ >= 0 && single_ready() != lazy_index_) exit_lazy();
     const int n = n_states();
     for (;;) {
       int next = -1;
@@ -345,15 +354,24 @@ class SampledCounting final : public CountingStrategy {
     OpEventRing& ring = options_.states[index]->events;
     const OpEvent& e = *ring.peek();
     if (start < r.time) ++late_events_;  // published after records past it were joined
+    if (lazy_index_ == index && !close_worker_segment(start)) exit_lazy();
+    const bool lazy = lazy_index_ == index;
     // The dispatching thread's own time goes to its ops, from the first boundary seen.
     const int own_slot = options_.states[index]->slot;
     if (own_slot >= 0 && own_slot < static_cast<int>(runs_.size()) && runs_[own_slot].owner != index &&
         runs_[own_slot].state == RunState::On) {
-      settle(own_slot, start);
+      settle_any(own_slot, start);
       assign_owner(own_slot, false);
     }
-    for (int slot : on_cpu_) {
-      if (runs_[slot].owner == index) settle(slot, start);
+    if (lazy) {
+      // The workers' time is in the segment just closed; only the dispatching thread is charged now.
+      if (own_slot >= 0 && own_slot < static_cast<int>(runs_.size()) && runs_[own_slot].owner == index) {
+        settle(own_slot, start);
+      }
+    } else {
+      for (int slot : on_cpu_) {
+        if (runs_[slot].owner == index) settle(slot, start);
+      }
     }
     const bool was_inside = r.depth > 0;
     if (e.begin) {
@@ -370,7 +388,7 @@ class SampledCounting final : public CountingStrategy {
       r.hook_until = e.hook_ns;
     }
     ring.pop();
-    if (was_inside != (r.depth > 0)) {
+    if (!lazy && was_inside != (r.depth > 0)) {
       // An OpenMP worker works for whichever dispatching thread is inside an op: that changed.
       for (int slot : on_cpu_) {
         if (runs_[slot].dispatching) continue;
@@ -444,7 +462,8 @@ class SampledCounting final : public CountingStrategy {
     std::vector<uint16_t> used;  // indices filled since the last flush
   };
 
-  void accumulate(int slot, uint64_t key, const uint32_t* path, int depth, uint64_t ns) {
+  // The bucket `key` is summed in: its own, or an empty one (whatever held it before is flushed).
+  Bucket& bucket_for(int slot, uint64_t key) {
     SlotBuckets& buckets = buckets_[slot];
     if (!buckets.table) {
       buckets.table.reset(new Bucket[kSettleBuckets]);
@@ -453,14 +472,20 @@ class SampledCounting final : public CountingStrategy {
     }
     const uint16_t index = static_cast<uint16_t>((key ^ (key >> 29)) & (kSettleBuckets - 1));
     Bucket& b = buckets.table[index];
-    if (b.key == key) {
-      b.ns += ns;
-      return;
-    }
+    if (b.key == key) return b;
     if (b.key != 0) {
       flush(slot, b);
     } else {
       buckets.used.push_back(index);
+    }
+    return b;
+  }
+
+  void accumulate(int slot, uint64_t key, const uint32_t* path, int depth, uint64_t ns) {
+    Bucket& b = bucket_for(slot, key);
+    if (b.key == key) {
+      b.ns += ns;
+      return;
     }
     uint32_t id = kEmptySequence;
     if (key != kOutsideKey && key != kProfilerKey) {
@@ -474,6 +499,16 @@ class SampledCounting final : public CountingStrategy {
       }
     }
     b = Bucket{key, id, ns};
+  }
+
+  // The same for a path already interned whole.
+  void accumulate_interned(int slot, uint64_t key, uint32_t path_id, uint64_t ns) {
+    Bucket& b = bucket_for(slot, key);
+    if (b.key == key) {
+      b.ns += ns;
+    } else {
+      b = Bucket{key, path_id, ns};
+    }
   }
 
   void flush(int slot, Bucket& b) {
@@ -518,6 +553,7 @@ class SampledCounting final : public CountingStrategy {
     if (run.state != RunState::On || until <= run.mark) return;
     const int64_t from = run.mark;
     run.mark = until;
+    run.tracked_mark = until;
     if (!ctx_.table->slot_ready(slot)) ctx_.table->reserve_slots(slot + 1);
     if (!ctx_.table->slot_ready(slot)) return;
     const uint64_t ns = static_cast<uint64_t>(until - from);
@@ -542,6 +578,218 @@ class SampledCounting final : public CountingStrategy {
     }
   }
 
+  // Workers charged lazily. With one dispatching thread, every OpenMP worker on a CPU is charged
+  // the same way at each instant: to the op path that thread is in (its callbacks to the
+  // profiler), or to no op between its ops. Settling every worker at every op boundary made the
+  // collector's work grow with the team (16 threads on 16 CPUs: 9% of a CPU, taken from the team
+  // that waits at the next barrier for the worker it preempted). Instead the boundaries close
+  // segments of one shared timeline, summed per path as they close; at the end of each pass a
+  // worker that stayed on its CPU throughout takes those sums, and one that came or went meanwhile
+  // walks the segments of its own time there. The per-thread figures are the same as settling
+  // each boundary; a second dispatching thread (or a full path table) goes back to that for good.
+  struct WorkerSegment {
+    int64_t from, until;
+    int64_t hook_from, hook_until;  // the dispatching thread was in cpuprof's callback meanwhile
+    uint64_t key;                   // kOutsideKey, or the op path's hash (top bit set)
+    uint32_t path;                  // the op path, interned whole
+  };
+  static constexpr int kSegmentTotals = 2048;  // distinct keys per pass summed; more: workers walk
+
+  bool lazy_worker(int slot) const { return lazy_index_ >= 0 && !runs_[slot].dispatching; }
+
+  // The one dispatching thread whose op events are replayed, or -1 when there are none or several.
+  int single_ready() const {
+    int found = -1;
+    for (int i = 0, n = n_states(); i < n; ++i) {
+      if (!ready(i)) continue;
+      if (found >= 0) return -1;
+      found = i;
+    }
+    return found;
+  }
+
+  void settle_any(int slot, int64_t until) {
+    if (lazy_worker(slot)) {
+      settle_lazily(slot, until);
+      track(slot, until);
+    } else {
+      settle(slot, until);
+    }
+  }
+
+  // The time a lazily charged worker spent on its CPU, counted as settle() counts it.
+  void track(int slot, int64_t until) {
+    Run& run = runs_[slot];
+    if (until <= run.tracked_mark) return;
+    const uint64_t ns = static_cast<uint64_t>(until - run.tracked_mark);
+    run.tracked_mark = until;
+    if (!ctx_.table->slot_ready(slot)) ctx_.table->reserve_slots(slot + 1);
+    if (!ctx_.table->slot_ready(slot)) return;
+    run.tracked += ns;
+    by_interval_ns_ += ns;
+  }
+
+  // The worker's view of the dispatching thread's state now, as a segment from `from` on.
+  bool open_segment(int64_t from, int64_t until, WorkerSegment* out) {
+    const Replay& r = replays_[lazy_index_];
+    *out = WorkerSegment{from, until, r.hook_from, r.hook_until, kOutsideKey, kEmptySequence};
+    if (r.depth == 0) return true;
+    out->key = r.path_hash[r.depth] | (1ULL << 63);
+    PathId& cached = path_ids_[out->key & (kPathIdCache - 1)];
+    if (cached.key != out->key) {
+      const uint32_t id = stacks_.intern_path(r.path, r.depth);
+      const uint32_t* entries = nullptr;
+      int n = 0;
+      stacks_.paths().items_of(id, &entries, &n);
+      if (n != r.depth) return false;  // the path table is full
+      cached = PathId{out->key, id};
+    }
+    out->path = cached.id;
+    return true;
+  }
+
+  void charge_segment(int slot, const WorkerSegment& s, int64_t from, int64_t until) {
+    const uint64_t ns = static_cast<uint64_t>(until - from);
+    if (s.key == kOutsideKey) {
+      accumulate_interned(slot, kOutsideKey, kEmptySequence, ns);
+      return;
+    }
+    const int64_t hook = std::max<int64_t>(0, std::min(until, s.hook_until) - std::max(from, s.hook_from));
+    if (hook > 0) accumulate_interned(slot, kProfilerKey, kEmptySequence, static_cast<uint64_t>(hook));
+    if (ns > static_cast<uint64_t>(hook)) accumulate_interned(slot, s.key, s.path, ns - static_cast<uint64_t>(hook));
+  }
+
+  // Closes the segment up to an op boundary of the dispatching thread, before the boundary is
+  // applied. False when its path could not be interned whole.
+  bool close_worker_segment(int64_t at) {
+    at = std::max(at, segment_from_);
+    if (at == segment_from_) return true;
+    WorkerSegment s;
+    if (!open_segment(segment_from_, at, &s)) return false;
+    segments_.push_back(s);
+    segment_from_ = at;
+    const uint64_t ns = static_cast<uint64_t>(s.until - s.from);
+    if (s.key == kOutsideKey) {
+      add_total(kOutsideKey, kEmptySequence, ns);
+    } else {
+      const int64_t hook = std::max<int64_t>(0, std::min(s.until, s.hook_until) - std::max(s.from, s.hook_from));
+      if (hook > 0) add_total(kProfilerKey, kEmptySequence, static_cast<uint64_t>(hook));
+      if (ns > static_cast<uint64_t>(hook)) add_total(s.key, s.path, ns - static_cast<uint64_t>(hook));
+    }
+    return true;
+  }
+
+  void add_total(uint64_t key, uint32_t path, uint64_t ns) {
+    if (totals_overflow_) return;
+    for (size_t i = (key ^ (key >> 29)) & (kSegmentTotals - 1);; i = (i + 1) & (kSegmentTotals - 1)) {
+      Bucket& b = totals_[i];
+      if (b.key == key) {
+        b.ns += ns;
+        return;
+      }
+      if (b.key == 0) {
+        if (totals_used_.size() >= kSegmentTotals / 2) {
+          totals_overflow_ = true;
+          return;
+        }
+        b = Bucket{key, path, ns};
+        totals_used_.push_back(static_cast<uint16_t>(i));
+        return;
+      }
+    }
+  }
+
+  // Charges a lazily charged worker for its time from its mark to `until`: the closed segments,
+  // then the open one.
+  void settle_lazily(int slot, int64_t until) {
+    Run& run = runs_[slot];
+    if (run.state != RunState::On || until <= run.mark) return;
+    const int64_t from = run.mark;
+    run.mark = until;
+    if (!ctx_.table->slot_ready(slot)) ctx_.table->reserve_slots(slot + 1);
+    if (!ctx_.table->slot_ready(slot)) return;
+    size_t i = std::min<size_t>(run.seg, segments_.size());
+    while (i < segments_.size() && segments_[i].until <= from) ++i;
+    for (; i < segments_.size() && segments_[i].from < until; ++i) {
+      const WorkerSegment& s = segments_[i];
+      charge_segment(slot, s, std::max(from, s.from), std::min(until, s.until));
+    }
+    if (i > 0 && segments_[i - 1].until > until) --i;  // its rest is still to charge
+    run.seg = static_cast<uint32_t>(i);
+    if (until > segment_from_) {
+      WorkerSegment open;
+      // The path was interned whole when the state began (else the mode was left then).
+      if (open_segment(segment_from_, until, &open)) {
+        charge_segment(slot, open, std::max(from, segment_from_), until);
+      } else {
+        charge_cpu(nullptr, 0, slot, static_cast<uint64_t>(until - std::max(from, segment_from_)));
+      }
+    }
+  }
+
+  // At the end of a pass: every lazily charged worker is charged up to the last boundary, and
+  // the pass's segments are dropped.
+  void flush_view() {
+    if (lazy_index_ < 0) return;
+    for (int slot : on_cpu_) {
+      Run& run = runs_[slot];
+      if (run.dispatching || run.mark >= segment_from_) continue;
+      if (run.mark == segments_start_ && !totals_overflow_) {
+        if (!ctx_.table->slot_ready(slot)) ctx_.table->reserve_slots(slot + 1);
+        if (ctx_.table->slot_ready(slot)) {
+          for (uint16_t i : totals_used_) accumulate_interned(slot, totals_[i].key, totals_[i].path, totals_[i].ns);
+        }
+        run.mark = segment_from_;
+      } else {
+        settle_lazily(slot, segment_from_);
+      }
+    }
+    clear_segments();
+  }
+
+  void clear_segments() {
+    segments_.clear();
+    for (uint16_t i : totals_used_) totals_[i] = Bucket{};
+    totals_used_.clear();
+    totals_overflow_ = false;
+    segments_start_ = segment_from_;
+    for (int slot : on_cpu_) runs_[slot].seg = 0;
+  }
+
+  // At the start of a pass with a single dispatching thread: the workers on a CPU are settled up
+  // to where its op events were applied, and are charged lazily from there.
+  void enter_lazy() {
+    if (lazy_index_ >= 0 || lazy_off_ || eager_workers_) return;
+    const int index = single_ready();
+    if (index < 0) return;
+    const int64_t from = replays_[index].time;
+    for (int slot : on_cpu_) {
+      if (!runs_[slot].dispatching) settle(slot, from);
+    }
+    if (!totals_) totals_.reset(new Bucket[kSegmentTotals]);
+    lazy_index_ = index;
+    segment_from_ = from;
+    clear_segments();
+  }
+
+  // Back to settling every worker at every boundary, for good: each is charged up to where its
+  // time was counted, and takes the owner settle() needs.
+  void exit_lazy() {
+    for (int slot : on_cpu_) {
+      Run& run = runs_[slot];
+      if (run.dispatching) continue;
+      const int64_t until = std::max({segment_from_, run.mark, run.tracked_mark});
+      settle_lazily(slot, until);
+      track(slot, until);
+    }
+    lazy_index_ = -1;
+    lazy_off_ = true;
+    clear_segments();
+    for (int slot : on_cpu_) {
+      if (!runs_[slot].dispatching) assign_owner(slot, false);
+    }
+  }
+
   void go_off_cpu(int slot, RunState state) {
     Run& run = runs_[slot];
     if (run.state == RunState::On) on_cpu_.erase(std::find(on_cpu_.begin(), on_cpu_.end(), slot));
@@ -553,6 +801,8 @@ class SampledCounting final : public CountingStrategy {
     if (run.state != RunState::On) on_cpu_.push_back(slot);
     run.state = RunState::On;
     run.mark = time;
+    run.tracked_mark = time;
+    run.seg = static_cast<uint32_t>(segments_.size());
   }
 
   void process(const Pending& p) {
@@ -567,7 +817,7 @@ class SampledCounting final : public CountingStrategy {
         return;
       case RecordKind::SwitchOut:
       case RecordKind::Exit:
-        if (run.state == RunState::On) settle(p.slot, p.time);
+        if (run.state == RunState::On) settle_any(p.slot, p.time);
         go_off_cpu(p.slot, RunState::Off);
         return;
       case RecordKind::Lost:
@@ -582,7 +832,13 @@ class SampledCounting final : public CountingStrategy {
   void join(const Pending& p) {
     Run& run = runs_[p.slot];
     if (run.state == RunState::On) {
-      settle(p.slot, p.time);
+      // A lazily charged worker's charges wait for the pass's end; what the sample needs now is
+      // how much of its CPU time the intervals cover, which is its time on the CPU.
+      if (lazy_worker(p.slot)) {
+        track(p.slot, p.time);
+      } else {
+        settle(p.slot, p.time);
+      }
     } else if (context_switch_records()) {
       go_on_cpu(p.slot, p.time);  // a sample is taken on a CPU: its first record, or a lost switch in
     }
@@ -667,6 +923,22 @@ class SampledCounting final : public CountingStrategy {
   int64_t stopped_ns_ = 0;
   uint64_t switch_records_ = 0, by_interval_ns_ = 0, by_sample_ns_ = 0;
   Replay replays_[kMaxDispatchThreads];
+  // Lazily charged workers (see WorkerSegment).
+  struct PathId {
+    uint64_t key = 0;
+    uint32_t id = kEmptySequence;
+  };
+  static constexpr int kPathIdCache = 256;
+  int lazy_index_ = -1;  // the one dispatching thread while workers are charged lazily
+  bool lazy_off_ = false;
+  const bool eager_workers_ = g_eager_workers.load();
+  int64_t segment_from_ = 0;    // the open segment starts here
+  int64_t segments_start_ = 0;  // this pass's first segment starts here
+  std::vector<WorkerSegment> segments_;
+  std::unique_ptr<Bucket[]> totals_;  // per key: the closed segments' time this pass
+  std::vector<uint16_t> totals_used_;
+  bool totals_overflow_ = false;
+  PathId path_ids_[kPathIdCache];
   std::vector<Pending> pending_;
   std::vector<uint8_t> scratch_;
   FrameTables frames_;
@@ -679,6 +951,8 @@ class SampledCounting final : public CountingStrategy {
 };
 
 }  // namespace
+
+void inject_eager_workers(bool eager) { g_eager_workers.store(eager); }
 
 std::unique_ptr<CountingStrategy> make_sampled_counting(CountingContext& context, const CountingOptions& options) {
   return std::make_unique<SampledCounting>(context, options);
