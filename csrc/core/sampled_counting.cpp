@@ -100,7 +100,8 @@ class SampledCounting final : public CountingStrategy {
     if (final) {
       advance_all(INT64_MAX);
       const int64_t end = stopped_ns_ > 0 ? stopped_ns_ : now;
-      for (int slot : on_cpu_) settle_any(slot, end);
+      // Eager settling charged workers through every boundary, past the stop too: the same here.
+      for (int slot : on_cpu_) settle_any(slot, lazy_worker(slot) ? std::max(end, segment_from_) : end);
       flush_view();
       flush_all();
       charge_remainders();
@@ -354,6 +355,8 @@ class SampledCounting final : public CountingStrategy {
     OpEventRing& ring = options_.states[index]->events;
     const OpEvent& e = *ring.peek();
     if (start < r.time) ++late_events_;  // published after records past it were joined
+    // Another thread became a dispatching thread since advance_all() looked: back to eager first.
+    if (lazy_index_ >= 0 && lazy_index_ != index) exit_lazy();
     if (lazy_index_ == index && !close_worker_segment(start)) exit_lazy();
     const bool lazy = lazy_index_ == index;
     // The dispatching thread's own time goes to its ops, from the first boundary seen.
@@ -553,12 +556,17 @@ class SampledCounting final : public CountingStrategy {
     if (run.state != RunState::On || until <= run.mark) return;
     const int64_t from = run.mark;
     run.mark = until;
-    run.tracked_mark = until;
+    // A thread charged lazily until now (one whose first op made it a dispatching thread) may
+    // already have counted part of this in `tracked`, by time: not again.
+    const int64_t tracked_from = std::max(from, run.tracked_mark);
+    run.tracked_mark = std::max(run.tracked_mark, until);
     if (!ctx_.table->slot_ready(slot)) ctx_.table->reserve_slots(slot + 1);
     if (!ctx_.table->slot_ready(slot)) return;
     const uint64_t ns = static_cast<uint64_t>(until - from);
-    run.tracked += ns;
-    by_interval_ns_ += ns;
+    if (until > tracked_from) {
+      run.tracked += static_cast<uint64_t>(until - tracked_from);
+      by_interval_ns_ += static_cast<uint64_t>(until - tracked_from);
+    }
     if (run.owner < 0) {
       accumulate(slot, kOutsideKey, nullptr, 0, ns);
       return;
@@ -717,12 +725,18 @@ class SampledCounting final : public CountingStrategy {
     if (i > 0 && segments_[i - 1].until > until) --i;  // its rest is still to charge
     run.seg = static_cast<uint32_t>(i);
     if (until > segment_from_) {
+      const int64_t open_from = std::max(from, segment_from_);
       WorkerSegment open;
-      // The path was interned whole when the state began (else the mode was left then).
       if (open_segment(segment_from_, until, &open)) {
-        charge_segment(slot, open, std::max(from, segment_from_), until);
+        charge_segment(slot, open, open_from, until);
       } else {
-        charge_cpu(nullptr, 0, slot, static_cast<uint64_t>(until - std::max(from, segment_from_)));
+        // The path table is full: charged at once to what it keeps of the path, as accumulate()
+        // does; the callback's part still goes to the profiler.
+        const Replay& r = replays_[lazy_index_];
+        const int64_t hook = std::max<int64_t>(0, std::min(until, r.hook_until) - std::max(open_from, r.hook_from));
+        if (hook > 0) accumulate_interned(slot, kProfilerKey, kEmptySequence, static_cast<uint64_t>(hook));
+        const uint64_t rest = static_cast<uint64_t>(until - open_from - hook);
+        if (rest > 0) charge_cpu(r.path, r.depth, slot, rest);
       }
     }
   }
