@@ -12,6 +12,8 @@ almost all of it dispatch) is timed with ``time.perf_counter_ns`` under each var
   cpuprof sampled +shapes   the same with record_shapes=True
   cpuprof exact, 1 thread   mode="exact", events "software", torch.set_num_threads(1)
   cpuprof exact, 2 threads  the same with 2 threads, the OpenMP worker alive and in the team
+  exact, 2 threads, all read  the same, every team member's clock read at every op boundary
+                            (exact mode before issue 20; a test hook)
   torch.profiler            activities=[CPU], defaults
   torch.profiler +shapes    the same with record_shapes=True
 
@@ -34,20 +36,19 @@ Why exact mode costs what it costs
 ----------------------------------
 Sampled mode keeps the op path to two timestamps and some bookkeeping: the kernel samples every
 thread on its CPU clock (``sample_hz`` samples per second of CPU time) and a collector thread joins
-the samples to the ops and unwinds their stacks. Exact mode instead snapshots every counter of
-every thread in the "team" at both op boundaries: one group ``read()`` syscall per thread at op
-begin and one at op end, i.e. 2 × (threads in the team) syscalls per op. A ``read()`` of a
-perf_event group costs about 0.9 µs on this KVM guest for a sleeping thread's counters, and
-somewhat more (~1.2 µs) for the calling thread's own, which the kernel must bring up to date
-because it is running. So exact mode adds roughly 2.5 µs per op with one thread and roughly 1.5–2
-µs more per additional sleeping thread, on top of sampled mode's bookkeeping and some of its own
-(~0.5–1 µs). The script measures that read() cost directly first (a ctypes perf_event_open of the
-same 4 events) and prints the exact-mode cost it predicts next to the measured one. In this loop
-the OpenMP worker is asleep at every read (the tiny adds run on one thread); a worker that is
-running on the other CPU (inside a GEMM, or spinning at a barrier, as in a real model) is dearer to
-read, since the kernel has to interrupt that CPU (an IPI, which on a VM is a VM exit) to bring its
-counts up to date: the probe shows that cost too ("running"; ~10 µs here, so ~20 µs per op more for
-each running worker).
+the samples to the ops and unwinds their stacks. Exact mode instead reads every thread of the
+"team" at both op boundaries. Its software events other than task-clock are counted through small
+rings (each occurrence writes a record; reading the count is a few memory loads), so what costs is
+the CPU clock: a ``clock_gettime`` system call on the thread's CPU clock, about 0.35 µs here, for
+the calling thread at both ends of every op. Another member's clock is read only while it may be
+running: its switch records (in the context-switches event's ring) say when it went off its CPU,
+and a member asleep since its last read keeps the same clock. The "exact, 2 threads, all read"
+variant turns that off (a test hook), reading every member at every boundary as exact mode did
+before issue 20: side by side, the difference is the saved reads. In this loop the OpenMP worker
+is asleep at every read (the tiny adds run on one thread); in a real model it spins between
+parallel regions, so it is read at every boundary either way. The script also measures what a
+perf_event group ``read()`` costs (a ctypes perf_event_open of the same 4 events), the price of
+any event that cannot be ring-counted (hardware events, where there is a PMU).
 
 The "team" is the set of threads that have done work since the session started (the collector
 thread adds a thread the tick after it first runs; it ticks every 10 ms), because idle threads need
@@ -87,7 +88,7 @@ import torch  # noqa: E402
 from _common import machine_line, median, render_table, rotated, span  # noqa: E402
 
 import cpuprof  # noqa: E402
-from cpuprof import defaults, events  # noqa: E402
+from cpuprof import defaults, events, native  # noqa: E402
 
 # Exact mode's target (issue 20): added ns per op with 2 threads.
 EXACT_TARGET_NS = 1500.0
@@ -179,6 +180,7 @@ class Variant:
     threads: int = 1
     mode: str = "sampled"
     record_shapes: bool = False
+    read_sleeping: bool = False  # exact mode as before issue 20: every member's clock read at every boundary
     ns_per_op: list[float] = field(default_factory=list)
     hook_per_op: list[float] = field(default_factory=list)  # cpuprof's self-measured cost
     collector_pct: list[float] = field(default_factory=list)  # collector thread CPU / loop wall
@@ -215,13 +217,17 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
         elapsed = timed_loop(args.n, x)
     elif v.kind == "cpuprof":
         # python_stacks=False: py-spy samples from another process; it is not the per-op hook.
-        with cpuprof.profile(args.events, mode=v.mode, record_shapes=v.record_shapes,
-                             sample_hz=args.sample_hz, python_stacks=False, warn=False) as prof:
-            if v.threads > 1:
-                wake_openmp_worker(a, b)
-                # The collector adds a thread to the team the tick after it first does work.
-                time.sleep(COLLECTOR_SETTLE_S)
-            elapsed = timed_loop(args.n, x)
+        native.load().inject_read_sleeping_members(v.read_sleeping)
+        try:
+            with cpuprof.profile(args.events, mode=v.mode, record_shapes=v.record_shapes,
+                                 sample_hz=args.sample_hz, python_stacks=False, warn=False) as prof:
+                if v.threads > 1:
+                    wake_openmp_worker(a, b)
+                    # The collector adds a thread to the team the tick after it first does work.
+                    time.sleep(COLLECTOR_SETTLE_S)
+                elapsed = timed_loop(args.n, x)
+        finally:
+            native.load().inject_read_sleeping_members(False)
         p = prof.profile
         extra["hook_per_op"] = p.overhead.per_op_ns
         extra["ops_per_iter"] = p.overhead.ops / args.n
@@ -277,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         Variant("cpuprof sampled +shapes", "cpuprof", mode="sampled", record_shapes=True),
         Variant("cpuprof exact, 1 thread", "cpuprof", mode="exact", threads=1),
         Variant("cpuprof exact, 2 threads", "cpuprof", mode="exact", threads=2),
+        Variant("exact, 2 threads, all read", "cpuprof", mode="exact", threads=2, read_sleeping=True),
         Variant("torch.profiler", "torch"),
         Variant("torch.profiler +shapes", "torch", record_shapes=True),
     ]
@@ -305,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     def added_of(v: Variant) -> float:
         return median(v.ns_per_op) - base_med
 
-    torch_added = added_of(variants[6])
+    torch_added = added_of(next(v for v in variants if v.name == "torch.profiler"))
     rows = []
     for v in variants:
         is_base = v is base
@@ -336,12 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     print("thread CPU (overhead.discovery_cpu_ns: thread discovery, draining sample rings, unwinding) ÷ loop")
     print("wall time; threads: threads with CPU time in the profile (the exact-mode team).")
     by = {v.name: v for v in variants}
-    if read_cost:
-        own, other = read_cost["own"], read_cost["asleep"]
-        print(f"exact mode, expected from the read() cost alone: 2 x {own:.0f} = {2 * own:.0f} ns/op with 1 thread, "
-              f"+ 2 x {other:.0f} (worker asleep) = {2 * own + 2 * other:.0f} ns/op with 2 (measured self hook: "
-              f"{median(by['cpuprof exact, 1 thread'].hook_per_op):.0f} / "
-              f"{median(by['cpuprof exact, 2 threads'].hook_per_op):.0f})")
+    every = by["exact, 2 threads, all read"]
+    paired = [a / b for a, b in zip(by["cpuprof exact, 2 threads"].ns_per_op, every.ns_per_op, strict=True)]
+    print(f"exact, 2 threads, sleeping members not read again vs all read: self hook "
+          f"{median(by['cpuprof exact, 2 threads'].hook_per_op):.0f} vs {median(every.hook_per_op):.0f} ns/op; "
+          f"loop time ratio {median(paired):.3f} (rounds {span(paired, '{:.3f}')})")
     s, e1, e2 = by["cpuprof sampled"], by["cpuprof exact, 1 thread"], by["cpuprof exact, 2 threads"]
     print()
     print(f"summary: added per op over {base_med:.0f} ns — cpuprof sampled {added_of(s):+.0f} ns "

@@ -325,6 +325,21 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: report groups as running this fraction of their enabled time (0 clears).");
   m.def("inject_eager_workers", &inject_eager_workers, py::arg("eager"),
         "Test hook: sessions started from now on settle every OpenMP worker at every op boundary (False restores).");
+  m.def("inject_read_sleeping_members", &inject_read_sleeping_members, py::arg("on"),
+        "Test hook: exact-mode sessions started from now on read every team member's clock at every op boundary, "
+        "asleep or not (False restores).");
+  m.def("verify_parked_reads", &verify_parked_reads, py::arg("on"),
+        "Test hook: exact mode makes every clock read it saves for a team member off its CPU anyway, and "
+        "counts those whose clock had moved (resets the counts).");
+  m.def(
+      "parked_read_stats",
+      []() {
+        const ParkedReadStats s = parked_read_stats();
+        return py::dict(py::arg("saved") = s.saved, py::arg("moved_reads") = s.moved_reads,
+                        py::arg("moved_episodes") = s.moved_episodes, py::arg("max_moved_ns") = s.max_moved_ns);
+      },
+      "What verify_parked_reads counted: saved reads, those whose clock had moved, their episodes (a member's "
+      "reads at one switch position), and the largest movement one hid.");
   m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),
         "Test hook: the next `count` dispatching threads' buffer allocations fail (0 clears).");
   m.def(

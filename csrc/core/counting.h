@@ -95,5 +95,16 @@ std::unique_ptr<CountingStrategy> make_counting_strategy(CountingContext& contex
 // Test and benchmark hook: sessions started from now on settle every OpenMP worker at every op
 // boundary, as before workers were charged lazily (false restores).
 void inject_eager_workers(bool eager);
+// Test hook of exact mode: every clock read saved because a team member stayed off its CPU is
+// made anyway and compared: the saved reads, those whose clock had moved, the episodes of those (a
+// member's reads at one switch position), and the largest movement one hid.
+struct ParkedReadStats {
+  uint64_t saved = 0, moved_reads = 0, moved_episodes = 0, max_moved_ns = 0;
+};
+void verify_parked_reads(bool on);
+// Test hook: sessions started from now on read every team member's clock at every op boundary,
+// asleep or not (False restores), for side-by-side benchmarks.
+void inject_read_sleeping_members(bool on);
+ParkedReadStats parked_read_stats();
 
 }  // namespace cpuprof

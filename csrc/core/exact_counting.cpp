@@ -6,11 +6,14 @@
 // VM). The other events still need perf reads, but only of threads whose clock moved since the
 // last read: a thread that has not run cannot have switched, migrated or faulted. The calling
 // thread's clock is read last at a begin and first at an end, so the op's CPU time never holds
-// cpuprof's own reads of the others.
+// cpuprof's own reads of the others. A member whose switch records say it has stayed off its CPU
+// since this thread last read its clock is not read again: its clock cannot have moved, and on an
+// op of a microsecond each such read was a fifth of the op's cost.
 #include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +25,12 @@
 namespace cpuprof {
 
 namespace {
+
+struct ParkedReadHook {
+  std::atomic<bool> verify{false};
+  std::atomic<bool> read_all{false};  // every member's clock read at every boundary, as before
+  std::atomic<uint64_t> saved{0}, moved_reads{0}, moved_episodes{0}, max_moved_ns{0};
+} g_parked;
 
 // Team members read per op in exact mode. Beyond it a member's work is charged only through the
 // children that read it; a team this large makes every op cost milliseconds in this mode anyway.
@@ -151,8 +160,31 @@ class ExactCounting final : public CountingStrategy {
     Buffer<RawCount> scratch;   // [member][event]: the read at an op's end
     Buffer<RawCount> last;      // [member][event]: the member's last values read by this thread
     Buffer<uint64_t> last_cpu;  // [member]: its CPU clock at that read
+    // [member]: its CPU clock at this thread's last read of it, and the switch position while
+    // that clock is known final (0: it may be running).
+    Buffer<uint64_t> member_cpu;
+    Buffer<uint64_t> parked_at;
+    Buffer<uint64_t> moved_at;  // [member]: the test hook's last position with a moved clock
     uint64_t own_signature = 0; // the calling thread's faults and switches at its last perf read
   };
+
+  // Test hook: the saved read is made anyway, and any clock movement it hid is counted: the reads,
+  // the episodes (a member's reads at one switch position), and the largest movement.
+  static void verify_parked(Buffers& b, int m, uint64_t position, const ThreadSlot& thread, uint64_t parked) {
+    g_parked.saved.fetch_add(1, std::memory_order_relaxed);
+    timespec ts;
+    if (clock_gettime(thread.cpu_clock, &ts) != 0) return;
+    const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec;
+    if (now <= parked) return;
+    g_parked.moved_reads.fetch_add(1, std::memory_order_relaxed);
+    if (b.moved_at[m] != position) {
+      b.moved_at[m] = position;
+      g_parked.moved_episodes.fetch_add(1, std::memory_order_relaxed);
+    }
+    uint64_t most = g_parked.max_moved_ns.load(std::memory_order_relaxed);
+    while (now - parked > most && !g_parked.max_moved_ns.compare_exchange_weak(most, now - parked)) {
+    }
+  }
 
   // Sized when a thread becomes a dispatching thread (prepare_thread, before its first op is
   // pushed), never per op; an op only ever finds them there. calloc, not new[]: blocks this large
@@ -169,7 +201,13 @@ class ExactCounting final : public CountingStrategy {
     fresh.scratch = zeroed<RawCount>(stride_);
     fresh.last = zeroed<RawCount>(stride_);
     fresh.last_cpu = zeroed<uint64_t>(kMaxExactTeam);
-    if (!fresh.start || !fresh.children || !fresh.scratch || !fresh.last || !fresh.last_cpu) return false;
+    fresh.member_cpu = zeroed<uint64_t>(kMaxExactTeam);
+    fresh.parked_at = zeroed<uint64_t>(kMaxExactTeam);
+    fresh.moved_at = zeroed<uint64_t>(kMaxExactTeam);
+    if (!fresh.start || !fresh.children || !fresh.scratch || !fresh.last || !fresh.last_cpu || !fresh.member_cpu ||
+        !fresh.parked_at || !fresh.moved_at) {
+      return false;
+    }
     b = std::move(fresh);
     return true;
   }
@@ -194,9 +232,30 @@ class ExactCounting final : public CountingStrategy {
       thread.counters.read_rings(last, &counted);
       if (read_groups && own_changed(b)) thread.counters.read_groups(last, &counted);
     }
-    timespec ts;
-    const bool clock_ok = clock_gettime(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &ts) == 0;
-    const uint64_t cpu = clock_ok ? static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec : 0;
+    bool clock_ok;
+    uint64_t cpu;
+    uint64_t position = 0;
+    bool off_cpu = false;
+    const bool quiet = !own && !read_all_ && thread.counters.switch_position(&position, &off_cpu);
+    if (quiet && position == b.parked_at[m]) {
+      clock_ok = true;
+      cpu = b.member_cpu[m];
+      if (g_parked.verify.load(std::memory_order_relaxed)) verify_parked(b, m, position, thread, cpu);
+    } else {
+      timespec ts;
+      clock_ok = clock_gettime(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &ts) == 0;
+      cpu = clock_ok ? static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec : 0;
+      if (!own) {
+        uint64_t after = 0;
+        bool off_after = false;
+        // Off its CPU through the whole read (its last switch record a switch out, before and
+        // after): the value is final until the thread's next switch in.
+        const bool parked = quiet && off_cpu && clock_ok && thread.counters.switch_position(&after, &off_after) &&
+                            after == position;
+        b.parked_at[m] = parked ? position : 0;
+        b.member_cpu[m] = cpu;
+      }
+    }
     if (!(own && clock_last)) {
       thread.counters.read_rings(last, &counted);
       if (read_groups && (own ? own_changed(b) : cpu != b.last_cpu[m] || !clock_ok)) {
@@ -248,6 +307,7 @@ class ExactCounting final : public CountingStrategy {
 
   CountingContext& ctx_;
   std::vector<Buffers> buffers_;
+  const bool read_all_ = g_parked.read_all.load();
   int cpu_event_ = -1;             // task-clock's index, read from the threads' CPU clocks
   uint32_t cpu_clock_mask_ = 0;    // every CPU-clock event (task-clock, cpu-clock)
   int64_t read_overhead_ns_ = 0;   // CPU time between two reads of a thread's own clock
@@ -257,6 +317,21 @@ class ExactCounting final : public CountingStrategy {
 };
 
 }  // namespace
+
+void verify_parked_reads(bool on) {
+  g_parked.saved.store(0);
+  g_parked.moved_reads.store(0);
+  g_parked.moved_episodes.store(0);
+  g_parked.max_moved_ns.store(0);
+  g_parked.verify.store(on);
+}
+
+void inject_read_sleeping_members(bool on) { g_parked.read_all.store(on); }
+
+ParkedReadStats parked_read_stats() {
+  return ParkedReadStats{g_parked.saved.load(), g_parked.moved_reads.load(), g_parked.moved_episodes.load(),
+                         g_parked.max_moved_ns.load()};
+}
 
 std::unique_ptr<CountingStrategy> make_exact_counting(CountingContext& context, const CountingOptions& options) {
   return std::make_unique<ExactCounting>(context, options);

@@ -167,7 +167,7 @@ class SampledCounting final : public CountingStrategy {
       s.timeline_path.push_back(t.path);
       s.timeline_cpu_us.push_back(t.cpu_us);
     }
-    s.memory_bytes = stacks_.memory_bytes() + dirty_.size() * kSettleBuckets * (sizeof(Bucket) + sizeof(uint16_t));
+    s.memory_bytes = stacks_.memory_bytes() + working_memory_bytes();
     // Every thread, sampled or not: one that never gave a sample must still say why.
     for (size_t slot = 0; slot < out->threads.size() && slot < static_cast<size_t>(ctx_.registry->size()); ++slot) {
       if (slot < samples_of_.size()) {
@@ -922,6 +922,17 @@ class SampledCounting final : public CountingStrategy {
         if (remainder) ctx_.charge(nullptr, 0, slot, e, remainder);
       }
     }
+  }
+
+  // What the collector holds between and within passes, besides the stack table: the settle buckets,
+  // the lazy workers' segments (cleared each pass, capacity kept) and the records awaiting a join.
+  size_t working_memory_bytes() const {
+    size_t bytes = dirty_.size() * kSettleBuckets * (sizeof(Bucket) + sizeof(uint16_t));
+    bytes += segments_.capacity() * sizeof(WorkerSegment) + totals_used_.capacity() * sizeof(uint16_t);
+    if (totals_) bytes += kSegmentTotals * sizeof(Bucket);
+    bytes += pending_.capacity() * sizeof(Pending) + scratch_.capacity();
+    bytes += (last_.capacity() * sizeof(RawCount)) + runs_.capacity() * sizeof(Run) + votes_.capacity() * sizeof(WorkerVotes);
+    return bytes;
   }
 
   CountingContext& ctx_;

@@ -28,6 +28,17 @@ class SampleRing {
   bool mapped() const { return base_ != nullptr; }
   size_t bytes() const { return mapped_bytes_; }
   size_t data_size() const { return data_size_; }
+  // Bytes consumed so far: a position that only grows, so equal positions mean nothing consumed
+  // in between.
+  uint64_t tail() const {
+    if (base_ == nullptr) return 0;
+    return __atomic_load_n(&static_cast<const perf_event_mmap_page*>(base_)->data_tail, __ATOMIC_ACQUIRE);
+  }
+  // Bytes written so far (the kernel's position).
+  uint64_t head() const {
+    if (base_ == nullptr) return 0;
+    return __atomic_load_n(&static_cast<const perf_event_mmap_page*>(base_)->data_head, __ATOMIC_ACQUIRE);
+  }
   // Bytes written and not yet consumed.
   uint64_t pending() const {
     if (base_ == nullptr) return 0;

@@ -2,9 +2,12 @@
 
 #include "perf/sample_record.h"
 
+#include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace cpuprof {
@@ -18,6 +21,10 @@ constexpr int kHardwareGroupSize = 4;
 bool is_cpu_clock(const EventSpec& spec) {
   return spec.kind == EventKind::Software &&
          (spec.config == PERF_COUNT_SW_TASK_CLOCK || spec.config == PERF_COUNT_SW_CPU_CLOCK);
+}
+
+bool is_context_switches(const EventSpec& spec) {
+  return spec.kind == EventKind::Software && spec.config == PERF_COUNT_SW_CONTEXT_SWITCHES;
 }
 
 bool is_core_hardware(EventKind kind) {
@@ -48,7 +55,8 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
   for (int i = 0; i < n; ++i) {
     const EventSpec& spec = events[i];
     if (count_by_ring && !is_cpu_clock(spec) &&
-        (spec.kind == EventKind::Software || spec.kind == EventKind::Tracepoint) && open_ring_count(spec, tid, i)) {
+        (spec.kind == EventKind::Software || spec.kind == EventKind::Tracepoint) &&
+        open_ring_count(spec, tid, i, is_context_switches(spec) && switch_ring_ < 0)) {
       ++opened;
       continue;
     }
@@ -107,13 +115,71 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
     group_mask_ |= 1u << i;
     ++opened;
   }
+  if (count_by_ring && switch_ring_ < 0 && opened > 0) open_switch_ring(tid);
+  if (switch_ring_ >= 0) note_if_asleep(tid);
   return opened;
 }
 
-bool ThreadCounters::open_ring_count(const EventSpec& spec, pid_t tid, int event) {
+namespace {
+
+// The state letter of /proc/self/task/<tid>/stat ('R', 'S', 'D', ...), or 0.
+char thread_state(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buffer[512];
+  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buffer[n] = '\0';
+  const char* paren = std::strrchr(buffer, ')');  // the name may hold spaces and parentheses
+  return paren != nullptr && paren[1] == ' ' ? paren[2] : 0;
+}
+
+}  // namespace
+
+// A thread asleep when its events open writes no switch record until it wakes, so nothing would
+// say it is off its CPU. The kernel's state says so, if no record came between the open and the
+// state's read (one that did has its own say) and the thread's CPU clock did not move across both:
+// a thread shows S from just before it calls into the scheduler, and one woken in that moment
+// never switches out, but then its clock runs.
+void ThreadCounters::note_if_asleep(pid_t tid) {
+  const RingCount& r = ring_counts_[switch_ring_];
+  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);  // its CPU clock
+  timespec before{}, after{};
+  if (clock_gettime(clock, &before) != 0) return;
+  const char state = thread_state(tid);
+  if (state != 'S' && state != 'D' && state != 'T' && state != 't') return;
+  if (r.busy.exchange(true, std::memory_order_acquire)) return;
+  const bool quiet = r.ring.tail() == 0 && r.ring.head() == 0;
+  if (quiet && clock_gettime(clock, &after) == 0 && after.tv_sec == before.tv_sec && after.tv_nsec == before.tv_nsec) {
+    r.off_cpu = true;
+    r.switch_state.store((uint64_t{1} << 1) | 1, std::memory_order_release);
+  }
+  r.busy.store(false, std::memory_order_release);
+}
+
+// Without context-switches among the events, a dummy event (it counts nothing) carries the switch
+// records alone: a ring in place of the one context-switches would have had. Best effort: without
+// it every read of the thread's clock is a system call.
+void ThreadCounters::open_switch_ring(pid_t tid) {
+  if (n_ring_counts_ >= kMaxEvents || !context_switch_records()) return;
+  static const EventSpec dummy = [] {
+    EventSpec spec;
+    spec.name = "dummy";
+    spec.type = PERF_TYPE_SOFTWARE;
+    spec.config = PERF_COUNT_SW_DUMMY;
+    return spec;
+  }();
+  open_ring_count(dummy, tid, -1, true);
+}
+
+bool ThreadCounters::open_ring_count(const EventSpec& spec, pid_t tid, int event, bool with_switches) {
   SampleSpec every{};
   every.period = 1;
-  every.sample_type = 0;  // a bare header per occurrence: 8 bytes
+  every.sample_type = 0;  // a bare header per occurrence: 8 bytes (switch records too)
+  every.context_switches = with_switches && context_switch_records();
   const int fd = perf_open(spec, tid, -1, kReadFormat, nullptr, &every);
   if (fd < 0) return false;
   RingCount& r = ring_counts_[n_ring_counts_];
@@ -130,8 +196,13 @@ bool ThreadCounters::open_ring_count(const EventSpec& spec, pid_t tid, int event
   r.correction = 0;
   r.busy.store(false, std::memory_order_relaxed);
   r.scratch.clear();  // only headers are read: records are never copied out
+  // perf_open drops the switch records on a kernel that refuses them (it says so afterwards).
+  r.tracks_switches = every.context_switches && context_switch_records();
+  r.off_cpu = false;  // unknown until its first switch out
+  r.switch_state.store(uint64_t{1} << 1, std::memory_order_release);
+  if (r.tracks_switches) switch_ring_ = n_ring_counts_;
   ++n_ring_counts_;
-  ring_mask_ |= 1u << event;
+  if (event >= 0) ring_mask_ |= 1u << event;
   return true;
 }
 
@@ -143,10 +214,22 @@ uint64_t ThreadCounters::ring_count(const RingCount& r) const {
   // Full (short of the largest record, a LOST one): the kernel may be dropping records.
   const bool full = ring.pending() + 32 > ring.data_size();
   ring.consume(r.scratch, [&](const perf_event_header& header, const uint8_t*) {
-    if (header.type == PERF_RECORD_SAMPLE) ++r.seen;  // PERF_RECORD_LOST: the read() below counts those
+    if (header.type == PERF_RECORD_SAMPLE) {
+      ++r.seen;
+    } else if (header.type == PERF_RECORD_SWITCH) {
+      r.off_cpu = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) != 0;
+    } else {
+      r.off_cpu = false;  // lost records (the read() below counts those) or an exit: state unknown
+    }
     return true;
   });
-  if (full) {
+  // Published after the consumed tail: a reader that finds the two disagree knows a consume is
+  // under way and the state not yet final.
+  if (r.tracks_switches) r.switch_state.store(((ring.tail() + 1) << 1) | (r.off_cpu ? 1 : 0), std::memory_order_release);
+  // A full ring drops records, a switch in among them (its LOST record comes only later), so the
+  // last record read says nothing sure of the thread's state: unknown until its next switch.
+  if (full) r.off_cpu = false;
+  if (full && r.event >= 0) {  // the dummy counts nothing: no read() to correct it
     uint64_t buffer[4];  // PERF_FORMAT_GROUP of one: nr, time_enabled, time_running, value
     if (::read(r.fd, buffer, sizeof(buffer)) == static_cast<ssize_t>(sizeof(buffer)))
       r.correction = static_cast<int64_t>(buffer[3]) - static_cast<int64_t>(r.seen);
@@ -158,9 +241,29 @@ uint64_t ThreadCounters::ring_count(const RingCount& r) const {
   return count;
 }
 
+bool ThreadCounters::switch_position(uint64_t* position, bool* off_cpu) const {
+  if (switch_ring_ < 0) return false;
+  const RingCount& r = ring_counts_[switch_ring_];
+  if (r.ring.pending() != 0) ring_count(r);
+  // The state, then the tail, then the head, each loaded once: a reader that consumed since (the
+  // collector, another dispatching thread) moved the tail first and the state after, so a stale
+  // state never matches the tail, and records written since show as a head past it.
+  const uint64_t state = r.switch_state.load(std::memory_order_acquire);
+  const uint64_t tail = r.ring.tail();
+  const uint64_t head = r.ring.head();
+  if ((state >> 1) != tail + 1 || head != tail) return false;
+  *position = state >> 1;
+  *off_cpu = (state & 1) != 0;
+  return true;
+}
+
 void ThreadCounters::read_rings(RawCount* values, uint32_t* counted) const {
   for (int k = 0; k < n_ring_counts_; ++k) {
     const RingCount& r = ring_counts_[k];
+    if (r.event < 0) {  // the switch records' dummy counts nothing, but is drained with the rest
+      ring_count(r);
+      continue;
+    }
     // Counted whenever it is open: an event that never happened is a true zero. Enabled and
     // running are equal, so the value is never scaled.
     values[r.event] = RawCount{ring_count(r), 1, 1};
@@ -233,8 +336,10 @@ void ThreadCounters::close() {
     if (r.fd >= 0) ::close(r.fd);
     r.fd = -1;
     r.event = -1;
+    r.tracks_switches = false;
   }
   n_ring_counts_ = 0;
+  switch_ring_ = -1;
   ring_mask_ = group_mask_ = 0;
 }
 

@@ -8,6 +8,12 @@
 // found full may have dropped records: the event's true count is then read() once and the
 // difference kept, so more occurrences between two reads than the ring holds are still counted.
 //
+// One of those rings (the context-switches event's, or a dummy event's when context-switches is
+// not counted) also carries the thread's switch records, so a reader knows without a system call
+// whether the thread has been off its CPU since it last read the thread's CPU clock: a thread
+// asleep since then has the same clock, and reading it again is a system call saved per op
+// boundary and per sleeping team member (see switch_position).
+//
 // Software events and tracepoints share one group, so on a machine without a PMU a thread costs
 // exactly one read() per snapshot. Hardware events go in groups of at most four (what a core's
 // general-purpose counters hold) so the kernel can multiplex whole groups; PMU events from sysfs
@@ -59,6 +65,14 @@ class ThreadCounters {
   void read_rings(RawCount* values, uint32_t* counted) const;
   bool read_groups(RawCount* values, uint32_t* counted) const;
   uint32_t ring_events() const { return ring_mask_; }  // bitmask of the ring-counted events
+  // Where the thread's switch ring stands: a position that moves with every record, and whether
+  // the last switch record read was a switch out (false after a full ring, which may have dropped a
+  // switch in, until the next one). Equal positions at two calls mean no switch record was written
+  // in between; a thread coming back on a CPU runs for a moment (10-30 µs here) before its switch-in
+  // record is. False when the position is not known for sure (records waiting that another reader
+  // is consuming) or the thread has no switch ring (sampled mode, a kernel without switch records).
+  // Memory loads only, unless records are waiting.
+  bool switch_position(uint64_t* position, bool* off_cpu) const;
   uint32_t group_events() const { return group_mask_; }
 
   void close();
@@ -89,12 +103,19 @@ class ThreadCounters {
     mutable uint64_t seen = 0;      // records consumed
     mutable int64_t correction = 0;  // the true count (a read()) minus `seen`, since records were lost
     mutable std::atomic<bool> busy{false};
+    bool tracks_switches = false;          // its ring also carries the thread's switch records
+    mutable bool off_cpu = false;          // its last switch record was a switch out
+    // Published after each consume: (ring position consumed + 1) << 1 | off_cpu.
+    mutable std::atomic<uint64_t> switch_state{0};
     mutable std::vector<uint8_t> scratch;  // empty: the count needs headers only, not record bytes
   };
   uint64_t ring_count(const RingCount& r) const;
-  bool open_ring_count(const EventSpec& spec, pid_t tid, int event);
+  bool open_ring_count(const EventSpec& spec, pid_t tid, int event, bool with_switches);
+  void open_switch_ring(pid_t tid);
+  void note_if_asleep(pid_t tid);
   RingCount ring_counts_[kMaxEvents];
   int n_ring_counts_ = 0;
+  int switch_ring_ = -1;  // the ring count whose ring carries the switch records, or -1
   uint32_t ring_mask_ = 0, group_mask_ = 0;
   SampleRing ring_;
   int sample_group_ = -1;

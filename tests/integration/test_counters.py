@@ -474,3 +474,58 @@ def test_exact_mode_counts_every_fault_of_the_workers_inside_one_op():
     assert sum(faults) < pages * 1.1, faults  # each page once (a few more for the op's own work)
     worker = [v for v, t in zip(faults, p.threads, strict=True) if t.role == "worker"]
     assert worker and max(worker) > 1000, (faults, [t.role for t in p.threads])
+
+
+@pytest.mark.parametrize("events", [SOFTWARE, ["task-clock"]], ids=["switch records on context-switches", "on a dummy"])
+def test_exact_mode_skips_reading_a_sleeping_team_member_and_hides_at_most_the_moment_it_wakes(events):
+    """A team member asleep since it was last read keeps its CPU clock: exact mode does not read it
+    again (a system call per op boundary). Its switch records say when it wakes. The test hook
+    makes every saved read anyway and measures what it hid, while a helper thread wakes in bursts
+    of a millisecond and the main thread runs thousands of ops."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # no OpenMP worker: the helper is the team's only other member
+    a = torch.ones(4)
+    start, done = threading.Event(), threading.Event()
+    helper_cpu: list[int] = []
+    bursts = 20
+
+    def helper() -> None:
+        workloads.spin_for_ns(2_000_000)  # has run: joins the team
+        start.wait()
+        before = time.thread_time_ns()
+        for _ in range(bursts):
+            workloads.spin_for_ns(1_000_000)
+            time.sleep(0.005)
+        helper_cpu.append(time.thread_time_ns() - before)
+        done.set()
+
+    nat.verify_parked_reads(True)
+    try:
+        with cpuprof.profile(events, mode="exact", warn=False) as prof:
+            thread = threading.Thread(target=helper)
+            thread.start()
+            time.sleep(0.1)  # the collector's ticks add the helper to the team
+            start.set()
+            ops = 0
+            while not done.is_set():
+                for _ in range(200):
+                    torch.add(a, a)
+                ops += 200
+            thread.join()
+        stats = nat.parked_read_stats()
+    finally:
+        nat.verify_parked_reads(False)
+        torch.set_num_threads(previous)
+    assert helper_cpu and helper_cpu[0] >= bursts * 500_000
+    # Asleep most of the time: most of the helper's reads (and the idle torch thread's) were saved.
+    assert stats["saved"] >= ops // 2, (stats, ops)
+    # What a saved read can miss: the moment between a thread's coming back on a CPU and its
+    # switch-in record (the kernel's switch from idle: 10-30 us here), at most once per wake; the
+    # next read, at the record's new position, counts it. Never a burst's millisecond.
+    wakes = 3 * (bursts + 2)  # from each sleep, and from waiting for the GIL
+    assert stats["moved_episodes"] <= wakes, (stats, helper_cpu)
+    assert stats["max_moved_ns"] <= 500_000, (stats, helper_cpu)  # half a burst
+    p = prof.profile
+    slot = next(i for i, t in enumerate(p.threads) if t.tid == thread.native_id)
+    charged = sum(op.counters_self["task-clock"][slot] for op in p.ops if op.kind == "op")
+    assert charged <= helper_cpu[0] * 1.01 + 2_000_000
