@@ -10,7 +10,8 @@ Variants, interleaved in one process with the order rotated every round:
   torch.profiler+shapes   record_shapes=True
   py-spy            py-spy record --nonblocking at 100 Hz on this process, alone
   cpuprof{k=v;...}  cpuprof default with cpuprof.profile()'s keyword arguments changed, to measure one
-                    lever beside the others: "cpuprof{record_shapes=0}", "cpuprof{sample_hz=250;stack_bytes=4096}"
+                    lever beside the others: "cpuprof{record_shapes=0}", "cpuprof{sample_hz=250;stack_bytes=4096}";
+                    test hooks too: "cpuprof{eager_workers=1}", "cpuprof{mode=exact;read_sleeping=1}"
 
 Only generate() is timed (profiler start and stop are not), through transformers' streamer: one
 time per token, so tokens/s is over the decode steps after the warm-up ones. Each round runs every
@@ -78,6 +79,13 @@ def _cpuprof_defaults():  # noqa: ANN202
     return defaults
 
 
+# Not options of profile(): older ways of the native core, through its test hooks, for side-by-side
+# runs. eager_workers: sampled mode settles every OpenMP worker at every op boundary (before issue
+# 20's lazy charging); read_sleeping: exact mode reads every team member's clock at every boundary,
+# asleep or not.
+TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members"}
+
+
 def custom_options(name: str) -> dict[str, object]:
     """``cpuprof{record_shapes=0,sample_hz=250}``: cpuprof.profile()'s keyword arguments for one lever
     measured beside the others (integers as such, 0/1 for booleans where the option is one)."""
@@ -88,7 +96,7 @@ def custom_options(name: str) -> dict[str, object]:
     for item in filter(None, match.group(1).split(";")):
         key, _, value = item.partition("=")
         options[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
-    for flag in ("record_shapes", "python_stacks", "eager_workers"):
+    for flag in ("record_shapes", "python_stacks", *TEST_HOOKS):
         if flag in options:
             options[flag] = bool(options[flag])
     return options
@@ -105,12 +113,11 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
                        python_stacks=name == "cpuprof+py-spy",
                        python_hz=args.python_hz, warn=False)
         options.update(custom_options(name))
-        # Not an option of profile(): the collector's old way of charging OpenMP workers (every
-        # worker settled at every op boundary), through the test hook, for the side-by-side.
-        eager = bool(options.pop("eager_workers", 0))
         from cpuprof import native
 
-        native.load().inject_eager_workers(eager)
+        hooks = {hook: bool(options.pop(flag, False)) for flag, hook in TEST_HOOKS.items()}
+        for hook, on in hooks.items():
+            getattr(native.load(), hook)(on)
         prof = cpuprof.profile(args.events, **options)
 
         @contextlib.contextmanager
@@ -119,7 +126,8 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
                 with prof:
                     yield
             finally:
-                native.load().inject_eager_workers(False)
+                for hook in hooks:
+                    getattr(native.load(), hook)(False)
             p = prof.profile
             wall = max(1, p.collection.wall_ns)
             note = (f"hook {p.overhead.per_op_ns / 1e3:.2f} µs/op, {p.overhead.ops / max(1, args.new_tokens + 1):.0f} "
