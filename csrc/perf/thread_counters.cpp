@@ -223,12 +223,12 @@ uint64_t ThreadCounters::ring_count(const RingCount& r) const {
     }
     return true;
   });
-  // Published after the consumed tail: a reader that finds the two disagree knows a consume is
-  // under way and the state not yet final.
-  if (r.tracks_switches) r.switch_state.store(((ring.tail() + 1) << 1) | (r.off_cpu ? 1 : 0), std::memory_order_release);
   // A full ring drops records, a switch in among them (its LOST record comes only later), so the
   // last record read says nothing sure of the thread's state: unknown until its next switch.
   if (full) r.off_cpu = false;
+  // Published after the consumed tail: a reader that finds the two disagree knows a consume is
+  // under way and the state not yet final.
+  if (r.tracks_switches) r.switch_state.store(((ring.tail() + 1) << 1) | (r.off_cpu ? 1 : 0), std::memory_order_release);
   if (full && r.event >= 0) {  // the dummy counts nothing: no read() to correct it
     uint64_t buffer[4];  // PERF_FORMAT_GROUP of one: nr, time_enabled, time_running, value
     if (::read(r.fd, buffer, sizeof(buffer)) == static_cast<ssize_t>(sizeof(buffer)))
