@@ -164,6 +164,52 @@ def test_a_worker_killed_by_sigkill_keeps_its_last_checkpoint(tmp_path: Path):
     assert "last checkpoint" in result.stdout
 
 
+# A worker whose main thread waits in a lock nobody releases (as a pool worker waits on the task
+# queue's lock that Pool.terminate() holds) and whose SIGTERM the kernel hands to another thread:
+# Python runs its handler only in the main thread, between bytecodes, which never come.
+SIGTERM_ELSEWHERE = """
+import multiprocessing as mp
+import signal
+import threading
+import time
+
+
+def work():
+    import torch
+
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+    held = threading.Lock()
+    held.acquire()
+
+    def shoot():
+        time.sleep(0.5)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread, not the main one
+
+    threading.Thread(target=shoot).start()
+    held.acquire()
+
+
+if __name__ == "__main__":
+    worker = mp.get_context("spawn").Process(target=work)
+    worker.start()
+    worker.join(60)
+    print("worker exit code", worker.exitcode)
+    if worker.exitcode is None:
+        worker.kill()
+"""
+
+
+def test_a_sigterm_that_reaches_another_thread_still_ends_a_followed_process(tmp_path: Path):
+    program = _write(tmp_path, "elsewhere.py", SIGTERM_ELSEWHERE)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--out", str(out), "--", "python", str(program), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "worker exit code -15" in result.stdout  # died of the SIGTERM, within the join's minute
+    (followed,) = _followed(out)
+    assert not followed.profile.status.complete
+    assert _mm_calls(followed.profile) == 1
+
+
 FOREVER = WORKER_FOREVER + """
 if __name__ == "__main__":
     worker = mp.get_context(sys.argv[1]).Process(target=work, daemon=False)

@@ -37,6 +37,8 @@ START_FILENAME = "started"  # processes/<pid>/started: the process's start time,
 # How long the launcher gives followed processes still running when the program has ended to save
 # their profiles (a SIGTERM asks them), before it kills them.
 END_GRACE_S = 10.0
+# How long the SIGTERM watcher gives the main thread's handler before it ends the process itself.
+SIGTERM_HANDLER_GRACE_S = 1.0
 # compare()'s warnings about the launch's thread count and variables, which a followed process's are not
 _THREAD_WARNINGS = ("threads:", *(f"{key}:" for key in OWNED_VARS))
 
@@ -123,6 +125,7 @@ class FollowedRun(ChildRun):
         self._ending = False  # the final save has begun
         self._saved = False  # the final save is done
         self._terminated = False  # a SIGTERM came: the process dies of it once saved
+        self._wakeup_fd: int | None = None  # the write end of the SIGTERM watcher's pipe
 
     @classmethod
     def start_new(cls, config: FollowConfig) -> FollowedRun | None:
@@ -158,6 +161,7 @@ class FollowedRun(ChildRun):
         self._at_multiprocessing_exit()
         if _left_to_default(signal.getsignal(signal.SIGTERM)) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._watch_sigterm()
         follow_forks(self.config)
         threading.Thread(target=self._checkpoints, name="cpuprof-checkpoint", daemon=True).start()
         when = "every op from its import of torch" if plan.whole else plan.describe().removeprefix("profiling ")
@@ -193,8 +197,59 @@ class FollowedRun(ChildRun):
         self.end()
 
     def _die_of_sigterm(self) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # not the main thread (the watcher's): below Python's signal module
+            import ctypes
+
+            libc_signal = ctypes.CDLL(None).signal
+            libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+            libc_signal.restype = ctypes.c_void_p
+            libc_signal(signal.SIGTERM, None)  # SIG_DFL
         os.kill(os.getpid(), signal.SIGTERM)
+
+    def _watch_sigterm(self) -> None:
+        """Python runs a signal's handler in the main thread, between two bytecodes. A SIGTERM
+        that reaches the process while its main thread waits in a lock (a pool worker waiting for
+        work, which Pool.terminate() ends with SIGTERM while it holds the queue's lock), or that the
+        kernel gives another thread, would wait for a bytecode that never comes, and the worker's
+        owner would join it forever (a process that keeps SIGTERM's default just dies). The
+        signal's wakeup byte reaches a thread of cpuprof's as well; if the handler has not begun
+        within SIGTERM_HANDLER_GRACE_S, that thread saves and dies of the signal. Without it if the
+        program has a wakeup fd of its own (asyncio's): then its main thread runs a loop anyway."""
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError:
+            return
+        try:
+            os.set_blocking(write_fd, False)
+            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except (OSError, ValueError):
+            previous = None
+        if previous != -1:
+            if previous is not None:
+                signal.set_wakeup_fd(previous)
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        self._wakeup_fd = write_fd
+        threading.Thread(target=self._sigterm_watcher, args=(read_fd,), name="cpuprof-sigterm", daemon=True).start()
+
+    def _sigterm_watcher(self, read_fd: int) -> None:
+        while True:
+            try:
+                received = os.read(read_fd, 64)  # one byte per signal: its number
+            except OSError:
+                return
+            if not received or os.getpid() != self.pid:
+                return
+            if signal.SIGTERM not in received:
+                continue
+            deadline = time.monotonic() + SIGTERM_HANDLER_GRACE_S
+            while not self._terminated and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if not self._terminated:  # the handler never ran: do what it would have done
+                self._on_sigterm(signal.SIGTERM, None)
 
     def _checkpoints(self) -> None:
         """A checkpoint every ``checkpoint_s``, or less often where saving is slow: never more than
@@ -311,6 +366,14 @@ def _after_fork_in_child() -> None:
     followed._run = None  # the parent's, copied: the native core has stopped it in this child
     if inherited is not None and signal.getsignal(signal.SIGTERM) == inherited._on_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until this child's own profile sets it again
+    if inherited is not None and inherited._wakeup_fd is not None:
+        # The parent's watcher pipe: a signal here must not wake the parent's watcher.
+        try:
+            previous = signal.set_wakeup_fd(-1)
+            if previous not in (-1, inherited._wakeup_fd):
+                signal.set_wakeup_fd(previous)  # the program's own since: put it back
+        except ValueError:
+            pass
     util = sys.modules.get("multiprocessing.util")
     if util is not None and _FORKS.config is not None:
         util.register_after_fork(_FORKS, _start_in_forked_child)
