@@ -210,6 +210,55 @@ def test_a_sigterm_that_reaches_another_thread_still_ends_a_followed_process(tmp
     assert _mm_calls(followed.profile) == 1
 
 
+# A worker with a SIGTERM handler of its own, installed after cpuprof's: a graceful shutdown that
+# takes longer than cpuprof's watcher waits for its own handler.
+OWN_SIGTERM_HANDLER = """
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def work(ready):
+    import torch
+
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+    asked = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: asked.set())
+    Path(ready).touch()
+    while not asked.is_set():
+        time.sleep(0.01)
+    time.sleep(2)  # the graceful part
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+
+
+if __name__ == "__main__":
+    ready = Path(sys.argv[1])
+    worker = mp.get_context("spawn").Process(target=work, args=(str(ready),))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(worker.pid, signal.SIGTERM)
+    worker.join(60)
+    print("worker exit code", worker.exitcode)
+"""
+
+
+def test_a_followed_process_with_its_own_sigterm_handler_shuts_down_its_own_way(tmp_path: Path):
+    program = _write(tmp_path, "own_handler.py", OWN_SIGTERM_HANDLER)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--out", str(out), "--", "python", str(program), str(tmp_path / "ready"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "worker exit code 0" in result.stdout  # not cut short by cpuprof's SIGTERM watcher
+    (followed,) = _followed(out)
+    assert followed.profile.status.complete
+    assert _mm_calls(followed.profile) == 2
+
+
 FOREVER = WORKER_FOREVER + """
 if __name__ == "__main__":
     worker = mp.get_context(sys.argv[1]).Process(target=work, daemon=False)

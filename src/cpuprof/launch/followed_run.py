@@ -125,7 +125,11 @@ class FollowedRun(ChildRun):
         self._ending = False  # the final save has begun
         self._saved = False  # the final save is done
         self._terminated = False  # a SIGTERM came: the process dies of it once saved
-        self._wakeup_fd: int | None = None  # the write end of the SIGTERM watcher's pipe
+        self._wakeup_fds: tuple[int, int] | None = None  # the SIGTERM watcher's pipe (read, write)
+        self._end_guard = threading.RLock()  # makes "the final save has begun" one thread's (a handler may re-enter)
+        self._saver: threading.Thread | None = None  # the thread doing the final save
+        self._final_saved = threading.Event()
+        self._libc_signal: Any = None  # libc's signal(), looked up before it is needed
 
     @classmethod
     def start_new(cls, config: FollowConfig) -> FollowedRun | None:
@@ -192,7 +196,13 @@ class FollowedRun(ChildRun):
             return
         self._terminated = True
         if self._ending:
-            return  # the save under way dies of it when done
+            if self._saver is threading.current_thread():
+                return  # this thread's own save, interrupted: it dies of it when done
+            # Another thread's save (the watcher's, the checkpoint's): the program must not go on
+            # meanwhile, nor end before it is written.
+            self._final_saved.wait(END_GRACE_S)
+            self._die_of_sigterm()
+            return
         self.ending = "ended by SIGTERM"
         self.end()
 
@@ -200,12 +210,10 @@ class FollowedRun(ChildRun):
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         except ValueError:  # not the main thread (the watcher's): below Python's signal module
-            import ctypes
-
-            libc_signal = ctypes.CDLL(None).signal
-            libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-            libc_signal.restype = ctypes.c_void_p
-            libc_signal(signal.SIGTERM, None)  # SIG_DFL
+            if self._libc_signal is not None:
+                self._libc_signal(signal.SIGTERM, None)  # SIG_DFL
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)  # no way to the default: die anyway
         os.kill(os.getpid(), signal.SIGTERM)
 
     def _watch_sigterm(self) -> None:
@@ -218,8 +226,13 @@ class FollowedRun(ChildRun):
         within SIGTERM_HANDLER_GRACE_S, that thread saves and dies of the signal. Without it if the
         program has a wakeup fd of its own (asyncio's): then its main thread runs a loop anyway."""
         try:
+            import ctypes
+
+            libc_signal = ctypes.CDLL(None).signal  # looked up now: a dlopen while dying could block
+            libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+            libc_signal.restype = ctypes.c_void_p
             read_fd, write_fd = os.pipe()
-        except OSError:
+        except (OSError, AttributeError):
             return
         try:
             os.set_blocking(write_fd, False)
@@ -232,7 +245,8 @@ class FollowedRun(ChildRun):
             os.close(read_fd)
             os.close(write_fd)
             return
-        self._wakeup_fd = write_fd
+        self._wakeup_fds = (read_fd, write_fd)
+        self._libc_signal = libc_signal
         threading.Thread(target=self._sigterm_watcher, args=(read_fd,), name="cpuprof-sigterm", daemon=True).start()
 
     def _sigterm_watcher(self, read_fd: int) -> None:
@@ -243,13 +257,16 @@ class FollowedRun(ChildRun):
                 return
             if not received or os.getpid() != self.pid:
                 return
-            if signal.SIGTERM not in received:
-                continue
+            if signal.SIGTERM not in received or not self._handles_sigterm():
+                continue  # another signal, or the program's own handler of SIGTERM since
             deadline = time.monotonic() + SIGTERM_HANDLER_GRACE_S
             while not self._terminated and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if not self._terminated:  # the handler never ran: do what it would have done
+            if not self._terminated and self._handles_sigterm():  # the handler never ran: do its work
                 self._on_sigterm(signal.SIGTERM, None)
+
+    def _handles_sigterm(self) -> bool:
+        return signal.getsignal(signal.SIGTERM) == self._on_sigterm
 
     def _checkpoints(self) -> None:
         """A checkpoint every ``checkpoint_s``, or less often where saving is slow: never more than
@@ -293,9 +310,11 @@ class FollowedRun(ChildRun):
 
     def end(self) -> None:
         """The final save, once, whichever way the process ends first."""
-        if os.getpid() != self.pid or self._ending:  # a forked copy (the parent saves this profile), or saving
-            return
-        self._ending = True
+        with self._end_guard:
+            if os.getpid() != self.pid or self._ending:  # a forked copy (the parent saves this profile), or saving
+                return
+            self._ending = True
+            self._saver = threading.current_thread()
         self._stop.set()
         if not self._lock.acquire(timeout=END_GRACE_S / 2):
             warn("its profile was not saved: a checkpoint held the profile too long")
@@ -318,6 +337,7 @@ class FollowedRun(ChildRun):
                 remove_perf_map()
         finally:
             self._saved = True
+            self._final_saved.set()
             self._lock.release()
         if self._terminated:
             self._die_of_sigterm()
@@ -366,14 +386,20 @@ def _after_fork_in_child() -> None:
     followed._run = None  # the parent's, copied: the native core has stopped it in this child
     if inherited is not None and signal.getsignal(signal.SIGTERM) == inherited._on_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until this child's own profile sets it again
-    if inherited is not None and inherited._wakeup_fd is not None:
+    if inherited is not None and inherited._wakeup_fds is not None:
         # The parent's watcher pipe: a signal here must not wake the parent's watcher.
+        read_fd, write_fd = inherited._wakeup_fds
         try:
             previous = signal.set_wakeup_fd(-1)
-            if previous not in (-1, inherited._wakeup_fd):
+            if previous not in (-1, write_fd):
                 signal.set_wakeup_fd(previous)  # the program's own since: put it back
         except ValueError:
             pass
+        for fd in (read_fd, write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     util = sys.modules.get("multiprocessing.util")
     if util is not None and _FORKS.config is not None:
         util.register_after_fork(_FORKS, _start_in_forked_child)
