@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/clock.h"
 #include "core/counting.h"
 
 namespace cpuprof {
@@ -172,10 +173,8 @@ class ExactCounting final : public CountingStrategy {
   // the episodes (a member's reads at one switch position), and the largest movement.
   static void verify_parked(Buffers& b, int m, uint64_t position, const ThreadSlot& thread, uint64_t parked) {
     g_parked.saved.fetch_add(1, std::memory_order_relaxed);
-    timespec ts;
-    if (clock_gettime(thread.cpu_clock, &ts) != 0) return;
-    const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec;
-    if (now <= parked) return;
+    uint64_t now = 0;
+    if (!read_clock_ns(thread.cpu_clock, &now) || now <= parked) return;
     g_parked.moved_reads.fetch_add(1, std::memory_order_relaxed);
     if (b.moved_at[m] != position) {
       b.moved_at[m] = position;
@@ -242,9 +241,8 @@ class ExactCounting final : public CountingStrategy {
       cpu = b.member_cpu[m];
       if (g_parked.verify.load(std::memory_order_relaxed)) verify_parked(b, m, position, thread, cpu);
     } else {
-      timespec ts;
-      clock_ok = clock_gettime(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &ts) == 0;
-      cpu = clock_ok ? static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + ts.tv_nsec : 0;
+      cpu = 0;
+      clock_ok = read_clock_ns(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &cpu);
       if (!own) {
         uint64_t after = 0;
         bool off_after = false;

@@ -65,9 +65,7 @@ int ThreadRegistry::add_locked(pid_t tid) {
   ThreadSlot& slot = *slots_[n];
   slot.counters.close();
   slot.tid = tid;
-  // The kernel's encoding of a thread's CPU clock id (what pthread_getcpuclockid returns for a
-  // pthread): any thread of the process may read it, without interrupting the thread.
-  slot.cpu_clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  slot.cpu_clock = thread_cpu_clock(tid);
   memset(slot.name, 0, sizeof(slot.name));
   memset(slot.last_values, 0, sizeof(slot.last_values));
   slot.last_scaled = slot.last_counted = 0;

@@ -2,8 +2,9 @@
 
 #include "perf/sample_record.h"
 
+#include "common/clock.h"
+
 #include <fcntl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -146,14 +147,14 @@ char thread_state(pid_t tid) {
 // never switches out, but then its clock runs.
 void ThreadCounters::note_if_asleep(pid_t tid) {
   const RingCount& r = ring_counts_[switch_ring_];
-  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);  // its CPU clock
-  timespec before{}, after{};
-  if (clock_gettime(clock, &before) != 0) return;
+  const clockid_t clock = thread_cpu_clock(tid);
+  uint64_t before = 0, after = 0;
+  if (!read_clock_ns(clock, &before)) return;
   const char state = thread_state(tid);
   if (state != 'S' && state != 'D' && state != 'T' && state != 't') return;
   if (r.busy.exchange(true, std::memory_order_acquire)) return;
   const bool quiet = r.ring.tail() == 0 && r.ring.head() == 0;
-  if (quiet && clock_gettime(clock, &after) == 0 && after.tv_sec == before.tv_sec && after.tv_nsec == before.tv_nsec) {
+  if (quiet && read_clock_ns(clock, &after) && after == before) {
     r.off_cpu = true;
     r.switch_state.store((uint64_t{1} << 1) | 1, std::memory_order_release);
   }
