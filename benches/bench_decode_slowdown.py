@@ -1,4 +1,4 @@
-"""Slowdown of LLM decoding under cpuprof (sampled, sampled + py-spy, exact) and torch.profiler.
+"""Slowdown of LLM decoding under cpuprof (sampled, sampled + Python stacks, exact) and torch.profiler.
 
 What it measures
 ----------------
@@ -14,8 +14,8 @@ rotated every round, because the machine is small, shared and noisy:
                              CPU time, with 8192 bytes of user stack unwound by the collector thread),
                              record_shapes=True, python_stacks=False, and model.region =
                              cpuprof.region (what `cpuprof decode` does when it profiles)
-  cpuprof sampled + py-spy   the same with python_stacks=True: py-spy samples the process from
-                             outside at 100 Hz and its Python stacks are joined to the samples
+  cpuprof sampled + Python   the same with python_stacks=True: cpuprof's in-process sampler reads
+                             every thread's Python stack at 100 Hz and they are joined to the samples
   cpuprof exact              mode="exact" (every working thread's counters read at every op boundary),
                              python_stacks=False
   torch.profiler             activities=[CPU], record_shapes=True, with_stack=True (no regions)
@@ -25,10 +25,9 @@ rotated every round, because the machine is small, shared and noisy:
 at a 10x lower sampling rate (fewer samples to take, copy and unwind).
 
 The profiler is started just before run_decode and stopped after it, as the CLI's child does;
-tokens/s is run_decode's (measured decode steps only). py-spy's start (~0.3 s, with a 40 ms clock
-marker) and stop happen in the profile's start() and stop(), outside the timed steps, so what
-sampled + py-spy adds to tokens/s is py-spy reading the process's memory while it runs (on 2 CPUs,
-a process competing with the two OpenMP threads). The figure reported for each variant is
+tokens/s is run_decode's (measured decode steps only). What sampled + Python adds to tokens/s is
+the sampler thread taking the GIL to read the stacks while the decode runs (on 2 CPUs, a thread
+competing with the two OpenMP threads). The figure reported for each variant is
 the median over rounds of (variant tokens/s ÷ that round's "none" tokens/s), with its min–max;
 "decode time" is the inverse, so "+2.0%" means each token took 2% longer. For cpuprof variants
 the table also shows cpuprof's own overhead accounting, as shares of the profiled wall time:
@@ -38,10 +37,10 @@ sample rings, joining samples to ops and unwinding their stacks; it competes wit
 threads for the two cores) and the samples taken (overhead.samples).
 
 --cli: instead runs the whole command line, `python -m cpuprof decode --preset P --json --out DIR`
-against the same with `--no-profile` (and with `--mode exact` or py-spy if asked via --variants),
+against the same with `--no-profile` (and with `--mode exact` or Python stacks if asked via --variants),
 as separate processes, interleaved, reading tokens/s from the saved profile
 (workload.tokens_per_s). The cpuprof runs pass `--sample-hz`, and `--python-hz 0` except
-sampled-py (which keeps the CLI's default py-spy rate). Its default preset is tiny (an op-bound
+sampled-py (`--python-hz 100`). Its default preset is tiny (an op-bound
 toy: it shows the per-op cost at its worst); pass `--preset llama-3.2-1b` for the real 1B model
 (16 layers unless --layers is given).
 
@@ -118,7 +117,7 @@ def make_variants(args: argparse.Namespace) -> list[Variant]:
     known = {
         "none": Variant("none", "none"),
         "sampled": Variant("cpuprof sampled", "cpuprof", "sampled", True, args.sample_hz),
-        "sampled-py": Variant("cpuprof sampled + py-spy", "cpuprof", "sampled", True, args.sample_hz,
+        "sampled-py": Variant("cpuprof sampled + Python", "cpuprof", "sampled", True, args.sample_hz,
                               python_stacks=True),
         "exact": Variant("cpuprof exact", "cpuprof", "exact", True, args.sample_hz),
         "torch": Variant("torch.profiler", "torch"),
@@ -194,9 +193,9 @@ def run_in_process(args: argparse.Namespace, variants: list[Variant]) -> None:
                 print(f"(cpuprof dropped {names}: {prof.dropped[0].reason})", file=sys.stderr)
                 dropped_said = True
             py = p.sampling.python if p.sampling is not None else None
-            if v.python_stacks and not pyspy_said and py is not None:  # once: did py-spy really run?
-                print(f"(py-spy: {py.error})" if py.error else
-                      f"(py-spy: {py.source} at {py.hz} Hz, {py.samples} stacks, {py.joined} samples joined)",
+            if v.python_stacks and not pyspy_said and py is not None:  # once: did the sampler really run?
+                print(f"(Python stacks: {py.error})" if py.error else
+                      f"(Python stacks: {py.source} at {py.hz} Hz, {py.samples} stacks, {py.joined} samples joined)",
                       file=sys.stderr)
                 pyspy_said = True
         model.region = no_region
@@ -226,8 +225,7 @@ def run_cli(args: argparse.Namespace, variants: list[Variant]) -> None:
             cmd.append("--no-profile")
         else:
             cmd += ["--mode", v.mode, "--sample-hz", str(v.sample_hz), "--events", args.events]
-            if not v.python_stacks:
-                cmd += ["--python-hz", "0"]
+            cmd += ["--python-hz", "100" if v.python_stacks else "0"]
             if not args.record_shapes:
                 cmd.append("--no-shapes")
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -312,7 +310,7 @@ def report(args: argparse.Namespace, variants: list[Variant]) -> None:
     print("vs none: median over rounds of tokens/s ÷ that round's none; decode time: the same as time per")
     print("token (+ = slower). hook ns/op, hook % wall, collector % wall: cpuprof's self-measured overhead")
     print("(its callbacks on the dispatching thread; the collector thread's CPU: thread discovery, draining")
-    print("sample rings, unwinding) over the profiled wall time; py-spy's own CPU is not in them.")
+    print("sample rings, unwinding) over the profiled wall time; the Python sampler's CPU is not in them.")
     print("µs/tick: collector CPU time per tick; samples: kernel samples taken in the run (median).")
     print("ops/fwd: ops seen ÷ forward passes (prefill + decode steps). best vs best: the variant's fastest run ÷")
     print("none's fastest (noise here only ever slows a run down, so the fastest runs are the least disturbed).")
@@ -407,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} rounds (+{args.warmup_rounds} warm-up), interleaved, order rotated")
     print(f"cpuprof: events {args.events}, sampled at {args.sample_hz} Hz per thread, "
           f"record_shapes {'on' if args.record_shapes else 'off'}, model regions on, "
-          f"py-spy only in sampled-py"
+          f"Python stacks only in sampled-py"
           + ("" if args.cli else "; torch.profiler: record_shapes + with_stack, no regions"))
     print(machine_line())
     try:

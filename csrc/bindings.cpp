@@ -1,4 +1,5 @@
-// The only file that knows about Python: typed views of the core's results, and its entry points.
+// The only file that knows about pybind11: typed views of the core's results, and its entry points
+// (python/python_stacks.cpp reads the interpreter's frames through CPython's own API).
 // No accounting happens on this side; every class here mirrors a C++ struct field for field
 // (see cpuprof/_native.pyi).
 #include <pybind11/numpy.h>
@@ -16,6 +17,7 @@
 #include "common/limits.h"
 #include "perf/perf_events.h"
 #include "perf/sample_record.h"
+#include "python/python_stacks.h"
 #include "roofs/stream_kernels.h"
 #include "sources/memory_hook.h"
 #include "sources/op_hook.h"
@@ -394,6 +396,25 @@ PYBIND11_MODULE(_native, m) {
         "Address of a C function uint32_t(void): the calling thread's innermost op entry, 0 if none.");
   m.def("current_op_entry", &cpuprof_current_op_entry);
   m.def("gettid", [] { return static_cast<int>(syscall(SYS_gettid)); });
+  m.def("python_stacks_supported", &python_stacks_supported);
+  m.def(
+      "read_python_stacks",
+      [](unsigned long skip_ident) {
+        PyObject* threads = read_python_stacks(skip_ident);
+        if (threads == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::list>(threads);
+      },
+      py::arg("skip_ident"),
+      "[(ident, native id, bytes of uint32 frame ids root first)] of every thread but skip_ident.");
+  m.def(
+      "python_frame_table",
+      [](Py_ssize_t first) {
+        PyObject* frames = python_frame_table(first);
+        if (frames == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::list>(frames);
+      },
+      py::arg("first") = 0, "[(qualified name, file, line)] of the frame ids from first on.");
+  m.def("clear_python_frame_table", &clear_python_frame_table);
   m.def(
       "stream_seconds",
       [](const std::string& kernel, size_t array_bytes, int threads, int repetitions) {

@@ -61,6 +61,10 @@ TIMELINE_SAMPLES: int = CORE_LIMITS["kDefaultTimelineSamples"]
 # uncertainty of a Python frame's begin and end; py-spy's own default.
 PYTHON_HZ = 100
 MAX_PYTHON_HZ = 1000
+# Who reads the Python stacks: a thread of cpuprof's inside the process (no second process, no
+# ptrace; it takes the GIL for a few tens of µs per sample), or py-spy from outside.
+PYTHON_SAMPLERS = ("in-process", "py-spy")
+PYTHON_SAMPLER = "in-process"
 
 # The collection modes are the profile model's (a typed enumeration, written in the schema).
 MODES: tuple[CollectionMode, ...] = COLLECTION_MODES

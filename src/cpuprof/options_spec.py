@@ -344,11 +344,14 @@ PROFILING: tuple[Option, ...] = (
                             f"%(default)s, up to {defaults.MAX_STACK_BYTES}, a multiple of 8; 0: leaf only)",
            (ProfileOptions, "stack_bytes"), type=non_negative_int),
     # Not given: none, or defaults.PYTHON_HZ with --flamegraph (see python_hz in commands/common.py).
-    Option("--python-hz", _SAMPLED_ONLY + "run py-spy beside {program} at HZ samples per second, for the Python "
-                          f"frames above the ops in stacks (up to {defaults.MAX_PYTHON_HZ}; default 0, none, or "
-                          f"{defaults.PYTHON_HZ} with --flamegraph; py-spy's own CPU time competes with {{program}} "
-                          "where no CPU is spare)", (ProfileOptions, "python_hz"), type=non_negative_int,
-           metavar="HZ", default=None),
+    Option("--python-hz", _SAMPLED_ONLY + "read the Python stacks of {program}'s threads HZ times a second, for the "
+                          f"Python frames above the ops in stacks (up to {defaults.MAX_PYTHON_HZ}; default 0, none, or "
+                          f"{defaults.PYTHON_HZ} with --flamegraph)", (ProfileOptions, "python_hz"),
+           type=non_negative_int, metavar="HZ", default=None),
+    Option("--python-sampler", "who reads the Python stacks: in-process (default; a thread of cpuprof's in {program} "
+                               "takes the GIL for each read, tens of µs) or py-spy (from outside, no GIL, but its "
+                               "own CPU time competes with {program}'s where no CPU is spare, and it needs ptrace)",
+           (ProfileOptions, "python_sampler"), choices=defaults.PYTHON_SAMPLERS),
     Option("--no-shapes", "do not key ops by their inputs", (ProfileOptions, "record_shapes"), action="store_false"),
     Option("--timeline", "keep the last N op spans of each op-running thread (default %(default)s)",
            (ProfileOptions, "timeline"), type=non_negative_int, metavar="N"),

@@ -105,6 +105,7 @@ def test_decode_with_intel_openmp(tmp_path: Path):
     (["--allocator", "mimalloc"], "argument --allocator: invalid choice: 'mimalloc'"),
     (["--sampling", "nucleus"], "argument --sampling: invalid choice: 'nucleus'"),
     (["--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
+    (["--python-sampler", "austin"], "argument --python-sampler: invalid choice: 'austin'"),
     (["--events", "cylces"], "unknown event 'cylces'"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(tmp_path: Path, args, words):

@@ -5,7 +5,8 @@ and end), and what that costs the profiled loop is measured from outside, by the
 clock against the same loop without it; the profile must report that cost as its callbacks' time,
 per op and as a share of the wall time. The collector thread is made to spend a known CPU time each
 period, and the kernel's own account of that thread's run time (schedstat) is read before the
-session stops; the profile must report it as the collector's CPU.
+session stops; the profile must report it as the collector's CPU. The in-process Python sampler is
+made to read deep stacks often, and the kernel's account of its thread must be what the line says.
 """
 
 from __future__ import annotations
@@ -86,15 +87,15 @@ def test_the_callbacks_time_is_what_the_loop_lost(mode: str):
     assert re.search(rf"\b{per_op:,.0f} ns per op\b|\b{per_op:.0f} ns per op\b", line), line
 
 
-def collector_run_ns() -> int:
-    """The collector thread's run time as the kernel accounts it (schedstat's first field)."""
+def thread_run_ns(name: str = "cpuprof-collect") -> int:
+    """A thread's run time as the kernel accounts it (schedstat's first field)."""
     for task in Path("/proc/self/task").iterdir():
         try:
-            if (task / "comm").read_text().strip() == "cpuprof-collect":
+            if (task / "comm").read_text().strip() == name:
                 return int((task / "schedstat").read_text().split()[0])
         except OSError:
             continue
-    raise AssertionError("no cpuprof-collect thread")
+    raise AssertionError(f"no {name} thread")
 
 
 def test_the_collectors_cpu_is_the_kernels_account_of_it():
@@ -108,7 +109,7 @@ def test_the_collectors_cpu_is_the_kernels_account_of_it():
             time.sleep(0.001)
         nat.inject_collect_spin_us(0)
         time.sleep(0.05)  # a few periods without the spin, so the figure read at the last one is settled
-        kernel_ns = collector_run_ns()
+        kernel_ns = thread_run_ns()
     profile = prof.profile
     assert profile is not None and profile.overhead is not None and profile.collection is not None
     o = profile.overhead
@@ -120,3 +121,34 @@ def test_the_collectors_cpu_is_the_kernels_account_of_it():
     share = float(re.search(r"\(([\d.]+)% of one CPU\)", line).group(1)) / 100
     assert share == pytest.approx(o.discovery_cpu_ns / profile.collection.wall_ns, abs=0.006), line
     assert 0.04 <= share <= 0.2, line
+
+
+def test_the_python_samplers_cpu_is_the_kernels_account_of_it():
+    x = torch.ones(4)
+
+    def deep(n: int) -> int:
+        """400 frames under the ops: each read walks them all, tens of µs at every period."""
+        if n:
+            return deep(n - 1)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            torch.add(x, x)  # releases the GIL: the sampler reads at its own rate
+        time.sleep(0.02)
+        return thread_run_ns("cpuprof-python")
+
+    with cpuprof.profile("task-clock", python_stacks=True, python_hz=1000, warn=False) as prof:
+        kernel_ns = deep(400)
+    profile = prof.profile
+    assert profile is not None and profile.collection is not None and profile.sampling is not None
+    py = profile.sampling.python
+    assert py is not None and py.cpu_ns is not None and py.error is None
+    # The sampler's clock is read as it ends, after the kernel's account above: a few reads more.
+    assert kernel_ns <= py.cpu_ns <= kernel_ns + 30_000_000, (py.cpu_ns, kernel_ns)
+    assert py.samples >= 300, py.samples  # about 1,000 periods, each a read when the GIL was free
+    line = overhead_line(profile)
+    match = re.search(r"Python stack sampler thread .*? of CPU \(([\d.]+)% of one CPU, ([\d,]+) reads", line)
+    assert match, line
+    share = float(match.group(1)) / 100
+    assert share == pytest.approx(py.cpu_ns / profile.collection.wall_ns, abs=0.006), line
+    assert int(match.group(2).replace(",", "")) == py.samples
+    assert share >= 0.02, line  # 400 frames a read, hundreds of reads a second

@@ -1,6 +1,7 @@
-"""Merged stacks against workloads whose answers are known: py-spy's Python frames above the ops
-they called, worker samples under the ops of the thread they worked for, every export in its
-format's own rules, and py-spy's faults as one line with the profile still made."""
+"""Merged stacks against workloads whose answers are known: Python frames (py-spy's and the
+in-process sampler's) above the ops they called, worker samples under the ops of the thread they
+worked for, every export in its format's own rules, and py-spy's faults as one line with the
+profile still made."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ KNOWN_CALLERS = textwrap.dedent("""
 
     a @ b
     # 1 kHz, not the default 250 Hz: the checks below need a few hundred samples of each 0.6 s caller.
-    with cpuprof.profile("task-clock", timeline=1000, python_stacks=True, sample_hz=1000, warn=False) as prof:
+    with cpuprof.profile("task-clock", timeline=1000, python_stacks=True, sample_hz=1000, warn=False,
+                         python_sampler=sys.argv[2]) as prof:
         python_caller_of_matmul()
         python_caller_of_add()
     prof.export(sys.argv[1])
@@ -58,7 +60,14 @@ def run_script(code: str, *args: str, env: dict[str, str] | None = None, timeout
 @pytest.fixture(scope="module")
 def callers(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("callers")
-    run_script(KNOWN_CALLERS, str(out))
+    run_script(KNOWN_CALLERS, str(out), "py-spy")
+    return out
+
+
+@pytest.fixture(scope="module")
+def callers_in_process(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("callers-in-process")
+    run_script(KNOWN_CALLERS, str(out), "in-process")
     return out
 
 
@@ -77,15 +86,16 @@ def weight_under(stacks, op: str, python_function: str) -> tuple[float, float]:
     return under, total
 
 
-def test_python_function_calling_matmul_appears_above_aten_mm(callers: Path):
+@pytest.mark.parametrize("sampler", ["py-spy", "in-process"])
+def test_python_function_calling_matmul_appears_above_aten_mm(sampler: str, request):
     from cpuprof.analysis.flame import merged_stacks
 
-    profile = Profile.load(callers)
+    profile = Profile.load(request.getfixturevalue("callers" if sampler == "py-spy" else "callers_in_process"))
     py = profile.sampling.python
     assert py is not None and py.error is None, py
-    assert py.source.startswith("py-spy") and py.samples >= 50
-    # the clock alignment is within about one py-spy period
-    assert py.clock_error_ns <= 1e9 / py.hz
+    assert py.source.startswith(sampler) and py.samples >= 50
+    # the clock alignment is within about one py-spy period; the in-process reads need none
+    assert py.clock_error_ns <= (1e9 / py.hz if sampler == "py-spy" else 0)
     assert py.joined > 0.9 * (py.joined + py.unmatched)
     stacks = merged_stacks(profile)
     under, total = weight_under(stacks, "aten::mm", "python_caller_of_matmul")
@@ -290,7 +300,7 @@ FAULT = textwrap.dedent("""
     from cpuprof.collect import pyspy
     pyspy.executable = lambda: sys.argv[2] or None
     a = torch.randn(256, 256)
-    with cpuprof.profile("task-clock", python_stacks=True) as prof:
+    with cpuprof.profile("task-clock", python_stacks=True, python_sampler="py-spy") as prof:
         # A tenth of a second of matmuls: a few dozen samples, so the native stacks can be checked.
         deadline = time.monotonic() + 0.1
         while time.monotonic() < deadline:

@@ -17,8 +17,8 @@ from cpuprof.model.codec import DecodeError, from_json
 from cpuprof.reports import FORMATS
 
 # Fields no flag fills one to one: parts of DecodeOptions, the shape overrides (--layers, ...),
-# what the command decides (the output directory, calibrate's own run). (py-spy's rate has its
-# flag, --python-hz, whose default depends on --flamegraph.)
+# what the command decides (the output directory, calibrate's own run). (The Python stacks' rate
+# has its flag, --python-hz, whose default depends on --flamegraph.)
 NOT_FLAGS = {
     (DecodeOptions, "workload"), (DecodeOptions, "launch"), (DecodeOptions, "profile"), (DecodeOptions, "out"),
     (DecodeOptions, "calibrate_only"), (WorkloadOptions, "overrides"),

@@ -126,6 +126,10 @@ def _profile_section(profile: Profile) -> Section:
                      f"({fmt_percent(o.hook_ns / c.wall_ns)} of the wall time, {o.per_op_ns:.0f} ns per op); "
                      f"{collector} {fmt_ns(o.discovery_cpu_ns)} of CPU "
                      f"({fmt_percent(o.discovery_cpu_ns / c.wall_ns)} of one CPU)")
+        py = profile.sampling.python if profile.sampling is not None else None
+        if py is not None and py.cpu_ns is not None:
+            lines[-1] += (f"; Python stack sampler thread {fmt_ns(py.cpu_ns)} of CPU "
+                          f"({fmt_percent(py.cpu_ns / c.wall_ns)} of one CPU, {py.samples:,} reads with the GIL held)")
     return Section("profile", "Profile", lines)
 
 

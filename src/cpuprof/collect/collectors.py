@@ -168,23 +168,33 @@ class OmptWaits:
 
 
 class PythonStacks:
-    """py-spy beside the process, its Python stacks joined to the dispatching threads' samples.
+    """Python stacks joined to the dispatching threads' samples, read by ``sampler``:
+    ``"in-process"`` (a thread of cpuprof's in the process, see python_sampler) or ``"py-spy"``
+    (beside the process, see pyspy).
 
-    Started before the native session, so py-spy's start-up and clock marker are not the
-    program's work. py-spy failing is a limitation (the profile says why), never a failed start."""
+    Started before the native session, so a sampler's start-up (py-spy's attach and clock marker)
+    is not the program's work. A sampler failing is a limitation (the profile says why), never a
+    failed start."""
 
     name = "Python stacks"
 
-    def __init__(self, hz: int) -> None:
+    def __init__(self, hz: int, sampler: str = defaults.PYTHON_SAMPLER) -> None:
         self.hz = hz
+        self.sampler = sampler
         self._recorder: Any = None
         self._trace: Any = None
         self.error: str | None = None
 
     def start(self) -> None:
-        from . import pyspy
+        if self.sampler == "py-spy":
+            from . import pyspy
 
-        self._recorder, self.error = pyspy.start(self.hz)
+            self._recorder, self.error = pyspy.start(self.hz)
+            return
+        from .python_sampler import InProcessPythonSampler
+
+        self._recorder = InProcessPythonSampler(self.hz)
+        self._recorder.start()
 
     @property
     def recording(self) -> bool:
@@ -200,6 +210,7 @@ class PythonStacks:
             self._trace = recorder.stop()
         except PySpyError as exc:
             self.error = str(exc)
+        self.error = self.error or getattr(recorder, "error", None)
 
     def contribute(self, profile: Profile) -> None:
         if self._recorder is not None:
@@ -207,12 +218,15 @@ class PythonStacks:
         from . import python_join
 
         if self._trace is not None:
-            python_join.join(profile, self._trace)
+            python_join.join(profile, self._trace)  # a sampler that stopped early: what it read
         else:
-            python_join.failed(profile, "py-spy", self.hz, self.error or "py-spy did not run")
+            python_join.failed(profile, self.sampler, self.hz, self.error or f"{self.sampler} did not run")
 
     def limitations(self) -> list[str]:
-        return [f"no Python stacks: {self.error}"] if self.error else []
+        if not self.error:
+            return []
+        return [f"Python stacks incomplete: {self.error}" if self._trace is not None else
+                f"no Python stacks: {self.error}"]
 
 
 class ModuleRegionCollector:

@@ -25,26 +25,13 @@ import sysconfig
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from .python_join import PythonTrace
 
 MARKER = "_cpuprof_clock_marker"
 _PR_SET_PTRACER = 0x59616D61
 _PR_SET_PTRACER_ANY = -1
-
-
-@dataclass
-class PySpyTrace:
-    """py-spy's Python stacks of each thread, as changes over time on CLOCK_MONOTONIC."""
-
-    version: str
-    hz: int
-    samples: int  # py-spy's own count of the stacks it read
-    errors: int  # samples py-spy could not read
-    clock_error_ns: int  # the alignment's half-width: a stack change is placed within this
-    # pthread ident -> [(monotonic ns, stack root first as (function, file, line))], in time order
-    changes: dict[int, list[tuple[int, tuple[tuple[str, str, int], ...]]]] = field(default_factory=dict)
-    idents: dict[int, int] = field(default_factory=dict)  # pthread ident -> OS thread id
 
 
 def executable() -> str | None:
@@ -177,7 +164,7 @@ class PySpyRecorder:
         _forbid_ptrace_by_children()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def stop(self) -> PySpyTrace:
+    def stop(self) -> PythonTrace:
         """Stops py-spy (it writes its trace on SIGINT) and reads the trace."""
         self._remember_threads()
         try:
@@ -198,7 +185,7 @@ class PySpyRecorder:
         finally:
             self._kill()
 
-    def _align(self, events: list[dict]) -> PySpyTrace:
+    def _align(self, events: list[dict]) -> PythonTrace:
         samples = errors = 0
         for line in self._stderr:
             if "Samples:" in line:  # "Wrote chrome trace to '...'. Samples: 31 Errors: 0"
@@ -210,7 +197,7 @@ class PySpyRecorder:
                     pass
         period_ns = int(1e9 / self.hz)
         offset_ns, half_width = self._offset(events, period_ns)
-        trace = PySpyTrace(version=_version(self._exe), hz=self.hz, samples=samples, errors=errors,
+        trace = PythonTrace(version=_version(self._exe), hz=self.hz, samples=samples, errors=errors,
                            clock_error_ns=half_width, idents=dict(self._idents))
         open_frames: dict[int, list[tuple[str, str, int]]] = {}
         for e in events:
@@ -227,7 +214,7 @@ class PySpyRecorder:
             # half a period back, it is off by at most half a period either way.
             t = int(e["ts"]) * 1000 + offset_ns - period_ns // 2
             changes = trace.changes.setdefault(tid, [])
-            frozen = tuple(stack)
+            frozen = tuple(f for f in stack if f[0] != MARKER)
             if changes and changes[-1][0] == t:
                 changes[-1] = (t, frozen)  # one sample's several B/E events: keep its final stack
             else:
@@ -266,4 +253,4 @@ def start(hz: int) -> tuple[PySpyRecorder | None, str | None]:
         return None, str(exc)
 
 
-__all__ = ["MARKER", "PySpyError", "PySpyRecorder", "PySpyTrace", "executable", "start"]
+__all__ = ["MARKER", "PySpyError", "PySpyRecorder", "executable", "start"]

@@ -1,7 +1,8 @@
-"""py-spy's Python stacks joined to cpuprof's samples of the same threads, by time.
+"""Python stacks (py-spy's, or the in-process sampler's) joined to cpuprof's samples of the same
+threads, by time.
 
-Each sample of a dispatching thread in the sample timeline takes the Python stack py-spy had last
-seen on that thread at the sample's time. The stack counts (which hold every sample, while the
+Each sample of a dispatching thread in the sample timeline takes the Python stack the sampler had
+last seen on that thread at the sample's time. The stack counts (which hold every sample, while the
 timeline keeps the newest) are then split in the proportions their timeline samples show; a
 count none of whose samples is in the timeline keeps no Python frames. OpenMP workers have no
 Python state and get none: their samples already name the op they worked for.
@@ -11,9 +12,25 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from dataclasses import dataclass, field
 
 from ..model import Profile, PythonFrame, PythonSampling, PythonSplit
-from .pyspy import MARKER, PySpyTrace
+
+
+@dataclass
+class PythonTrace:
+    """Python stacks of each thread, as changes over time on CLOCK_MONOTONIC (the op timeline's
+    clock), from whichever sampler read them (py-spy, or cpuprof's own thread in the process)."""
+
+    version: str  # the source, as the profile names it: "py-spy 0.4.3", "in-process (Python 3.11.9)"
+    hz: int
+    samples: int  # stacks read
+    errors: int  # samples that could not be read
+    clock_error_ns: int  # the alignment's half-width: a stack change is placed within this
+    # pthread ident -> [(monotonic ns, stack root first as (function, file, line))], in time order
+    changes: dict[int, list[tuple[int, tuple[tuple[str, str, int], ...]]]] = field(default_factory=dict)
+    idents: dict[int, int] = field(default_factory=dict)  # pthread ident -> OS thread id
+    cpu_ns: int | None = None  # the sampler's own CPU time, where it ran in the process
 
 
 def failed(profile: Profile, source: str, hz: int, error: str) -> None:
@@ -22,17 +39,17 @@ def failed(profile: Profile, source: str, hz: int, error: str) -> None:
         profile.sampling.python = PythonSampling(source=source, hz=hz, error=error)
 
 
-def join(profile: Profile, trace: PySpyTrace) -> None:
+def join(profile: Profile, trace: PythonTrace) -> None:
     """Adds the Python stacks of ``trace`` to ``profile.stacks`` and says how well they joined."""
     stacks, sampling = profile.stacks, profile.sampling
     if stacks is None or sampling is None:
         return
     info = PythonSampling(source=trace.version, hz=trace.hz, samples=trace.samples, errors=trace.errors,
-                          clock_error_ns=trace.clock_error_ns)
+                          clock_error_ns=trace.clock_error_ns, cpu_ns=trace.cpu_ns)
     sampling.python = info
     timeline = stacks.timeline
     if timeline is None or not timeline.path:
-        info.error = "no sample timeline to join py-spy's stacks to"
+        info.error = "no sample timeline to join the Python stacks to"
         return
     ident_of_tid = {tid: ident for ident, tid in trace.idents.items()}
     changes_of: dict[int, tuple[list[int], list[tuple[tuple[str, str, int], ...]]]] = {}
@@ -59,7 +76,6 @@ def join(profile: Profile, trace: PySpyTrace) -> None:
             at = bisect_right(known[0], t) - 1
             if at >= 0:
                 python = known[1][at]
-        python = tuple(f for f in python if f[0] != MARKER)
         if not python:
             info.unmatched += 1
         else:

@@ -132,10 +132,11 @@ class profile:
     the module that ran them (a few µs per module call); ``modules=model`` names the regions of
     that model's modules by their attribute names ("layers.*/self_attn/q_proj"). ``timeline`` is how many of the newest
     op spans each dispatching thread keeps (0: aggregates only). ``max_threads`` sizes the thread
-    slots: threads beyond it are counted, not profiled. ``python_stacks=True`` runs py-spy beside
-    the process at ``python_hz`` and joins its Python stacks to the samples of the dispatching
-    threads; off by default, since py-spy's own CPU time competes with the program's where no
-    CPU is spare.
+    slots: threads beyond it are counted, not profiled. ``python_stacks=True`` reads every Python
+    thread's stack ``python_hz`` times a second and joins them to the samples of the dispatching
+    threads: ``python_sampler="in-process"`` (default) from a thread of cpuprof's that takes the
+    GIL for each read, ``"py-spy"`` from py-spy beside the process (no GIL, but a second process
+    whose CPU time competes with the program's where no CPU is spare).
     """
 
     def __init__(
@@ -152,6 +153,7 @@ class profile:
         modules: bool | Any = False,
         python_stacks: bool = False,
         python_hz: int = defaults.PYTHON_HZ,
+        python_sampler: str = defaults.PYTHON_SAMPLER,
         warn: bool = True,
     ) -> None:
         check_options(mode, sample_hz, stack_bytes, op_capacity, timeline, max_threads)
@@ -159,8 +161,12 @@ class profile:
             raise UsageError("Python stacks are joined to samples: they need mode='sampled'")
         if not 1 <= python_hz <= defaults.MAX_PYTHON_HZ:
             raise UsageError(f"Python sample rate {python_hz} Hz: expected 1 to {defaults.MAX_PYTHON_HZ}")
+        if python_sampler not in defaults.PYTHON_SAMPLERS:
+            raise UsageError(f"unknown Python sampler {python_sampler!r}: expected one of "
+                             f"{', '.join(defaults.PYTHON_SAMPLERS)}")
         self.python_stacks = python_stacks
         self.python_hz = python_hz
+        self.python_sampler = python_sampler
         self.event_names = event_presets.resolve(events)
         check_op_counters(op_capacity, len(self.event_names))
         self.mode = mode
@@ -192,7 +198,7 @@ class profile:
         """The collectors of this profile, in start order (stopped in reverse). Contributions go
         in the same order, after the native session built the profile. A new collector is one
         more entry here."""
-        python = PythonStacks(self.python_hz) if self.python_stacks else None
+        python = PythonStacks(self.python_hz, self.python_sampler) if self.python_stacks else None
         core = NativeSession(nat, NativeSettings(
             events=self.event_names, mode=self.mode, record_shapes=self.record_shapes, sample_hz=self.sample_hz,
             stack_bytes=self.stack_bytes, op_capacity=self.op_capacity, span_capacity=self.timeline,

@@ -188,7 +188,8 @@ class ChildRun:
         events.validate_names(events.resolve(options.events), native.load())
         self.prof = profile(options.events, mode=options.mode, record_shapes=options.record_shapes,
                             sample_hz=options.sample_hz, stack_bytes=options.stack_bytes, timeline=options.timeline,
-                            python_stacks=options.python_hz > 0, python_hz=options.python_hz or 1, modules=modules)
+                            python_stacks=options.python_hz > 0, python_hz=options.python_hz or 1,
+                            python_sampler=options.python_sampler, modules=modules)
         return self.prof
 
     @property

@@ -60,7 +60,8 @@ class ProfileOptions:
     stack_bytes: int = defaults.STACK_BYTES
     record_shapes: bool = True
     timeline: int = 0
-    python_hz: int = 0  # py-spy's rate; 0: no Python stacks
+    python_hz: int = 0  # Python stacks read per second; 0: none
+    python_sampler: str = defaults.PYTHON_SAMPLER  # who reads them: "in-process" or "py-spy"
 
 
 @dataclass

@@ -71,7 +71,7 @@ class Stacks:
     counts: list[StackCount]
     paths: list[list[int]] = field(default_factory=lambda: [[]])  # op ids, outermost first; path 0: no op
     timeline: SampleTimeline | None = None
-    # Python stacks of the dispatching threads' samples, from py-spy (see PythonSampling)
+    # Python stacks of the dispatching threads' samples, from a Python sampler (see PythonSampling)
     python_frames: list[PythonFrame] = field(default_factory=list)
     python_stacks: list[list[int]] = field(default_factory=lambda: [[]])  # leaf first; 0: none seen
     python_splits: list[PythonSplit] = field(default_factory=list)
@@ -81,7 +81,7 @@ class Stacks:
 class PythonSampling:
     """How the Python stacks were taken and joined, or why there are none."""
 
-    source: str  # "py-spy 0.4.3"
+    source: str  # "in-process (Python 3.11.7)" or "py-spy 0.4.3"
     hz: int
     error: str | None = None  # why there are no Python stacks
     samples: int = 0  # stacks py-spy read
@@ -90,6 +90,9 @@ class PythonSampling:
     joined: int = 0  # dispatching-thread samples given a Python stack
     unmatched: int = 0  # dispatching-thread samples py-spy had no stack for at their time
     extrapolated: int = 0  # samples older than the sample timeline, split like the newer ones
+    # The in-process sampler's own CPU time (its thread's CPU clock), reading stacks with the GIL
+    # held; None for py-spy, whose process cpuprof does not measure.
+    cpu_ns: int | None = None
 
 
 @dataclass
