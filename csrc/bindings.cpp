@@ -50,7 +50,7 @@ void remove_hooks() {
 std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, CountingMode mode,
                                         bool record_shapes, int sample_hz, int stack_bytes, size_t timeline_samples,
                                         int ring_pages, int op_capacity, size_t span_capacity, int max_threads,
-                                        const std::string& sysfs_root) {
+                                        const std::string& sysfs_root, const std::vector<pid_t>& own_threads) {
   SessionConfig config;
   config.events = events;
   config.mode = mode;
@@ -63,6 +63,7 @@ std::vector<DroppedEvent> start_session(const std::vector<std::string>& events, 
   config.span_capacity = span_capacity;
   config.max_threads = max_threads;
   config.sysfs_root = sysfs_root;
+  config.own_threads = own_threads;
   py::gil_scoped_release release;  // the collection loop's first scan takes a moment
   return Session::instance().start(config, record_shapes ? install_hook_with_shapes : install_hook_without_shapes);
 }
@@ -385,7 +386,8 @@ PYBIND11_MODULE(_native, m) {
       py::arg("raw"), py::arg("time_enabled"), py::arg("time_running"));
   m.def("start", &start_session, py::arg("events"), py::arg("mode"), py::arg("record_shapes"),
         py::arg("sample_hz"), py::arg("stack_bytes"), py::arg("timeline_samples"), py::arg("ring_pages"),
-        py::arg("op_capacity"), py::arg("span_capacity"), py::arg("max_threads"), py::arg("sysfs_root") = "/sys");
+        py::arg("op_capacity"), py::arg("span_capacity"), py::arg("max_threads"), py::arg("sysfs_root") = "/sys",
+        py::arg("own_threads") = std::vector<pid_t>{});
   m.def("stop", &stop_session);
   m.def("region_begin", &region_begin, py::arg("name"), py::arg("id"));
   m.def("region_end", &region_end, py::arg("id"));

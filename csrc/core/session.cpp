@@ -142,6 +142,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   sampling.ring_pages = static_cast<size_t>(config.ring_pages);
   const bool sampled = config.mode == CountingMode::Sampled;
   registry_.configure(events, config.max_threads, sampled ? &sampling : nullptr, /*count_by_ring=*/!sampled);
+  registry_.set_own_threads(config.own_threads);
   CountingOptions options;
   options.mode = config.mode;
   options.sample_hz = config.sample_hz;

@@ -43,6 +43,7 @@ struct SessionConfig {
   size_t span_capacity = 0;
   int max_threads = kDefaultMaxThreads;
   std::string sysfs_root = "/sys";
+  std::vector<pid_t> own_threads;  // cpuprof's threads the session must not profile (see ThreadRegistry)
 };
 
 class Session {

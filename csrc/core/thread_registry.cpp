@@ -114,7 +114,8 @@ int ThreadRegistry::scan(pid_t exclude_tid) {
       at += entry->d_reclen;
       if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
       const pid_t tid = static_cast<pid_t>(atoi(entry->d_name));
-      if (tid != exclude_tid) tids.push_back(tid);
+      if (tid != exclude_tid && std::find(own_threads_.begin(), own_threads_.end(), tid) == own_threads_.end())
+        tids.push_back(tid);
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -54,8 +54,12 @@ class ThreadRegistry {
   // are counted through rings (see ThreadCounters::open).
   void configure(const std::vector<EventSpec>& events, int max_threads,
                  const ThreadCounters::Sampling* sampling = nullptr, bool count_by_ring = false);
+  // cpuprof's own threads besides the collection thread (the Python stack sampler): never
+  // profiled, as they would otherwise be counted as workers of the ops they ran beside. Set
+  // before the first scan; read-only while the session runs.
+  void set_own_threads(std::vector<pid_t> tids) { own_threads_ = std::move(tids); }
   // Opens counters on threads of this process not seen yet, except `exclude_tid` (the
-  // collection thread itself). Returns how many were added.
+  // collection thread itself) and the own threads. Returns how many were added.
   int scan(pid_t exclude_tid);
   // Opens counters on one thread now (the calling thread on its first op, before a scan sees it).
   int ensure(pid_t tid);
@@ -77,6 +81,7 @@ class ThreadRegistry {
   ThreadCounters::Sampling sampling_;
   bool sampled_ = false;
   int task_dir_fd_ = -1;  // /proc/self/task, kept open across scans
+  std::vector<pid_t> own_threads_;
   bool count_by_ring_ = false;
   std::vector<std::unique_ptr<ThreadSlot>> slots_;
   std::atomic<int> size_{0};

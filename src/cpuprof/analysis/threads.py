@@ -87,9 +87,11 @@ def run_queue_warning(profile: Profile, threshold: float = defaults.RUN_QUEUE_WA
     """One line when any working thread waited for a CPU for more than ``threshold`` of the run,
     beyond what cpuprof's own collector thread can have taken from it: on a run with no spare CPU
     the collector competes with the program, and that wait is the profiler's overhead (reported
-    as such), not something else running on the machine."""
+    as such, with the in-process Python sampler's), not something else running on the machine."""
     wall = profile.collection.wall_ns if profile.collection else 0
     ours = profile.overhead.discovery_cpu_ns if profile.overhead else 0
+    python = profile.sampling.python if profile.sampling is not None else None
+    ours += (python.cpu_ns or 0) if python is not None else 0  # the in-process Python sampler's
     rows = [r for r in thread_rows(profile) if r.run_delay_ns is not None and r.run_delay_share is not None]
     waiting = sorted((r for r in rows if wall and ((r.run_delay_ns or 0) - ours) / wall > threshold),
                      key=lambda r: r.run_delay_share or 0.0, reverse=True)

@@ -77,7 +77,7 @@ class NativeSession:
             sample_hz=s.sample_hz, stack_bytes=s.stack_bytes,
             timeline_samples=defaults.TIMELINE_SAMPLES if keep else 0,
             ring_pages=s.ring_pages, op_capacity=s.op_capacity, span_capacity=s.span_capacity,
-            max_threads=s.max_threads,
+            max_threads=s.max_threads, own_threads=self.python.own_threads if self.python is not None else [],
         )
         self.dropped = [DroppedEvent(name=d.name, reason=d.reason, errno=d.errno) for d in dropped]
 
@@ -199,6 +199,13 @@ class PythonStacks:
     @property
     def recording(self) -> bool:
         return self._recorder is not None
+
+    @property
+    def own_threads(self) -> list[int]:
+        """The OS ids of its threads in the process, which the native session must not profile
+        (its cost is in the overhead line instead, like the collector's)."""
+        tid = getattr(self._recorder, "native_id", None)
+        return [tid] if tid is not None else []
 
     def stop(self) -> None:
         recorder, self._recorder = self._recorder, None

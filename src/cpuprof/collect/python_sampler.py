@@ -82,6 +82,11 @@ class InProcessPythonSampler:
         self._remember_threads()
         self._thread.start()
 
+    @property
+    def native_id(self) -> int | None:
+        """The sampler thread's OS id (known once start() returned)."""
+        return self._thread.native_id
+
     def _remember_threads(self) -> None:
         for t in threading.enumerate():
             if t.ident is not None and t.native_id is not None:
