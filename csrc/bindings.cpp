@@ -73,6 +73,29 @@ void stop_session() {
   Session::instance().stop(remove_hooks);
 }
 
+// A sampler's frame reader (python/python_stacks.h): its table lives as long as this object.
+class PythonFrameReader {
+ public:
+  PythonFrameReader() : table_(new_python_frame_table()) {}
+  ~PythonFrameReader() { free_python_frame_table(table_); }  // pybind11 deallocates with the GIL held
+  PythonFrameReader(const PythonFrameReader&) = delete;
+  PythonFrameReader& operator=(const PythonFrameReader&) = delete;
+
+  py::list read(unsigned long skip_ident) {
+    PyObject* threads = read_python_stacks(table_, skip_ident);
+    if (threads == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::list>(threads);
+  }
+  py::list frames(Py_ssize_t first) {
+    PyObject* frames = python_frame_table(table_, first);
+    if (frames == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::list>(frames);
+  }
+
+ private:
+  PythonFrameTable* table_;
+};
+
 SessionSnapshot take_snapshot() {
   py::gil_scoped_release release;  // copied under the session's lock
   return Session::instance().snapshot();
@@ -399,24 +422,14 @@ PYBIND11_MODULE(_native, m) {
   m.def("current_op_entry", &cpuprof_current_op_entry);
   m.def("gettid", [] { return static_cast<int>(syscall(SYS_gettid)); });
   m.def("python_stacks_supported", &python_stacks_supported);
-  m.def(
-      "read_python_stacks",
-      [](unsigned long skip_ident) {
-        PyObject* threads = read_python_stacks(skip_ident);
-        if (threads == nullptr) throw py::error_already_set();
-        return py::reinterpret_steal<py::list>(threads);
-      },
-      py::arg("skip_ident"),
-      "[(ident, native id, bytes of uint32 frame ids root first)] of every thread but skip_ident.");
-  m.def(
-      "python_frame_table",
-      [](Py_ssize_t first) {
-        PyObject* frames = python_frame_table(first);
-        if (frames == nullptr) throw py::error_already_set();
-        return py::reinterpret_steal<py::list>(frames);
-      },
-      py::arg("first") = 0, "[(qualified name, file, line)] of the frame ids from first on.");
-  m.def("clear_python_frame_table", &clear_python_frame_table);
+  py::class_<PythonFrameReader>(m, "PythonFrameReader",
+                                "Every Python thread's stack, read natively (the caller holds the GIL); its own "
+                                "table of frame ids.")
+      .def(py::init<>())
+      .def("read", &PythonFrameReader::read, py::arg("skip_ident"),
+           "[(ident, native id, bytes of uint32 frame ids root first)] of every thread but skip_ident.")
+      .def("frames", &PythonFrameReader::frames, py::arg("first") = 0,
+           "[(qualified name, file, line)] of the frame ids from first on.");
   m.def(
       "stream_seconds",
       [](const std::string& kernel, size_t array_bytes, int threads, int repetitions) {

@@ -1,4 +1,4 @@
-// See python_stacks.h. The one unit that reads CPython's internal frame layout.
+// See python_stacks.h. The one C++ unit that reads CPython's internal frame layout.
 #define PY_SSIZE_T_CLEAN
 #define Py_BUILD_CORE 1
 #include "python/python_stacks.h"
@@ -9,9 +9,12 @@
 #include <internal/pycore_frame.h>
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
+
+#include "python/thread_list_lock.h"
 
 namespace cpuprof {
 
@@ -22,7 +25,7 @@ namespace {
 // the table stops growing (id 0) instead of holding every code object a generator of code makes.
 constexpr size_t kMaxFrames = 1 << 20;
 // Frames read per thread, innermost first; a deeper stack loses its outermost frames.
-constexpr int kMaxDepth = 1024;
+constexpr size_t kMaxDepth = 1024;
 
 struct PairHash {
   size_t operator()(const std::pair<const void*, int>& key) const {
@@ -30,19 +33,13 @@ struct PairHash {
   }
 };
 
-struct FrameTable {
-  // (code, instruction index) -> frame id: the lookup every read makes.
-  std::unordered_map<std::pair<const void*, int>, uint32_t, PairHash> by_instruction;
-  // (code, line) -> frame id: two instructions of one line are one frame.
-  std::unordered_map<std::pair<const void*, int>, uint32_t, PairHash> by_line;
-  std::vector<std::pair<PyCodeObject*, int>> frames{{nullptr, 0}};  // id 0: no room
+// One thread's stack in a read: its ids are ids[first, first + depth).
+struct ThreadStack {
+  unsigned long ident;
+  unsigned long native_id;
+  size_t first;
+  size_t depth;
 };
-
-// Never destroyed: its code objects may outlive the interpreter's ability to release them.
-FrameTable& table() {
-  static FrameTable* frames = new FrameTable;
-  return *frames;
-}
 
 _PyInterpreterFrame* innermost_frame(PyThreadState* thread) {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -65,87 +62,134 @@ PyCodeObject* code_of(_PyInterpreterFrame* frame) {
 #endif
 }
 
-uint32_t frame_id(PyCodeObject* code, int instruction) {
-  FrameTable& t = table();
-  const std::pair<const void*, int> at{code, instruction};
-  auto found = t.by_instruction.find(at);
-  if (found != t.by_instruction.end()) return found->second;
-  if (t.frames.size() >= kMaxFrames) return 0;
-  const int line = PyCode_Addr2Line(code, instruction * static_cast<int>(sizeof(_Py_CODEUNIT)));
-  auto [same_line, added] = t.by_line.try_emplace({code, line}, static_cast<uint32_t>(t.frames.size()));
-  if (added) {
-    Py_INCREF(code);  // kept alive: its address stays this frame's, never another code's
-    t.frames.emplace_back(code, line);
-  }
-  t.by_instruction.emplace(at, same_line->second);
-  return same_line->second;
-}
-
 }  // namespace
 
+class PythonFrameTable {
+ public:
+  ~PythonFrameTable() {
+    for (auto& [code, line] : frames_) Py_XDECREF(code);
+  }
+
+  // Looks up or adds (code, instruction); no Python object is made (Py_INCREF allocates nothing).
+  uint32_t frame_id(PyCodeObject* code, int instruction) {
+    const std::pair<const void*, int> at{code, instruction};
+    auto found = by_instruction_.find(at);
+    if (found != by_instruction_.end()) return found->second;
+    const int line = PyCode_Addr2Line(code, instruction * static_cast<int>(sizeof(_Py_CODEUNIT)));
+    auto same_line = by_line_.find({code, line});
+    uint32_t id = 0;
+    if (same_line != by_line_.end()) {
+      id = same_line->second;
+    } else if (frames_.size() < kMaxFrames) {
+      id = static_cast<uint32_t>(frames_.size());
+      by_line_.emplace(std::pair<const void*, int>{code, line}, id);
+      Py_INCREF(code);  // kept alive: its address stays this frame's, never another code's
+      frames_.emplace_back(code, line);
+    } else {
+      return 0;  // full: not remembered, so the instruction is looked up again if its line gets room
+    }
+    by_instruction_.emplace(at, id);
+    return id;
+  }
+
+  // Pass one, under the thread-list lock: every thread's ids into the reusable buffers.
+  void walk(unsigned long skip_ident) {
+    stacks_.clear();
+    ids_.clear();
+    cpuprof_lock_thread_list();
+    for (PyThreadState* thread = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); thread != nullptr;
+         thread = PyThreadState_Next(thread)) {
+      // Ident 0: a thread state made for a thread not started yet (3.12+); on 3.11 such a state
+      // carries its creator's ident until its thread binds it, so duplicates are settled below.
+      if (thread->thread_id == 0 || thread->thread_id == skip_ident) continue;
+      ThreadStack stack{thread->thread_id, thread->native_thread_id, ids_.size(), 0};
+      for (_PyInterpreterFrame* frame = innermost_frame(thread); frame != nullptr && stack.depth < kMaxDepth;
+           frame = frame->previous) {
+        PyCodeObject* code = code_of(frame);
+        if (code == nullptr) continue;
+        ids_.push_back(frame_id(code, _PyInterpreterFrame_LASTI(frame)));
+        ++stack.depth;
+      }
+      std::reverse(ids_.begin() + static_cast<std::ptrdiff_t>(stack.first), ids_.end());
+      bool duplicate = false;
+      for (ThreadStack& seen : stacks_) {
+        if (seen.native_id == stack.native_id && seen.ident == stack.ident) {
+          if (stack.depth > seen.depth) seen = stack;  // the bound state has frames; the spare none
+          duplicate = true;
+        }
+      }
+      if (!duplicate) stacks_.push_back(stack);
+    }
+    cpuprof_unlock_thread_list();
+  }
+
+  // Pass two, the list unlocked: the Python objects.
+  PyObject* result() const {
+    PyObject* threads = PyList_New(0);
+    if (threads == nullptr) return nullptr;
+    for (const ThreadStack& stack : stacks_) {
+      PyObject* entry = Py_BuildValue("(kky#)", stack.ident, stack.native_id,
+                                      reinterpret_cast<const char*>(ids_.data() + stack.first),
+                                      static_cast<Py_ssize_t>(stack.depth * sizeof(uint32_t)));
+      if (entry == nullptr || PyList_Append(threads, entry) != 0) {
+        Py_XDECREF(entry);
+        Py_DECREF(threads);
+        return nullptr;
+      }
+      Py_DECREF(entry);
+    }
+    return threads;
+  }
+
+  PyObject* frames(Py_ssize_t first) const {
+    PyObject* out = PyList_New(0);
+    if (out == nullptr) return nullptr;
+    for (size_t id = static_cast<size_t>(first < 0 ? 0 : first); id < frames_.size(); ++id) {
+      const auto& [code, line] = frames_[id];
+      PyObject* entry = code == nullptr ? Py_BuildValue("(ssi)", "(frame table full)", "", 0)
+                                        : Py_BuildValue("(OOi)", code->co_qualname, code->co_filename, line);
+      if (entry == nullptr || PyList_Append(out, entry) != 0) {
+        Py_XDECREF(entry);
+        Py_DECREF(out);
+        return nullptr;
+      }
+      Py_DECREF(entry);
+    }
+    return out;
+  }
+
+ private:
+  // (code, instruction index) -> frame id: the lookup every read makes.
+  std::unordered_map<std::pair<const void*, int>, uint32_t, PairHash> by_instruction_;
+  // (code, line) -> frame id: two instructions of one line are one frame.
+  std::unordered_map<std::pair<const void*, int>, uint32_t, PairHash> by_line_;
+  std::vector<std::pair<PyCodeObject*, int>> frames_{{nullptr, 0}};  // id 0: no room
+  std::vector<ThreadStack> stacks_;
+  std::vector<uint32_t> ids_;
+};
+
 bool python_stacks_supported() { return true; }
+PythonFrameTable* new_python_frame_table() { return new PythonFrameTable; }
+void free_python_frame_table(PythonFrameTable* table) { delete table; }
 
-PyObject* read_python_stacks(unsigned long skip_ident) {
-  PyObject* threads = PyList_New(0);
-  if (threads == nullptr) return nullptr;
-  uint32_t ids[kMaxDepth];
-  for (PyThreadState* thread = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); thread != nullptr;
-       thread = PyThreadState_Next(thread)) {
-    if (thread->thread_id == skip_ident) continue;
-    int depth = 0;
-    for (_PyInterpreterFrame* frame = innermost_frame(thread); frame != nullptr && depth < kMaxDepth;
-         frame = frame->previous) {
-      PyCodeObject* code = code_of(frame);
-      if (code != nullptr) ids[depth++] = frame_id(code, _PyInterpreterFrame_LASTI(frame));
-    }
-    for (int i = 0, j = depth - 1; i < j; ++i, --j) std::swap(ids[i], ids[j]);
-    PyObject* entry = Py_BuildValue("(kky#)", thread->thread_id, thread->native_thread_id,
-                                    reinterpret_cast<const char*>(ids), static_cast<Py_ssize_t>(depth) * 4);
-    if (entry == nullptr || PyList_Append(threads, entry) != 0) {
-      Py_XDECREF(entry);
-      Py_DECREF(threads);
-      return nullptr;
-    }
-    Py_DECREF(entry);
-  }
-  return threads;
+PyObject* read_python_stacks(PythonFrameTable* table, unsigned long skip_ident) {
+  table->walk(skip_ident);
+  return table->result();
 }
 
-PyObject* python_frame_table(Py_ssize_t first) {
-  const auto& frames = table().frames;
-  PyObject* out = PyList_New(0);
-  if (out == nullptr) return nullptr;
-  for (size_t id = static_cast<size_t>(first < 0 ? 0 : first); id < frames.size(); ++id) {
-    const auto& [code, line] = frames[id];
-    PyObject* entry = code == nullptr ? Py_BuildValue("(ssi)", "(frame table full)", "", 0)
-                                      : Py_BuildValue("(OOi)", code->co_qualname, code->co_filename, line);
-    if (entry == nullptr || PyList_Append(out, entry) != 0) {
-      Py_XDECREF(entry);
-      Py_DECREF(out);
-      return nullptr;
-    }
-    Py_DECREF(entry);
-  }
-  return out;
-}
-
-void clear_python_frame_table() {
-  FrameTable& t = table();
-  for (auto& [code, line] : t.frames) Py_XDECREF(code);
-  t.frames.assign(1, {nullptr, 0});
-  t.by_instruction.clear();
-  t.by_line.clear();
-}
+PyObject* python_frame_table(PythonFrameTable* table, Py_ssize_t first) { return table->frames(first); }
 
 #else  // another CPython: the caller reads sys._current_frames() itself
 
+class PythonFrameTable {};
 bool python_stacks_supported() { return false; }
-PyObject* read_python_stacks(unsigned long) {
+PythonFrameTable* new_python_frame_table() { return new PythonFrameTable; }
+void free_python_frame_table(PythonFrameTable* table) { delete table; }
+PyObject* read_python_stacks(PythonFrameTable*, unsigned long) {
   PyErr_SetString(PyExc_NotImplementedError, "no native Python frame reader for this Python");
   return nullptr;
 }
-PyObject* python_frame_table(Py_ssize_t) { return PyList_New(0); }
-void clear_python_frame_table() {}
+PyObject* python_frame_table(PythonFrameTable*, Py_ssize_t) { return PyList_New(0); }
 
 #endif
 

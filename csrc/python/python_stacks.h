@@ -1,4 +1,4 @@
-// The Python stack of every thread of the interpreter, read by the caller, which holds the GIL.
+// The Python stack of every thread of the interpreter, read by a caller that holds the GIL.
 //
 // Why native: reading frames from Python (sys._current_frames(), f_back, f_lineno) cost about
 // 80 µs per read of a decode's 24 frames, 1.5 µs a frame, most of it line-number lookups and
@@ -6,9 +6,11 @@
 // coming back from an op may wait. Here a frame is a few loads and a lookup of its (code,
 // instruction) in a table, and the line is looked up once per instruction ever seen.
 //
-// With the GIL held no thread pushes or pops a Python frame and no thread state is freed, so the
-// chain is read as it is. The layout of a frame is CPython's own (internal headers), checked at
-// build time for the version built against.
+// With the GIL held no thread pushes or pops a Python frame, and a thread state is unlinked by a
+// thread that holds the GIL, or under the interpreter's lock on its list of thread states, which
+// the walk takes (thread_list_lock.h). The walk makes no Python object, so nothing in it can run
+// the garbage collector or give the GIL away. The layout of a frame is CPython's own (internal
+// headers), for the version built against.
 #pragma once
 
 #include <Python.h>
@@ -19,15 +21,19 @@ namespace cpuprof {
 // caller walks sys._current_frames() itself.
 bool python_stacks_supported();
 
+// The frames one sampler has seen: (code, line) ids, each keeping its code object alive so that
+// its address names no other code while the table lives. One per sampler: two profiles in
+// sequence never share ids.
+class PythonFrameTable;
+PythonFrameTable* new_python_frame_table();
+void free_python_frame_table(PythonFrameTable* table);  // GIL held: releases the code objects
+
 // [(pthread ident, OS thread id, bytes of uint32 frame ids, root first)] for every thread but
-// `skip_ident`. A frame id indexes the table python_frame_table returns; id 0 is a frame the
-// bounded table had no room for. New reference, or nullptr with a Python exception set.
-PyObject* read_python_stacks(unsigned long skip_ident);
+// `skip_ident`. A frame id indexes python_frame_table's list; id 0 is a frame the bounded table
+// had no room for. New reference, or nullptr with a Python exception set.
+PyObject* read_python_stacks(PythonFrameTable* table, unsigned long skip_ident);
 
 // [(function qualified name, file name, line)] of the frame ids from `first` on. New reference.
-PyObject* python_frame_table(Py_ssize_t first);
-
-// Forgets every frame id and releases the code objects the table kept alive.
-void clear_python_frame_table();
+PyObject* python_frame_table(PythonFrameTable* table, Py_ssize_t first);
 
 }  // namespace cpuprof

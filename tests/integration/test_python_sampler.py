@@ -58,8 +58,8 @@ def make_sampler(reader: str) -> InProcessPythonSampler:
     Pythons the native one does not know)."""
     sampler = InProcessPythonSampler(HZ)
     if reader == "frames":
-        sampler._nat = None
-    elif sampler._nat is None:
+        sampler._reader = None
+    elif sampler._reader is None:
         pytest.skip(f"no native frame reader for Python {sys.version.split()[0]}")
     return sampler
 
@@ -68,7 +68,8 @@ def make_sampler(reader: str) -> InProcessPythonSampler:
 def test_each_read_is_the_threads_stack_at_its_time_even_in_pure_python(reader: str):
     sampler = make_sampler(reader)
     sampler.start()
-    phases = []
+    while sampler.samples < 1:  # a thread's first stack is placed at the first read, not before it
+        time.sleep(0.001)
     t0 = time.monotonic_ns()
     pure_python_spin(0.4)
     t1 = time.monotonic_ns()
@@ -76,8 +77,7 @@ def test_each_read_is_the_threads_stack_at_its_time_even_in_pure_python(reader: 
     t2 = time.monotonic_ns()
     trace = sampler.stop()
     phases = [("pure_python_spin", t0, t1), ("sleeper", t1, t2)]
-    me = threading.get_ident()
-    assert trace.idents[me] == threading.get_native_id()
+    me = next(key for key, os_id in trace.idents.items() if os_id == threading.get_native_id())
     assert trace.clock_error_ns == 0 and trace.errors == 0 and sampler.error is None
     changes = trace.changes[me]
     # Every moment of each phase, but a switch interval and two periods at either end (a change is
@@ -93,11 +93,11 @@ def test_each_read_is_the_threads_stack_at_its_time_even_in_pure_python(reader: 
             assert "test_each_read_is_the_threads_stack_at_its_time_even_in_pure_python" in names
             file, line = stack[-1][1], stack[-1][2]
             assert file == __file__ and line > 0
-    # A period's reads: the spin gives the GIL up only every switch interval, so at most one read
-    # per period and at least one per switch interval reach it.
-    seconds = (t2 - t0) / 1e9
-    assert seconds * min(HZ, 1 / sys.getswitchinterval()) * 0.5 <= trace.samples <= seconds * HZ * 1.1 + 2, \
-        trace.samples
+    # At most a read a period; in the spin one a period and a switch interval at best (the GIL is
+    # handed over at the interval), in the sleep one a period.
+    spin, sleep = (t1 - t0) / 1e9, (t2 - t1) / 1e9
+    at_best = spin / (1 / HZ + sys.getswitchinterval()) + sleep * HZ
+    assert 0.3 * at_best <= trace.samples <= (spin + sleep) * HZ * 1.1 + 3, (trace.samples, at_best)
 
 
 class Walker:
@@ -122,6 +122,7 @@ def test_the_native_read_is_the_interpreters_own_stack():
     nat = native.load()
     if not nat.python_stacks_supported():
         pytest.skip(f"no native frame reader for Python {sys.version.split()[0]} (3.11 to 3.13 have one)")
+    reader = nat.PythonFrameReader()
     done = threading.Event()
     threads = []
     for through_generator in (False, True):
@@ -131,10 +132,9 @@ def test_the_native_read_is_the_interpreters_own_stack():
         ready.wait(10)
         threads.append(thread)
     try:
-        nat.clear_python_frame_table()
         me = threading.get_ident()
-        read = {ident: (native_id, stack) for ident, native_id, stack in nat.read_python_stacks(me)}
-        table = nat.python_frame_table()
+        read = {ident: (native_id, stack) for ident, native_id, stack in reader.read(me)}
+        table = reader.frames()
         expected = []  # read while the thread still waits: a frame object is a live view
         f = sys._current_frames()[threads[0].ident]
         while f is not None:
@@ -162,8 +162,9 @@ def test_the_native_read_is_the_interpreters_own_stack():
     at = names.index("Walker.method")
     assert names[at + 1] == "Walker.method.<locals>.<genexpr>"
     assert names[at + 2:at + 33] == ["Walker.method.<locals>.inner"] * 31
-    nat.clear_python_frame_table()
-    assert nat.python_frame_table() == [("(frame table full)", "", 0)]
+    # another reader has a table of its own
+    assert nat.PythonFrameReader().frames() == [("(frame table full)", "", 0)]
+    assert len(reader.frames()) == len(table) and reader.frames(1) == table[1:]
 
 
 @pytest.mark.parametrize("reader", ["native", "frames"])
@@ -179,12 +180,14 @@ def test_a_thread_started_after_the_sampler_is_named_by_its_os_id(reader: str):
     t = threading.Thread(target=late_thread)
     t.start()
     t.join()
+    time.sleep(0.05)  # reads after its end
     trace = sampler.stop()
-    assert t.ident in trace.changes
-    assert trace.idents[t.ident] == ids["native"]
-    assert any(stack and stack[-1][0] == "sleeper" for _, stack in trace.changes[t.ident])
+    key = next(key for key, os_id in trace.idents.items() if os_id == ids["native"])
+    changes = trace.changes[key]
+    assert any(stack and stack[-1][0] == "sleeper" for _, stack in changes)
+    assert changes[-1][1] == ()  # gone: no stack from then on
     # the sampler never reads itself
-    assert sampler._thread.ident not in trace.changes
+    assert sampler._thread.ident not in trace.changes and sampler.native_id not in trace.changes
     assert not any(name == "InProcessPythonSampler._run" for changes in trace.changes.values()
                    for _, stack in changes for name, _, _ in stack)
 
@@ -208,14 +211,15 @@ SCRIPT = textwrap.dedent("""
             return read
         sampler._read_natively, sampler._read_frames = failing(real_native), failing(real_frames)
 
+    # Each stretch lasts 0.4 s of the main thread's CPU time, however much of a CPU it gets.
     def pure_python_stretch():
-        end = time.monotonic() + 0.4
-        while time.monotonic() < end:
+        end = time.thread_time() + 0.4
+        while time.thread_time() < end:
             pass
 
     def op_caller():
-        end = time.monotonic() + 0.4
-        while time.monotonic() < end:
+        end = time.thread_time() + 0.4
+        while time.thread_time() < end:
             torch.mm(a, a)
 
     with cpuprof.profile("task-clock", timeline=2000, python_stacks=True, python_hz=200, sample_hz=1000) as prof:
@@ -268,7 +272,7 @@ def test_samples_between_ops_carry_the_pure_python_function_that_ran(stretches: 
     assert mm_total >= 200 and mm_under >= 0.95 * mm_total, (mm_under, mm_total)
     # No op ran in the pure-Python stretch: an op's sample under it is one from either edge, where
     # the change is placed halfway between two reads up to a switch interval apart (~1 % here).
-    assert misplaced <= 0.03 * mm_total, (misplaced, mm_total)
+    assert misplaced <= 0.05 * mm_total, (misplaced, mm_total)
     # The sampler's thread is cpuprof's, like the collector: not profiled (it ran beside the ops and
     # would count as their worker), its CPU in the overhead line instead. The team is T0 and its
     # one OpenMP worker.
@@ -285,4 +289,8 @@ def test_a_sampler_fault_is_one_line_and_keeps_what_it_read(tmp_path: Path):
     profile = Profile.load(tmp_path)
     py = profile.sampling.python
     assert py.samples == 20 and py.errors == 1 and py.joined > 0  # the first 20 reads still name the first op_caller
+    assert "injected fault" in py.stopped
+    out = subprocess.run([sys.executable, "-m", "cpuprof", "report", str(tmp_path), "--format", "markdown"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "the Python sampler stopped before the profile did" in out.stdout, out.stderr
     assert any(op.name == "aten::mm" for op in profile.ops)

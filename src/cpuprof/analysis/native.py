@@ -170,10 +170,13 @@ def native_section(summary: NativeSummary | None) -> Section | None:
              "(frame pointers or a stack scan where code has none, as JIT code)"]
     py = s.python
     if py is not None and py.error is None:
-        placed = ("read on the op timeline's clock" if py.cpu_ns is not None
-                  else f"placed on the op timeline within ±{fmt_ns(py.clock_error_ns)}")
+        placed = ("read on the op timeline's clock (a change placed halfway between the two reads around it)"
+                  if py.cpu_ns is not None else f"placed on the op timeline within ±{fmt_ns(py.clock_error_ns)}")
         lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), {placed}, and joined to "
                      f"{py.joined:,} samples of the op-running threads ({py.unmatched:,} found no Python stack)")
+        if py.stopped:
+            lines.append(f"the Python sampler stopped before the profile did ({py.stopped}): later samples have no "
+                         "Python frames")
     notes = []
     if summary.outermost_share is not None:
         notes.append(f"user stacks unwound to their outermost frame or the Python interpreter in "

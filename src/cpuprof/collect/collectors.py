@@ -193,8 +193,13 @@ class PythonStacks:
             return
         from .python_sampler import InProcessPythonSampler
 
-        self._recorder = InProcessPythonSampler(self.hz)
-        self._recorder.start()
+        recorder = InProcessPythonSampler(self.hz)
+        try:
+            recorder.start()
+        except RuntimeError as exc:  # no thread could be started
+            self.error = f"the in-process Python sampler could not start: {exc}"
+            return
+        self._recorder = recorder
 
     @property
     def recording(self) -> bool:
@@ -217,6 +222,8 @@ class PythonStacks:
             self._trace = recorder.stop()
         except PySpyError as exc:
             self.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - the in-process sampler's stacks could not be resolved
+            self.error = f"the in-process Python sampler failed: {type(exc).__name__}: {exc}"
         self.error = self.error or getattr(recorder, "error", None)
 
     def contribute(self, profile: Profile) -> None:

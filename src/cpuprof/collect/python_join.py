@@ -27,10 +27,12 @@ class PythonTrace:
     samples: int  # stacks read
     errors: int  # samples that could not be read
     clock_error_ns: int  # the alignment's half-width: a stack change is placed within this
-    # pthread ident -> [(monotonic ns, stack root first as (function, file, line))], in time order
+    # thread key (py-spy's: the pthread ident) -> [(monotonic ns, stack root first as (function,
+    # file, line))], in time order
     changes: dict[int, list[tuple[int, tuple[tuple[str, str, int], ...]]]] = field(default_factory=dict)
-    idents: dict[int, int] = field(default_factory=dict)  # pthread ident -> OS thread id
+    idents: dict[int, int] = field(default_factory=dict)  # thread key -> OS thread id
     cpu_ns: int | None = None  # the sampler's own CPU time, where it ran in the process
+    stopped: str | None = None  # why the sampler stopped before the profile did (its stacks kept)
 
 
 def failed(profile: Profile, source: str, hz: int, error: str) -> None:
@@ -45,7 +47,8 @@ def join(profile: Profile, trace: PythonTrace) -> None:
     if stacks is None or sampling is None:
         return
     info = PythonSampling(source=trace.version, hz=trace.hz, samples=trace.samples, errors=trace.errors,
-                          clock_error_ns=trace.clock_error_ns, cpu_ns=trace.cpu_ns)
+                          clock_error_ns=trace.clock_error_ns, cpu_ns=trace.cpu_ns,
+                          stopped=trace.stopped)
     sampling.python = info
     timeline = stacks.timeline
     if timeline is None or not timeline.path:

@@ -12,7 +12,8 @@ The price is the GIL. The sampler takes it once a period for the tens of microse
 lasts (30-45 µs for a decode's 24 frames, whose caches the weights have emptied; about 100 µs of
 the sampler thread's CPU per period with its sleep and wake). A thread inside an ATen op has
 released the GIL (torch's bindings drop it around every op) and does not notice; a thread running
-Python gives it up at its next op call, or after ``sys.getswitchinterval()`` (5 ms) at worst.
+Python gives it up at its next op call, or at ``sys.getswitchinterval()`` (5 ms), later only if a
+C call holds it longer.
 Reads therefore fall where the GIL was free: inside ops, or a switch interval into a stretch of
 pure Python. Each is the thread's true stack at the read's time, which is what the join needs.
 
@@ -54,7 +55,11 @@ def _name_this_thread(name: bytes) -> None:
 
 
 class InProcessPythonSampler:
-    """A daemon thread that reads every other Python thread's stack ``hz`` times a second."""
+    """A daemon thread that reads every other Python thread's stack ``hz`` times a second.
+
+    A thread's changes are keyed by its OS thread id where the native reader gives it with every
+    read (a pthread ident is reused as soon as its thread ends; an OS id far less often), else by
+    its pthread ident, whose OS id is looked up from threading's own list."""
 
     def __init__(self, hz: int) -> None:
         from .. import native
@@ -63,23 +68,22 @@ class InProcessPythonSampler:
         self._period_s = 1.0 / hz
         self._stopping = False  # read after each sleep: stop() waits at most MAX_SLEEP_S
         nat = native.load()
-        # CPython 3.11 to 3.13: the frames read natively (see csrc/python/python_stacks.h);
-        # elsewhere through sys._current_frames(), a few times slower.
-        self._nat = nat if nat.python_stacks_supported() else None
+        # CPython 3.11 to 3.13: the frames read natively, with a table of its own (see
+        # csrc/python/python_stacks.h); elsewhere through sys._current_frames(), a few times slower.
+        self._reader = nat.PythonFrameReader() if nat.python_stacks_supported() else None
         self._frames: dict[tuple[str, str, int], tuple[str, str, int]] = {}
         self._stacks: dict[object, object] = {}  # interned: a stack unchanged is the same object
         self._changes: dict[int, deque[tuple[int, object]]] = {}
-        self._last: dict[int, tuple[int, object]] = {}  # ident -> (time of the last read, its stack)
-        self._idents: dict[int, int] = {}
+        self._last: dict[int, tuple[int, object]] = {}  # key -> (time of the last read, its stack)
+        self._os_ids: dict[int, int] = {}  # key -> OS thread id
         self.samples = 0
         self.error: str | None = None
         self.cpu_ns = 0  # the sampler thread's CPU time, read as it ends
         self._thread = threading.Thread(target=self._run, name="cpuprof-python", daemon=True)
 
     def start(self) -> None:
-        if self._nat is not None:
-            self._nat.clear_python_frame_table()
-        self._remember_threads()
+        if self._reader is None:
+            self._remember_threads()
         self._thread.start()
 
     @property
@@ -90,14 +94,15 @@ class InProcessPythonSampler:
     def _remember_threads(self) -> None:
         for t in threading.enumerate():
             if t.ident is not None and t.native_id is not None:
-                self._idents[t.ident] = t.native_id
+                self._os_ids[t.ident] = t.native_id
 
     def _run(self) -> None:
         _name_this_thread(b"cpuprof-python")
         me = threading.get_ident()
         period = self._period_s
         wake = time.monotonic() + period
-        read = self._read_natively if self._nat is not None else self._read_frames
+        read = self._read_natively if self._reader is not None else self._read_frames
+        nothing: object = b"" if self._reader is not None else ()
         try:
             while True:
                 # A plain sleep, in slices of at most MAX_SLEEP_S so that stop() waits little at low
@@ -107,8 +112,12 @@ class InProcessPythonSampler:
                 if self._stopping:
                     break
                 now = time.monotonic_ns()
-                for ident, stack in read(me):
-                    self._note(ident, now, stack)
+                seen = set()
+                for key, stack in read(me):
+                    self._note(key, now, stack)
+                    seen.add(key)
+                for key in self._last.keys() - seen:  # gone, or no longer running Python: no stack
+                    self._note(key, now, nothing)
                 self.samples += 1
                 wake += period
                 now_s = time.monotonic()
@@ -120,11 +129,12 @@ class InProcessPythonSampler:
             self.cpu_ns = time.thread_time_ns()
 
     def _read_natively(self, me: int) -> list[tuple[int, object]]:
-        assert self._nat is not None
-        threads = self._nat.read_python_stacks(me)
-        for ident, native_id, _ in threads:
-            self._idents[ident] = native_id
-        return [(ident, stack) for ident, _, stack in threads]
+        assert self._reader is not None
+        read = []
+        for _, os_id, stack in self._reader.read(me):
+            self._os_ids[os_id] = os_id
+            read.append((os_id, stack))
+        return read
 
     def _read_frames(self, me: int) -> list[tuple[int, object]]:
         frame_of = self._frames
@@ -132,7 +142,7 @@ class InProcessPythonSampler:
         for ident, frame in sys._current_frames().items():
             if ident == me:
                 continue
-            if ident not in self._idents:
+            if ident not in self._os_ids:
                 self._learn(ident)
             walked: list[tuple[str, str, int]] = []
             f: FrameType | None = frame
@@ -146,41 +156,43 @@ class InProcessPythonSampler:
         return read
 
     def _learn(self, ident: int) -> None:
-        """A thread started after the sampler: its OS id while it still runs (an ident is reused)."""
+        """A thread started after the sampler: its OS id while it still runs."""
         thread = threading._active.get(ident)  # type: ignore[attr-defined]  # no public lookup by ident
         if thread is not None and thread.native_id is not None:
-            self._idents[ident] = thread.native_id
+            self._os_ids[ident] = thread.native_id
 
-    def _note(self, ident: int, now: int, stack: object) -> None:
+    def _note(self, key: int, now: int, stack: object) -> None:
         """A read's stack; a change since the last read is placed halfway between the two."""
         stack = self._stacks.setdefault(stack, stack)
-        last = self._last.get(ident)
+        last = self._last.get(key)
         if last is None:
-            self._changes.setdefault(ident, deque(maxlen=MAX_CHANGES_PER_THREAD)).append((now, stack))
+            self._changes.setdefault(key, deque(maxlen=MAX_CHANGES_PER_THREAD)).append((now, stack))
         elif last[1] is not stack:
-            self._changes[ident].append(((last[0] + now) // 2, stack))
-        self._last[ident] = (now, stack)
+            self._changes[key].append(((last[0] + now) // 2, stack))
+        self._last[key] = (now, stack)
 
     def _resolve(self) -> dict[int, list[tuple[int, Stack]]]:
         """The stacks as (function, file, line) tuples, root first."""
-        if self._nat is None:
-            return {ident: [(t, cast(Stack, s)) for t, s in changes] for ident, changes in self._changes.items()}
-        table = [(name, file, line) for name, file, line in self._nat.python_frame_table()]
-        self._nat.clear_python_frame_table()
+        if self._reader is None:
+            return {key: [(t, cast(Stack, s)) for t, s in changes] for key, changes in self._changes.items()}
+        table = self._reader.frames()
         resolved: dict[object, Stack] = {}
         for packed in self._stacks:
             ids = array.array("I")
             ids.frombytes(cast(bytes, packed))
             resolved[packed] = tuple(table[i] for i in ids)
-        return {ident: [(t, resolved[s]) for t, s in changes] for ident, changes in self._changes.items()}
+        return {key: [(t, resolved[s]) for t, s in changes] for key, changes in self._changes.items()}
 
     def stop(self) -> PythonTrace:
         self._stopping = True
         self._thread.join()
-        self._remember_threads()
+        if self._reader is None:
+            self._remember_threads()
+        changes = self._resolve()
+        self._reader = None  # its table, and the code objects it keeps alive, go with it
         return PythonTrace(version=f"{SOURCE} (Python {sys.version.split()[0]})", hz=self.hz,
                            samples=self.samples, errors=1 if self.error else 0, clock_error_ns=0,
-                           changes=self._resolve(), idents=dict(self._idents), cpu_ns=self.cpu_ns)
+                           changes=changes, idents=dict(self._os_ids), cpu_ns=self.cpu_ns, stopped=self.error)
 
 
 __all__ = ["MAX_CHANGES_PER_THREAD", "SOURCE", "InProcessPythonSampler"]

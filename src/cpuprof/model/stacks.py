@@ -93,6 +93,7 @@ class PythonSampling:
     # The in-process sampler's own CPU time (its thread's CPU clock), reading stacks with the GIL
     # held; None for py-spy, whose process cpuprof does not measure.
     cpu_ns: int | None = None
+    stopped: str | None = None  # why the sampler stopped before the profile did; its stacks are kept
 
 
 @dataclass
