@@ -62,6 +62,15 @@ PyCodeObject* code_of(_PyInterpreterFrame* frame) {
 #endif
 }
 
+// Appends `entry` (a new reference, or nullptr with an exception set) to `list` and drops it; on
+// failure releases the list too, so the caller returns nullptr.
+bool append_new(PyObject* list, PyObject* entry) {
+  const bool appended = entry != nullptr && PyList_Append(list, entry) == 0;
+  Py_XDECREF(entry);
+  if (!appended) Py_DECREF(list);
+  return appended;
+}
+
 }  // namespace
 
 class PythonFrameTable {
@@ -131,12 +140,7 @@ class PythonFrameTable {
       PyObject* entry = Py_BuildValue("(kky#)", stack.ident, stack.native_id,
                                       reinterpret_cast<const char*>(ids_.data() + stack.first),
                                       static_cast<Py_ssize_t>(stack.depth * sizeof(uint32_t)));
-      if (entry == nullptr || PyList_Append(threads, entry) != 0) {
-        Py_XDECREF(entry);
-        Py_DECREF(threads);
-        return nullptr;
-      }
-      Py_DECREF(entry);
+      if (!append_new(threads, entry)) return nullptr;
     }
     return threads;
   }
@@ -148,12 +152,7 @@ class PythonFrameTable {
       const auto& [code, line] = frames_[id];
       PyObject* entry = code == nullptr ? Py_BuildValue("(ssi)", "(frame table full)", "", 0)
                                         : Py_BuildValue("(OOi)", code->co_qualname, code->co_filename, line);
-      if (entry == nullptr || PyList_Append(out, entry) != 0) {
-        Py_XDECREF(entry);
-        Py_DECREF(out);
-        return nullptr;
-      }
-      Py_DECREF(entry);
+      if (!append_new(out, entry)) return nullptr;
     }
     return out;
   }

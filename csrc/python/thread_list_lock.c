@@ -12,7 +12,9 @@
 
 void cpuprof_lock_thread_list(void) {
 #if PY_VERSION_HEX >= 0x030D0000
-  HEAD_LOCK(&_PyRuntime);
+  /* Not HEAD_LOCK: its slow path is not exported. This one's, if it must wait, lets the GIL go
+   * while it waits and takes it back before returning. */
+  PyMutex_Lock(&_PyRuntime.interpreters.mutex);
 #else
   PyThread_acquire_lock(_PyRuntime.interpreters.mutex, WAIT_LOCK);
 #endif
@@ -20,7 +22,7 @@ void cpuprof_lock_thread_list(void) {
 
 void cpuprof_unlock_thread_list(void) {
 #if PY_VERSION_HEX >= 0x030D0000
-  HEAD_UNLOCK(&_PyRuntime);
+  PyMutex_Unlock(&_PyRuntime.interpreters.mutex);
 #else
   PyThread_release_lock(_PyRuntime.interpreters.mutex);
 #endif
