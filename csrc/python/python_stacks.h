@@ -1,9 +1,9 @@
 // The Python stack of every thread of the interpreter, read by a caller that holds the GIL.
 //
-// Why native: reading frames from Python (sys._current_frames(), f_back, f_lineno) cost about
-// 80 µs per read of a decode's 24 frames, 1.5 µs a frame, most of it line-number lookups and
-// frame objects made for the walk; each of those microseconds the GIL is held is one a thread
-// coming back from an op may wait. Here a frame is a few loads and a lookup of its (code,
+// Why native: reading frames from Python (sys._current_frames(), f_back, f_lineno) cost 86 µs
+// per read of a decode's 24 frames, against 28 µs here (benches/bench_python_read.py), most of it
+// line-number lookups and frame objects made for the walk; each of those microseconds the GIL is
+// held is one a thread coming back from an op may wait. Here a frame is a few loads and a lookup of its (code,
 // instruction) in a table, and the line is looked up once per instruction ever seen.
 //
 // With the GIL held no thread pushes or pops a Python frame, and a thread state is unlinked by a

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from .python_join import PythonTrace
+from .python_join import PythonTrace, thread_os_ids
 
 MARKER = "_cpuprof_clock_marker"
 _PR_SET_PTRACER = 0x59616D61
@@ -153,9 +153,7 @@ class PySpyRecorder:
         return f"py-spy failed: {text}"
 
     def _remember_threads(self) -> None:
-        for t in threading.enumerate():
-            if t.ident is not None and t.native_id is not None:
-                self._idents[t.ident] = t.native_id
+        self._idents.update(thread_os_ids())
 
     def _kill(self) -> None:
         if self._proc.poll() is None:

@@ -10,6 +10,7 @@ Python state and get none: their samples already name the op they worked for.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +34,12 @@ class PythonTrace:
     idents: dict[int, int] = field(default_factory=dict)  # thread key -> OS thread id
     cpu_ns: int | None = None  # the sampler's own CPU time, where it ran in the process
     stopped: str | None = None  # why the sampler stopped before the profile did (its stacks kept)
+
+
+def thread_os_ids() -> dict[int, int]:
+    """pthread ident -> OS thread id of every thread threading knows of now (a sampler keyed by
+    ident learns its threads' OS ids from this, at start and at stop)."""
+    return {t.ident: t.native_id for t in threading.enumerate() if t.ident is not None and t.native_id is not None}
 
 
 def failed(profile: Profile, source: str, hz: int, error: str) -> None:

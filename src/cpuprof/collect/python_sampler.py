@@ -9,8 +9,9 @@ of cpuprof's that holds it reads every other thread's chain as it is (natively o
 process, no ptrace (which containers often refuse).
 
 The price is the GIL. The sampler takes it once a period for the tens of microseconds a read
-lasts (30-45 µs for a decode's 24 frames, whose caches the weights have emptied; about 100 µs of
-the sampler thread's CPU per period with its sleep and wake). A thread inside an ATen op has
+lasts (28 µs for a decode's 24 frames, whose caches the weights have emptied, and 44 µs more of
+the sampler thread's CPU per period to sleep, wake and take the GIL back: see
+benches/bench_python_read.py). A thread inside an ATen op has
 released the GIL (torch's bindings drop it around every op) and does not notice; a thread running
 Python gives it up at its next op call, or at ``sys.getswitchinterval()`` (5 ms), later only if a
 C call holds it longer.
@@ -33,7 +34,7 @@ from collections import deque
 from types import FrameType
 from typing import cast
 
-from .python_join import PythonTrace
+from .python_join import PythonTrace, thread_os_ids
 
 SOURCE = "in-process"
 # A stack change kept per thread at most (about 70 bytes each, the stacks themselves interned):
@@ -92,9 +93,7 @@ class InProcessPythonSampler:
         return self._thread.native_id
 
     def _remember_threads(self) -> None:
-        for t in threading.enumerate():
-            if t.ident is not None and t.native_id is not None:
-                self._os_ids[t.ident] = t.native_id
+        self._os_ids.update(thread_os_ids())
 
     def _run(self) -> None:
         _name_this_thread(b"cpuprof-python")
