@@ -13,7 +13,8 @@ Variants, interleaved in one process with the order rotated every round:
   py-spy            py-spy record --nonblocking at 100 Hz on this process, alone
   cpuprof{k=v;...}  cpuprof default with cpuprof.profile()'s keyword arguments changed, to measure one
                     lever beside the others: "cpuprof{record_shapes=0}", "cpuprof{sample_hz=250;stack_bytes=4096}";
-                    test hooks too: "cpuprof{eager_workers=1}", "cpuprof{mode=exact;read_sleeping=1}"
+                    test hooks too: "cpuprof{eager_workers=1}", "cpuprof{mode=exact;read_sleeping=1}",
+                    "cpuprof{python_stacks=1;no_op_callers=1}"
 
 Only generate() is timed (profiler start and stop are not), through transformers' streamer: one
 time per token, so tokens/s is over the decode steps after the warm-up ones. Each round runs every
@@ -84,8 +85,10 @@ def _cpuprof_defaults():  # noqa: ANN202
 # Not options of profile(): older ways of the native core, through its test hooks, for side-by-side
 # runs. eager_workers: sampled mode settles every OpenMP worker at every op boundary (before issue
 # 20's lazy charging); read_sleeping: exact mode reads every team member's clock at every boundary,
-# asleep or not.
-TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members"}
+# asleep or not; no_op_callers: Python frames from the sampler's reads alone, without each op's
+# caller recorded by the op hook (before it did).
+TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members",
+              "no_op_callers": "inject_no_python_callers"}
 
 
 def custom_options(name: str) -> dict[str, object]:
@@ -241,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in names:
         if results[n].note:
             shares = [float(m.group(1)) for note in results[n].note if (m := re.search(r"collector ([\d.]+)%", note))]
-            print(f"  {n}: {results[n].note[-1]} (last round); collector {median(shares):.1f}% of a CPU, median "
-                  f"of {len(shares)} rounds ({span(shares, '{:.1f}')})")
+            hooks = [float(m.group(1)) for note in results[n].note if (m := re.search(r"hook ([\d.]+) µs/op", note))]
+            print(f"  {n}: {results[n].note[-1]} (last round); medians of {len(shares)} rounds: collector "
+                  f"{median(shares):.1f}% of a CPU ({span(shares, '{:.1f}')}), hook {median(hooks):.2f} µs/op "
+                  f"({span(hooks, '{:.2f}')})")
     print()
     for name, floor, what in (("cpuprof default", 0.98, "cpuprof's default mode"),
                               ("cpuprof+python", 0.95, "cpuprof with Python frames (in-process, the default)"),

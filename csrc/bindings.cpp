@@ -17,6 +17,7 @@
 #include "common/limits.h"
 #include "perf/perf_events.h"
 #include "perf/sample_record.h"
+#include "python/python_callers.h"
 #include "python/python_stacks.h"
 #include "roofs/stream_kernels.h"
 #include "sources/memory_hook.h"
@@ -430,6 +431,29 @@ PYBIND11_MODULE(_native, m) {
            "[(ident, native id, bytes of uint32 frame ids root first)] of every thread but skip_ident.")
       .def("frames", &PythonFrameReader::frames, py::arg("first") = 0,
            "[(qualified name, file, line)] of the frame ids from first on.");
+  m.def("python_callers_supported", &python_callers_supported);
+  m.def("start_python_callers", &start_python_callers,
+        "Records each op's Python caller from now on (python/python_callers.h); before the session starts.");
+  m.def("stop_python_callers", &stop_python_callers, "Stops recording op callers; after the session stopped.");
+  m.def("release_python_callers", &release_python_callers, "Frees the op callers' rings and table once drained.");
+  m.def("inject_no_python_callers", &inject_no_python_callers, py::arg("on"),
+        "Test hook: while on, start_python_callers records nothing (runs joined by the sampler's reads alone).");
+  m.def(
+      "drain_python_callers",
+      [] {
+        PyObject* drained = drain_python_callers();
+        if (drained == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::list>(drained);
+      },
+      "[(OS thread id, bytes of (int64 ns, uint32 chain, uint32 0) records, changes lost)] since the last drain.");
+  m.def(
+      "python_caller_chains",
+      [](Py_ssize_t first) {
+        PyObject* chains = python_caller_chains(first);
+        if (chains == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::list>(chains);
+      },
+      py::arg("first") = 0, "[[(qualified name, file, line) root first]] of the chain ids from first on.");
   m.def(
       "stream_seconds",
       [](const std::string& kernel, size_t array_bytes, int threads, int repetitions) {

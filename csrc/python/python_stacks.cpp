@@ -1,19 +1,16 @@
-// See python_stacks.h. The one C++ unit that reads CPython's internal frame layout.
+// See python_stacks.h.
 #define PY_SSIZE_T_CLEAN
 #define Py_BUILD_CORE 1
 #include "python/python_stacks.h"
 
-// A free-threaded build has no GIL to freeze the other threads' frames while they are read.
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
-#define CPUPROF_NATIVE_PYTHON_FRAMES 1
-#include <internal/pycore_frame.h>
-#endif
+#include "python/interpreter_frames.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
+#include "python/list_append.h"
 #include "python/thread_list_lock.h"
 
 namespace cpuprof {
@@ -40,36 +37,6 @@ struct ThreadStack {
   size_t first;
   size_t depth;
 };
-
-_PyInterpreterFrame* innermost_frame(PyThreadState* thread) {
-#if PY_VERSION_HEX >= 0x030D0000
-  return thread->current_frame;
-#else
-  return thread->cframe != nullptr ? thread->cframe->current_frame : nullptr;
-#endif
-}
-
-PyCodeObject* code_of(_PyInterpreterFrame* frame) {
-#if PY_VERSION_HEX >= 0x030C0000
-  if (frame->owner == FRAME_OWNED_BY_CSTACK) return nullptr;  // a C call's shim frame
-#endif
-  if (_PyFrame_IsIncomplete(frame)) return nullptr;  // being set up: not running yet
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* code = frame->f_executable;
-  return code != nullptr && PyCode_Check(code) ? reinterpret_cast<PyCodeObject*>(code) : nullptr;
-#else
-  return frame->f_code;
-#endif
-}
-
-// Appends `entry` (a new reference, or nullptr with an exception set) to `list` and drops it; on
-// failure releases the list too, so the caller returns nullptr.
-bool append_new(PyObject* list, PyObject* entry) {
-  const bool appended = entry != nullptr && PyList_Append(list, entry) == 0;
-  Py_XDECREF(entry);
-  if (!appended) Py_DECREF(list);
-  return appended;
-}
 
 }  // namespace
 

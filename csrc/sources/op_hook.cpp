@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "sources/op_source.h"
@@ -14,6 +15,7 @@ namespace cpuprof {
 namespace {
 
 at::CallbackHandle g_handle = 0;
+std::atomic<OpBeginObserver> g_begin_observer{nullptr};
 
 // Sizes that can be read without throwing or calling into Python: nested tensors, symbolic
 // shapes (torch.compile) and Python-dispatch subclasses are described without dims.
@@ -122,9 +124,24 @@ void describe_inputs(const at::RecordFunction& fn, OpEntry& entry) {
   }
 }
 
+// Whether the thread's innermost open frame is an op rather than a region (a region's frame
+// opens a region for its children: child_region is its own entry). Frames that ended out of order
+// and wait to be popped are not open; frames too deep to be kept are taken for ops.
+bool inside_op(const DispatchState& state) {
+  if (state.local_depth > kMaxDepth) return true;
+  for (int d = state.local_depth - 1; d >= 0; --d) {
+    const Frame& frame = state.frames[d];
+    if (!frame.done) return frame.child_region != frame.entry;
+  }
+  return false;
+}
+
 std::unique_ptr<at::ObserverContext> on_begin(const at::RecordFunction& fn) {
   with_op_stack(Boundary::Begin, [&](Session& session, DispatchState& state, int64_t enter_ns) {
     const bool is_region = fn.scope() == at::RecordScope::USER_SCOPE;
+    if (const OpBeginObserver observe = g_begin_observer.load(std::memory_order_relaxed); observe && !is_region) {
+      observe(enter_ns, inside_op(state));
+    }
     bool shapes = session.record_shapes() && !is_region;
     const char* name = fn.name();
     uint64_t hash = hash_name(name);
@@ -166,6 +183,8 @@ void install_op_hook(bool needs_inputs) {
           .needsInputs(needs_inputs)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
 }
+
+void set_op_begin_observer(OpBeginObserver observer) { g_begin_observer.store(observer, std::memory_order_release); }
 
 void remove_op_hook() {
   if (g_handle == 0) return;

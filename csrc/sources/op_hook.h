@@ -1,6 +1,8 @@
 // The RecordFunction callbacks that feed every ATen op into the session.
 #pragma once
 
+#include <cstdint>
+
 namespace cpuprof {
 
 // Registers global callbacks for ATen ops and user regions (torch.profiler.record_function and
@@ -8,5 +10,12 @@ namespace cpuprof {
 // the main cost of record_shapes, as in torch.profiler.
 void install_op_hook(bool needs_inputs);
 void remove_op_hook();
+
+// Called at every ATen op's begin (not a region's), on its thread, inside the hook's measured
+// time, with the begin time and whether the thread's innermost open frame is an op (not a region):
+// how the Python callers of ops are recorded (python/python_callers.h) without this unit knowing
+// Python. Null: nobody observes.
+using OpBeginObserver = void (*)(int64_t enter_ns, bool inside_op);
+void set_op_begin_observer(OpBeginObserver observer);
 
 }  // namespace cpuprof

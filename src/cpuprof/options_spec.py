@@ -349,8 +349,9 @@ PROFILING: tuple[Option, ...] = (
                           f"{defaults.PYTHON_HZ} with --flamegraph)", (ProfileOptions, "python_hz"),
            type=non_negative_int, metavar="HZ", default=None),
     Option("--python-sampler", "who reads the Python stacks: in-process (default; a thread of cpuprof's in {program} "
-                               "takes the GIL for each read, tens of µs) or py-spy (from outside, no GIL, but its "
-                               "own CPU time competes with {program}'s where no CPU is spare, and it needs ptrace)",
+                               "takes the GIL for each read, tens of µs, and each op's own caller is recorded at its "
+                               "begin, exact) or py-spy (from outside, no GIL, reads only, but its own CPU time "
+                               "competes with {program}'s where no CPU is spare, and it needs ptrace)",
            (ProfileOptions, "python_sampler"), choices=defaults.PYTHON_SAMPLERS),
     Option("--no-shapes", "do not key ops by their inputs", (ProfileOptions, "record_shapes"), action="store_false"),
     Option("--timeline", "keep the last N op spans of each op-running thread (default %(default)s)",

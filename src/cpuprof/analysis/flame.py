@@ -165,7 +165,8 @@ def flame_graph(profile: Profile, weight: str = "samples", thread: str | None = 
         parts.append(f"{profile.sampling.samples:,} samples at {profile.sampling.hz} Hz per thread")
         py = profile.sampling.python
         if py is not None:
-            parts.append(f"Python frames: {py.source} at {py.hz} Hz" if not py.error else "no Python frames")
+            callers = "each op's caller, and " if py.op_caller_changes else ""
+            parts.append(f"Python frames: {callers}{py.source} at {py.hz} Hz" if not py.error else "no Python frames")
     return FlameGraph(stacks=stacks, unit=weight_unit(profile, weight),
                       title=title or f"cpuprof: {what}, {threads}, weighted by {weight}", subtitle="; ".join(parts),
                       exporter=f"cpuprof {profile.meta.cpuprof_version}")

@@ -174,6 +174,12 @@ def native_section(summary: NativeSummary | None) -> Section | None:
                   if py.cpu_ns is not None else f"placed on the op timeline within ±{fmt_ns(py.clock_error_ns)}")
         lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), {placed}, and joined to "
                      f"{py.joined:,} samples of the op-running threads ({py.unmatched:,} found no Python stack)")
+        if py.op_caller_changes:
+            lost = (f"; {py.op_callers_lost:,} changes were lost to a full buffer, their samples took the reads"
+                    if py.op_callers_lost else "")
+            lines.append(f"{py.op_callers:,} of those samples were inside ops and took the Python caller recorded at "
+                         f"their op's begin (exact; {py.op_caller_changes:,} changes of caller recorded), the rest "
+                         f"the sampler's reads{lost}")
         if py.stopped:
             lines.append(f"the Python sampler stopped before the profile did ({py.stopped}): later samples have no "
                          "Python frames")

@@ -1,8 +1,10 @@
 """Python stacks (py-spy's, or the in-process sampler's) joined to cpuprof's samples of the same
 threads, by time.
 
-Each sample of a dispatching thread in the sample timeline takes the Python stack the sampler had
-last seen on that thread at the sample's time. The stack counts (which hold every sample, while the
+Each sample of a dispatching thread in the sample timeline takes a Python stack: inside an op, the
+caller the op hook recorded at that op's begin where there is one (exact, see
+csrc/python/python_callers.h); elsewhere the stack the sampler had last seen on that thread at the
+sample's time. The stack counts (which hold every sample, while the
 timeline keeps the newest) are then split in the proportions their timeline samples show; a
 count none of whose samples is in the timeline keeps no Python frames. OpenMP workers have no
 Python state and get none: their samples already name the op they worked for.
@@ -15,7 +17,11 @@ from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..model import Profile, PythonFrame, PythonSampling, PythonSplit
+
+CALLBACKS_OP = 2  # the op id of "[cpuprof callbacks]" (model/stacks.py): an op's begin or end is running
 
 
 @dataclass
@@ -34,6 +40,12 @@ class PythonTrace:
     idents: dict[int, int] = field(default_factory=dict)  # thread key -> OS thread id
     cpu_ns: int | None = None  # the sampler's own CPU time, where it ran in the process
     stopped: str | None = None  # why the sampler stopped before the profile did (its stacks kept)
+    # The op hook's records (in-process sampler only): OS thread id -> (op begin ns of each change
+    # of op caller, its chain id), numpy int64 arrays in time order; and the chains by id, root
+    # first, None where the caller is not known from that change on (a gap, or no Python frame)
+    op_callers: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    op_caller_chains: list[tuple[tuple[str, str, int], ...] | None] = field(default_factory=lambda: [None])
+    op_callers_lost: int = 0  # changes the op hook could not record (a full ring)
 
 
 def thread_os_ids() -> dict[int, int]:
@@ -55,7 +67,9 @@ def join(profile: Profile, trace: PythonTrace) -> None:
         return
     info = PythonSampling(source=trace.version, hz=trace.hz, samples=trace.samples, errors=trace.errors,
                           clock_error_ns=trace.clock_error_ns, cpu_ns=trace.cpu_ns,
-                          stopped=trace.stopped)
+                          stopped=trace.stopped, op_callers_lost=trace.op_callers_lost,
+                          op_caller_changes=sum(sum(1 for c in chains.tolist() if trace.op_caller_chains[c] is not None)
+                                                for _, chains in trace.op_callers.values()))
     sampling.python = info
     timeline = stacks.timeline
     if timeline is None or not timeline.path:
@@ -68,6 +82,22 @@ def join(profile: Profile, trace: PythonTrace) -> None:
         if stat.role == "dispatch" and ident is not None and ident in trace.changes:
             changes = trace.changes[ident]
             changes_of[index] = ([t for t, _ in changes], [s for _, s in changes])
+    # Each timeline sample's op caller chain id (0: none), looked up for all samples at once.
+    sample_ns = np.asarray(timeline.time_ns, dtype=np.int64)
+    sample_thread = np.asarray(timeline.thread, dtype=np.int64)
+    caller_of_sample = np.zeros(len(sample_ns), dtype=np.int64)
+    for index, stat in enumerate(profile.threads):
+        if stat.role != "dispatch" or stat.tid not in trace.op_callers:
+            continue
+        times, chain_ids = trace.op_callers[stat.tid]
+        mine = np.flatnonzero(sample_thread == index)
+        at = np.searchsorted(times, sample_ns[mine], side="right") - 1
+        caller_of_sample[mine] = np.where(at >= 0, chain_ids[np.maximum(at, 0)], 0)
+    caller_chains = trace.op_caller_chains
+    # Where the op hook's caller holds: inside an op, or in cpuprof's callbacks inside one. Inside a
+    # region but no op, or between ops, Python runs past the last op's caller: the reads hold there.
+    op_ids = {op.id for op in profile.ops if op.kind == "op"}
+    path_in_op = [bool(p) and p[-1] in op_ids for p in stacks.paths]
 
     count_of = {(c.thread, c.path, c.stack, c.op): k for k, c in enumerate(stacks.counts)}
     frame_index: dict[tuple[str, str, int], int] = {}
@@ -75,17 +105,22 @@ def join(profile: Profile, trace: PythonTrace) -> None:
     stacks.python_frames, stacks.python_stacks = [], [[]]
     seen: Counter[tuple[int, int]] = Counter()  # (count, python stack) -> timeline samples
     dispatch = {i for i, t in enumerate(profile.threads) if t.role == "dispatch"}
-    for t, thread, path, stack, op in zip(timeline.time_ns, timeline.thread, timeline.path, timeline.stack,
-                                          timeline.op, strict=True):
+    for t, thread, path, stack, op, caller in zip(timeline.time_ns, timeline.thread, timeline.path, timeline.stack,
+                                                  timeline.op, caller_of_sample.tolist(), strict=True):
         if thread not in dispatch:
             continue
         count = count_of.get((thread, path, stack, op))
-        known = changes_of.get(thread)
-        python: tuple[tuple[str, str, int], ...] = ()
-        if known is not None:
-            at = bisect_right(known[0], t) - 1
-            if at >= 0:
-                python = known[1][at]
+        in_op = op in op_ids or (op == CALLBACKS_OP and path < len(path_in_op) and path_in_op[path])
+        python = caller_chains[caller] if caller and in_op else None
+        if python is not None:
+            info.op_callers += 1
+        if python is None:
+            python = ()
+            known = changes_of.get(thread)
+            if known is not None:
+                read_at = bisect_right(known[0], t) - 1
+                if read_at >= 0:
+                    python = known[1][read_at]
         if not python:
             info.unmatched += 1
         else:

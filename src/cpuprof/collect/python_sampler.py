@@ -18,6 +18,14 @@ C call holds it longer.
 Reads therefore fall where the GIL was free: inside ops, or a switch interval into a stretch of
 pure Python. Each is the thread's true stack at the read's time, which is what the join needs.
 
+A read every 10 ms cannot say which Python line called the op a sample landed in, though, when the
+program changes Python function every few tens of microseconds (a decode's modules): joined by time
+alone, an ``aten::mm`` sample would sit under whatever module the last read saw. So where frames
+are read natively, the op hook also records each op's Python caller at its begin, when it differs
+from the thread's last op's (csrc/python/python_callers.h), and the sampler drains those records
+at every period; the join gives samples inside ops their op's caller, and the reads cover the rest
+(Python between ops, threads that run no ops).
+
 A read's stack holds until the next read's: a change seen at read i happened after read i-1, so
 it is placed halfway between the two (off by at most half their distance either way, like
 py-spy's). The times are CLOCK_MONOTONIC, the op timeline's clock: no alignment.
@@ -34,6 +42,8 @@ from collections import deque
 from types import FrameType
 from typing import cast
 
+import numpy as np
+
 from .python_join import PythonTrace, thread_os_ids
 
 SOURCE = "in-process"
@@ -43,6 +53,11 @@ SOURCE = "in-process"
 MAX_CHANGES_PER_THREAD = 400_000
 _PR_SET_NAME = 15
 MAX_SLEEP_S = 0.05
+# Op-caller changes kept per thread (16 bytes each, 32 MB at most): a decode makes a few thousand a
+# second, so this is minutes of them, more than the sample timeline (the newest samples) spans at
+# the default rates. Beyond it the oldest drains go; a sample older than what is kept takes the reads.
+MAX_OP_CALLER_CHANGES = 2_000_000
+_CALLER_RECORD = np.dtype([("ns", "<i8"), ("chain", "<u4"), ("unused", "<u4")])  # python_callers.h's
 
 Stack = tuple[tuple[str, str, int], ...]
 
@@ -72,6 +87,11 @@ class InProcessPythonSampler:
         # CPython 3.11 to 3.13: the frames read natively, with a table of its own (see
         # csrc/python/python_stacks.h); elsewhere through sys._current_frames(), a few times slower.
         self._reader = nat.PythonFrameReader() if nat.python_stacks_supported() else None
+        self._nat = nat if self._reader is not None and nat.python_callers_supported() else None
+        # OS thread id -> the drained records, (op begin ns, chain id, 0) each, oldest first
+        self._callers: dict[int, deque[np.ndarray]] = {}
+        self._caller_count: dict[int, int] = {}
+        self.op_callers_lost = 0
         self._frames: dict[tuple[str, str, int], tuple[str, str, int]] = {}
         self._stacks: dict[object, object] = {}  # interned: a stack unchanged is the same object
         self._changes: dict[int, deque[tuple[int, object]]] = {}
@@ -85,7 +105,20 @@ class InProcessPythonSampler:
     def start(self) -> None:
         if self._reader is None:
             self._remember_threads()
-        self._thread.start()
+        if self._nat is not None:
+            try:
+                self._nat.start_python_callers()
+            except RuntimeError:  # another profile in this process records them: the reads alone
+                self._nat = None
+        try:
+            self._thread.start()
+        except RuntimeError:
+            self._stop_callers()
+            raise
+
+    def _stop_callers(self) -> None:
+        if self._nat is not None:
+            self._nat.stop_python_callers()
 
     @property
     def native_id(self) -> int | None:
@@ -118,6 +151,7 @@ class InProcessPythonSampler:
                 for key in self._last.keys() - seen:  # gone, or no longer running Python: no stack
                     self._note(key, now, nothing)
                 self.samples += 1
+                self._drain_callers()
                 wake += period
                 now_s = time.monotonic()
                 if wake < now_s:  # the GIL was held long: no burst of catch-up reads after it
@@ -154,6 +188,24 @@ class InProcessPythonSampler:
             read.append((ident, tuple(walked)))
         return read
 
+    def _drain_callers(self) -> None:
+        """Moves the op hook's caller records into this sampler's arrays (a ring holds seconds)."""
+        if self._nat is None:
+            return
+        lost = 0
+        for tid, records, thread_lost in self._nat.drain_python_callers():
+            lost += thread_lost
+            if not records:
+                continue
+            chunks = self._callers.setdefault(tid, deque())
+            chunk = np.frombuffer(records, dtype=_CALLER_RECORD)
+            chunks.append(chunk)
+            count = self._caller_count.get(tid, 0) + len(chunk)
+            while count > MAX_OP_CALLER_CHANGES and len(chunks) > 1:
+                count -= len(chunks.popleft())
+            self._caller_count[tid] = count
+        self.op_callers_lost = lost
+
     def _learn(self, ident: int) -> None:
         """A thread started after the sampler: its OS id while it still runs."""
         thread = threading._active.get(ident)  # type: ignore[attr-defined]  # no public lookup by ident
@@ -182,16 +234,39 @@ class InProcessPythonSampler:
             resolved[packed] = tuple(table[i] for i in ids)
         return {key: [(t, resolved[s]) for t, s in changes] for key, changes in self._changes.items()}
 
+    def _resolve_callers(self) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], list[Stack | None]]:
+        """Each thread's op-caller changes as (op begin ns, chain id) arrays, and the chains by id
+        (None for id 0, "not known from here on", and for a chain with no Python frame)."""
+        if self._nat is None:
+            return {}, [None]
+        chains: list[Stack | None] = [None]
+        chains += [tuple(tuple(frame) for frame in chain) or None for chain in self._nat.python_caller_chains(1)]
+        changes = {}
+        for tid, chunks in self._callers.items():
+            records = np.concatenate(list(chunks))
+            changes[tid] = (records["ns"].astype(np.int64), records["chain"].astype(np.int64))
+        return changes, chains
+
     def stop(self) -> PythonTrace:
+        """Called once the native session has stopped, so that no op hook runs any more and the
+        last drain of op callers is complete."""
         self._stopping = True
-        self._thread.join()
+        try:
+            self._thread.join()
+        finally:
+            self._stop_callers()  # even when interrupted: a later profile could not record them
+        self._drain_callers()
         if self._reader is None:
             self._remember_threads()
         changes = self._resolve()
+        op_callers, chains = self._resolve_callers()
+        if self._nat is not None:
+            self._nat.release_python_callers()
         self._reader = None  # its table, and the code objects it keeps alive, go with it
         return PythonTrace(version=f"{SOURCE} (Python {sys.version.split()[0]})", hz=self.hz,
                            samples=self.samples, errors=1 if self.error else 0, clock_error_ns=0,
-                           changes=changes, idents=dict(self._os_ids), cpu_ns=self.cpu_ns, stopped=self.error)
+                           changes=changes, idents=dict(self._os_ids), cpu_ns=self.cpu_ns, stopped=self.error,
+                           op_callers=op_callers, op_caller_chains=chains, op_callers_lost=self.op_callers_lost)
 
 
-__all__ = ["MAX_CHANGES_PER_THREAD", "SOURCE", "InProcessPythonSampler"]
+__all__ = ["MAX_CHANGES_PER_THREAD", "MAX_OP_CALLER_CHANGES", "SOURCE", "InProcessPythonSampler"]

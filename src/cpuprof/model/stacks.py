@@ -94,6 +94,11 @@ class PythonSampling:
     # held; None for py-spy, whose process cpuprof does not measure.
     cpu_ns: int | None = None
     stopped: str | None = None  # why the sampler stopped before the profile did; its stacks are kept
+    # Samples inside ops given the Python caller the op hook recorded at their op's begin (exact),
+    # of `joined`; the other joined samples took the sampler's last read.
+    op_callers: int = 0
+    op_caller_changes: int = 0  # changes of op caller the op hook recorded
+    op_callers_lost: int = 0  # changes it could not record (a full ring): the reads cover them
 
 
 @dataclass

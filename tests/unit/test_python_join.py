@@ -1,0 +1,93 @@
+"""The join of Python stacks to samples (collect/python_join.py), on a hand-built profile whose
+answer is known sample by sample: inside an op a sample takes the caller the op hook recorded at
+that op's begin; outside ops, inside a region only, or where the op hook's record has a gap, it
+takes the sampler's read; a worker thread takes none."""
+
+from __future__ import annotations
+
+import numpy as np
+from profiles import MS, make_profile
+
+from cpuprof.collect.python_join import PythonTrace, join
+from cpuprof.model import NativeFrame, SampleTimeline, Sampling, StackCount, Stacks
+
+CALLER = (("main", "app.py", 3), ("Model.forward", "model.py", 40), ("Linear.forward", "linear.py", 12))
+LATER_CALLER = (("main", "app.py", 3), ("Model.forward", "model.py", 41), ("Norm.forward", "norm.py", 7))
+READ = (("main", "app.py", 3), ("tokenize", "app.py", 9))
+
+MM, REGION, OUTSIDE = 5, 6, 1
+IN_MM_PATH, REGION_PATH, NO_PATH = 1, 2, 0
+
+
+def profile_with(samples: list[tuple[int, int, int, int]]):
+    """(time ms, thread, path, op) samples, one native stack; a count per (thread, path, op)."""
+    p = make_profile("sampled")
+    p.sampling = Sampling(hz=100, stack_bytes=8192, samples=len(samples), lost=0)
+    keys = sorted({(thread, path, op) for _, thread, path, op in samples})
+    counts = [StackCount(stack=1, path=path, thread=thread, op=op,
+                         samples=sum(1 for s in samples if s[1:] == (thread, path, op)), cpu_ns=0)
+              for thread, path, op in keys]
+    p.stacks = Stacks(frames=[NativeFrame("gemm", "libx.so", "compute")], stacks=[[], [0]],
+                      paths=[[], [REGION, MM], [REGION]], counts=counts,
+                      timeline=SampleTimeline(time_ns=[t * MS for t, *_ in samples], thread=[s[1] for s in samples],
+                                              op=[s[3] for s in samples], stack=[1] * len(samples),
+                                              cpu_us=[10_000] * len(samples), path=[s[2] for s in samples]))
+    return p, {key: k for k, key in enumerate(keys)}
+
+
+def python_of(p, count: int) -> list[tuple[tuple[str, str, int], ...]]:
+    stacks = p.stacks
+    out = []
+    for split in stacks.python_splits:
+        if split.count == count:
+            frames = tuple((f.function, f.file, f.line) for f in
+                           (stacks.python_frames[i] for i in reversed(stacks.python_stacks[split.stack])))
+            out += [frames] * split.samples
+    return out
+
+
+def trace(changes: list[tuple[int, tuple | None]]) -> PythonTrace:
+    """The op hook's records of thread tid 10: (ms, stack or None for a gap) per change."""
+    chains: list = [None]
+    ids = []
+    for _, stack in changes:
+        if stack is None:
+            ids.append(0)
+        else:
+            if stack not in chains:
+                chains.append(stack)
+            ids.append(chains.index(stack))
+    op_callers = {10: (np.array([ms * MS for ms, _ in changes], dtype=np.int64), np.array(ids, dtype=np.int64))}
+    return PythonTrace(version="in-process (test)", hz=100, samples=10, errors=0, clock_error_ns=0,
+                       changes={77: [(0, READ)]}, idents={77: 10}, cpu_ns=1, op_callers=op_callers,
+                       op_caller_chains=chains)
+
+
+def test_inside_an_op_the_ops_recorded_caller_elsewhere_the_read():
+    # thread 0 dispatches (tid 10), thread 1 is its worker
+    samples = [(10, 0, IN_MM_PATH, MM), (20, 0, IN_MM_PATH, MM), (30, 0, NO_PATH, OUTSIDE),
+               (40, 0, REGION_PATH, REGION), (50, 0, IN_MM_PATH, MM), (60, 1, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    join(p, trace([(5, CALLER), (45, LATER_CALLER)]))
+    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER, CALLER, LATER_CALLER]
+    assert python_of(p, count[(0, NO_PATH, OUTSIDE)]) == [READ]  # Python between ops: the read
+    assert python_of(p, count[(0, REGION_PATH, REGION)]) == [READ]  # Python inside a region, no op
+    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == []  # a worker has no Python stack
+    info = p.sampling.python
+    assert (info.joined, info.unmatched, info.op_callers, info.op_caller_changes) == (5, 0, 3, 2)
+
+
+def test_a_gap_in_the_op_hooks_record_falls_back_to_the_read():
+    samples = [(10, 0, IN_MM_PATH, MM), (20, 0, IN_MM_PATH, MM), (30, 0, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    # the ring was full from 15 ms (a gap: None) until a change recorded at 25 ms
+    join(p, trace([(5, CALLER), (15, None), (25, LATER_CALLER)]))
+    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER, READ, LATER_CALLER]
+    assert p.sampling.python.op_callers == 2
+    assert p.sampling.python.op_caller_changes == 2  # the gap is not a change of caller
+
+
+def test_a_sample_before_the_first_recorded_caller_takes_the_read():
+    p, count = profile_with([(10, 0, IN_MM_PATH, MM), (30, 0, IN_MM_PATH, MM)])
+    join(p, trace([(20, CALLER)]))
+    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [READ, CALLER]
