@@ -1,7 +1,7 @@
 """The join of Python stacks to samples (collect/python_join.py), on a hand-built profile whose
 answer is known sample by sample: inside an op a sample takes the caller the op hook recorded at
 that op's begin; outside ops, inside a region only, or where the op hook's record has a gap, it
-takes the sampler's read; a worker thread takes none."""
+takes the sampler's read; a worker takes the caller of the op its one dispatching thread ran."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from profiles import MS, make_profile
 
 from cpuprof.collect.python_join import PythonTrace, join
-from cpuprof.model import NativeFrame, SampleTimeline, Sampling, StackCount, Stacks
+from cpuprof.model import NativeFrame, SampleTimeline, Sampling, StackCount, Stacks, ThreadStat
 
 CALLER = (("main", "app.py", 3), ("Model.forward", "model.py", 40), ("Linear.forward", "linear.py", 12))
 LATER_CALLER = (("main", "app.py", 3), ("Model.forward", "model.py", 41), ("Norm.forward", "norm.py", 7))
@@ -72,9 +72,32 @@ def test_inside_an_op_the_ops_recorded_caller_elsewhere_the_read():
     assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER, CALLER, LATER_CALLER]
     assert python_of(p, count[(0, NO_PATH, OUTSIDE)]) == [READ]  # Python between ops: the read
     assert python_of(p, count[(0, REGION_PATH, REGION)]) == [READ]  # Python inside a region, no op
-    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == []  # a worker has no Python stack
+    # the worker: the caller of the op its dispatching thread ran at the time
+    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == [LATER_CALLER]
     info = p.sampling.python
     assert (info.joined, info.unmatched, info.op_callers, info.op_caller_changes) == (5, 0, 3, 2)
+    assert info.workers_joined == 1
+
+
+def test_with_two_dispatching_threads_a_worker_takes_no_callers():
+    """Which of two dispatching threads a worker's sample worked for is not known sample by sample."""
+    samples = [(10, 0, IN_MM_PATH, MM), (20, 1, IN_MM_PATH, MM), (30, 2, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    p.threads[1].role = "dispatch"  # a second dispatching thread (tid 11), with neither callers nor reads
+    p.threads.append(ThreadStat(tid=13, name="worker", role="worker", counters={}))
+    join(p, trace([(5, CALLER)]))
+    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER]
+    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == [()]
+    assert python_of(p, count[(2, IN_MM_PATH, MM)]) == []  # the worker: not joined at all
+    assert p.sampling.python.workers_joined == 0
+
+
+def test_a_workers_sample_outside_ops_has_no_python_frames():
+    samples = [(10, 0, IN_MM_PATH, MM), (20, 1, NO_PATH, OUTSIDE), (30, 1, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    join(p, trace([(5, CALLER)]))
+    assert python_of(p, count[(1, NO_PATH, OUTSIDE)]) == [()]
+    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == [CALLER]
 
 
 def test_a_gap_in_the_op_hooks_record_falls_back_to_the_read():

@@ -177,9 +177,11 @@ def native_section(summary: NativeSummary | None) -> Section | None:
         if py.op_caller_changes:
             lost = (f"; {py.op_callers_lost:,} changes were lost to a full buffer, their samples took the reads"
                     if py.op_callers_lost else "")
+            workers = (f"; {py.workers_joined:,} samples of worker threads took the caller of the op they worked for"
+                       if py.workers_joined else "")
             lines.append(f"{py.op_callers:,} of those samples were inside ops and took the Python caller recorded at "
                          f"their op's begin (exact; {py.op_caller_changes:,} changes of caller recorded), the rest "
-                         f"the sampler's reads{lost}")
+                         f"the sampler's reads{lost}{workers}")
         if py.stopped:
             lines.append(f"the Python sampler stopped before the profile did ({py.stopped}): later samples have no "
                          "Python frames")

@@ -4,10 +4,12 @@ threads, by time.
 Each sample of a dispatching thread in the sample timeline takes a Python stack: inside an op, the
 caller the op hook recorded at that op's begin where there is one (exact, see
 csrc/python/python_callers.h); elsewhere the stack the sampler had last seen on that thread at the
-sample's time. The stack counts (which hold every sample, while the
+sample's time. A worker's samples inside ops take the caller of the op it worked for, where the
+profile has one dispatching thread. The stack counts (which hold every sample, while the
 timeline keeps the newest) are then split in the proportions their timeline samples show; a
-count none of whose samples is in the timeline keeps no Python frames. OpenMP workers have no
-Python state and get none: their samples already name the op they worked for.
+count none of whose samples is in the timeline keeps no Python frames. Workers have no Python of
+their own: without recorded callers (py-spy, other Pythons, several dispatching threads) they get
+no Python frames, and their samples still name the op they worked for.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import Profile, PythonFrame, PythonSampling, PythonSplit
+from ..model import Profile, PythonFrame, PythonSampling, PythonSplit, SampleTimeline
 
 CALLBACKS_OP = 2  # the op id of "[cpuprof callbacks]" (model/stacks.py): an op's begin or end is running
 
@@ -82,17 +84,7 @@ def join(profile: Profile, trace: PythonTrace) -> None:
         if stat.role == "dispatch" and ident is not None and ident in trace.changes:
             changes = trace.changes[ident]
             changes_of[index] = ([t for t, _ in changes], [s for _, s in changes])
-    # Each timeline sample's op caller chain id (0: none), looked up for all samples at once.
-    sample_ns = np.asarray(timeline.time_ns, dtype=np.int64)
-    sample_thread = np.asarray(timeline.thread, dtype=np.int64)
-    caller_of_sample = np.zeros(len(sample_ns), dtype=np.int64)
-    for index, stat in enumerate(profile.threads):
-        if stat.role != "dispatch" or stat.tid not in trace.op_callers:
-            continue
-        times, chain_ids = trace.op_callers[stat.tid]
-        mine = np.flatnonzero(sample_thread == index)
-        at = np.searchsorted(times, sample_ns[mine], side="right") - 1
-        caller_of_sample[mine] = np.where(at >= 0, chain_ids[np.maximum(at, 0)], 0)
+    caller_of_sample, followers = _op_callers_of_samples(profile, trace, timeline)
     caller_chains = trace.op_caller_chains
     # Where the op hook's caller holds: inside an op, or in cpuprof's callbacks inside one. Inside a
     # region but no op, or between ops, Python runs past the last op's caller: the reads hold there.
@@ -107,24 +99,25 @@ def join(profile: Profile, trace: PythonTrace) -> None:
     dispatch = {i for i, t in enumerate(profile.threads) if t.role == "dispatch"}
     for t, thread, path, stack, op, caller in zip(timeline.time_ns, timeline.thread, timeline.path, timeline.stack,
                                                   timeline.op, caller_of_sample.tolist(), strict=True):
-        if thread not in dispatch:
+        if thread not in dispatch and thread not in followers:
             continue
         count = count_of.get((thread, path, stack, op))
         in_op = op in op_ids or (op == CALLBACKS_OP and path < len(path_in_op) and path_in_op[path])
         python = caller_chains[caller] if caller and in_op else None
-        if python is not None:
-            info.op_callers += 1
-        if python is None:
-            python = ()
-            known = changes_of.get(thread)
-            if known is not None:
-                read_at = bisect_right(known[0], t) - 1
-                if read_at >= 0:
-                    python = known[1][read_at]
-        if not python:
-            info.unmatched += 1
+        if thread in followers:  # a worker: the caller of the op it worked for, or no Python frames
+            if python is None:
+                python = ()
+            else:
+                info.workers_joined += 1
         else:
-            info.joined += 1
+            if python is not None:
+                info.op_callers += 1
+            else:
+                python = _read_at(changes_of.get(thread), t)
+            if not python:
+                info.unmatched += 1
+            else:
+                info.joined += 1
         if count is None:
             continue
         key = tuple(_intern_frame(stacks.python_frames, frame_index, f) for f in reversed(python))
@@ -139,6 +132,40 @@ def join(profile: Profile, trace: PythonTrace) -> None:
         in_timeline[c] += n
     info.extrapolated = sum(stacks.counts[c].samples - n for c, n in in_timeline.items()
                             if stacks.counts[c].samples > n)
+
+
+def _read_at(known: tuple[list[int], list[tuple[tuple[str, str, int], ...]]] | None,
+             t: int) -> tuple[tuple[str, str, int], ...]:
+    """The stack the sampler's reads place on the thread at time ``t`` (empty before its first)."""
+    if known is None:
+        return ()
+    at = bisect_right(known[0], t) - 1
+    return known[1][at] if at >= 0 else ()
+
+
+def _op_callers_of_samples(profile: Profile, trace: PythonTrace,
+                           timeline: SampleTimeline) -> tuple[np.ndarray, set[int]]:
+    """Each timeline sample's op caller chain id at its time (0: none), looked up for all samples
+    at once; and the worker threads that take their dispatching thread's callers. A worker's
+    samples inside ops are work for the op its dispatching thread runs at that time, so they take
+    that op's caller, where the profile has one dispatching thread to take it from (with several,
+    which one a worker worked for is not known sample by sample)."""
+    sample_ns = np.asarray(timeline.time_ns, dtype=np.int64)
+    sample_thread = np.asarray(timeline.thread, dtype=np.int64)
+    caller_of_sample = np.zeros(len(sample_ns), dtype=np.int64)
+    dispatching = [i for i, stat in enumerate(profile.threads) if stat.role == "dispatch"]
+    followers: set[int] = set()
+    if len(dispatching) == 1 and profile.threads[dispatching[0]].tid in trace.op_callers:
+        followers = {i for i, stat in enumerate(profile.threads) if stat.role == "worker"}
+    for index in dispatching:
+        tid = profile.threads[index].tid
+        if tid not in trace.op_callers:
+            continue
+        times, chain_ids = trace.op_callers[tid]
+        mine = np.flatnonzero(np.isin(sample_thread, [index, *followers]))
+        at = np.searchsorted(times, sample_ns[mine], side="right") - 1
+        caller_of_sample[mine] = np.where(at >= 0, chain_ids[np.maximum(at, 0)], 0)
+    return caller_of_sample, followers
 
 
 def _intern_frame(frames: list[PythonFrame], index: dict[tuple[str, str, int], int],

@@ -99,6 +99,9 @@ class PythonSampling:
     op_callers: int = 0
     op_caller_changes: int = 0  # changes of op caller the op hook recorded
     op_callers_lost: int = 0  # changes it could not record (a full ring): the reads cover them
+    # Worker samples inside ops given the caller of the op their dispatching thread ran (where the
+    # profile has one dispatching thread and its op callers were recorded)
+    workers_joined: int = 0
 
 
 @dataclass
