@@ -52,19 +52,25 @@ static_assert(sizeof(CallerRecord) == 16, "caller records are 16 bytes");
 // One thread's changes of caller: its own thread writes, the drainer reads; no lock.
 struct ThreadCallers {
   pid_t tid = 0;
-  uint64_t hash = 0;  // the thread's last op's caller chain, touched by its own thread only
-  bool known = false;  // hash is the last change (recorded, or lost into a gap)
-  int64_t gap_ns = 0;  // when a change was lost; recorded as a gap once there is room
+  // The thread's last change of caller (recorded, or lost into a gap), touched by its own thread
+  // only while recording; read by the last drain once no op hook runs.
+  uint64_t hash = 0;
+  uint32_t chain = kUnknownChain;
+  bool known = false;
+  int64_t gap_ns = 0;  // when the first change since the last record was lost; 0: no gap open
   std::unique_ptr<CallerRecord[]> ring;
   alignas(64) std::atomic<uint64_t> head{0};
   alignas(64) std::atomic<uint64_t> tail{0};
   std::atomic<uint64_t> lost{0};
 
-  bool push(int64_t ns, uint32_t chain) {
+  // Records a change, after the gap record (chain 0 from the first lost change's time) where a
+  // gap is open. False, with the gap opened, when the ring has no room; `counted`: a new change
+  // (a retry of the one already lost is not lost twice).
+  bool push(int64_t ns, uint32_t chain_id, bool counted) {
     uint64_t at = head.load(std::memory_order_relaxed);
     const uint64_t needed = gap_ns != 0 ? 2 : 1;
     if (at - tail.load(std::memory_order_acquire) + needed > kRingRecords) {
-      lost.fetch_add(1, std::memory_order_relaxed);
+      if (counted) lost.fetch_add(1, std::memory_order_relaxed);
       if (gap_ns == 0) gap_ns = ns;
       return false;
     }
@@ -72,7 +78,7 @@ struct ThreadCallers {
       ring[at++ & (kRingRecords - 1)] = CallerRecord{gap_ns, kUnknownChain, 0};
       gap_ns = 0;
     }
-    ring[at++ & (kRingRecords - 1)] = CallerRecord{ns, chain, 0};
+    ring[at++ & (kRingRecords - 1)] = CallerRecord{ns, chain_id, 0};
     head.store(at, std::memory_order_release);
     return true;
   }
@@ -117,7 +123,8 @@ std::atomic<ThreadCallers*> g_threads[kMaxThreads];
 std::atomic<int> g_thread_count{0};
 std::atomic<uint64_t> g_generation{0};
 std::atomic<bool> g_injected_off{false};
-std::atomic<bool> g_active{false};  // between a start and its stop
+std::atomic<bool> g_stopped{false};  // stopped: no op hook writes any more, the last drain closes gaps
+std::atomic<bool> g_owned{false};  // from a start to its release: another start would free what is read
 std::atomic<bool> g_chains_full{false};  // no new chain is kept: a miss is unknown, without the lock
 
 struct ThreadBinding {
@@ -302,7 +309,12 @@ void observe_op_begin(int64_t enter_ns, bool inside_op) {
   if (me == nullptr) return;
   _PyInterpreterFrame* innermost = innermost_frame(thread);
   const uint64_t hash = innermost != nullptr ? hash_chain(innermost) : 0;
-  if (me->known && hash == me->hash) return;
+  const bool same = me->known && hash == me->hash;
+  if (same && me->gap_ns == 0) return;
+  if (same) {  // the caller whose change was lost: recorded again as soon as the ring has room
+    me->push(enter_ns, me->chain, false);
+    return;
+  }
   uint32_t chain = kUnknownChain;
   if (hash != 0) {
     chain = find_chain(hash);
@@ -310,10 +322,9 @@ void observe_op_begin(int64_t enter_ns, bool inside_op) {
       chain = g_chains_full.load(std::memory_order_relaxed) ? kUnknownChain : intern_chain(hash, innermost);
     }
   }
-  // A change that finds the ring full is lost once (it leaves a gap, closed by the next change
-  // that fits), not again at every op until there is room.
-  me->push(enter_ns, chain);
+  me->push(enter_ns, chain, true);
   me->hash = hash;
+  me->chain = chain;
   me->known = true;
 }
 
@@ -332,31 +343,31 @@ void free_threads() {
 bool python_callers_supported() { return true; }
 
 void start_python_callers() {
-  // Another profile's op hooks may be writing into the records this would free.
-  if (g_active.load(std::memory_order_acquire)) throw std::runtime_error("another profile records Python callers");
+  // Another profile's op hooks may be writing into the records this would free, or its sampler
+  // draining them.
+  if (g_owned.exchange(true, std::memory_order_acq_rel)) throw std::runtime_error("another profile records Python callers");
   free_threads();
   g_slots.reset(new ChainSlot[kChainSlots]);
   g_interned = std::make_unique<Interned>();
   g_chains_full.store(false, std::memory_order_relaxed);
+  g_stopped.store(false, std::memory_order_relaxed);
   g_generation.fetch_add(1, std::memory_order_release);
-  if (!g_injected_off.load(std::memory_order_relaxed)) {
-    g_active.store(true, std::memory_order_release);
-    set_op_begin_observer(observe_op_begin);
-  }
+  if (!g_injected_off.load(std::memory_order_relaxed)) set_op_begin_observer(observe_op_begin);
 }
 
 void release_python_callers() {
-  if (g_active.load(std::memory_order_acquire)) return;
+  set_op_begin_observer(nullptr);
   free_threads();
   g_slots.reset();
   g_interned.reset();
+  g_owned.store(false, std::memory_order_release);
 }
 
 void inject_no_python_callers(bool on) { g_injected_off.store(on, std::memory_order_relaxed); }
 
 void stop_python_callers() {
   set_op_begin_observer(nullptr);
-  g_active.store(false, std::memory_order_release);
+  g_stopped.store(true, std::memory_order_release);
 }
 
 PyObject* drain_python_callers() {
@@ -368,13 +379,21 @@ PyObject* drain_python_callers() {
     if (callers == nullptr) continue;
     const uint64_t from = callers->tail.load(std::memory_order_relaxed);
     const uint64_t to = callers->head.load(std::memory_order_acquire);
-    PyObject* records = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>((to - from) * sizeof(CallerRecord)));
+    // Once stopped (no hook writes any more), a gap still open is closed here: from its time on
+    // the caller is not known, though no later change came to record it.
+    const bool close_gap = g_stopped.load(std::memory_order_acquire) && callers->gap_ns != 0;
+    const uint64_t count = to - from + (close_gap ? 1 : 0);
+    PyObject* records = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(count * sizeof(CallerRecord)));
     if (records == nullptr) {
       Py_DECREF(out);
       return nullptr;
     }
     auto* into = reinterpret_cast<CallerRecord*>(PyBytes_AS_STRING(records));
     for (uint64_t at = from; at < to; ++at) *into++ = callers->ring[at & (kRingRecords - 1)];
+    if (close_gap) {
+      *into = CallerRecord{callers->gap_ns, kUnknownChain, 0};
+      callers->gap_ns = 0;
+    }
     callers->tail.store(to, std::memory_order_release);
     if (!append_new(out, Py_BuildValue("(iNK)", static_cast<int>(callers->tid), records,
                                        static_cast<unsigned long long>(callers->lost.load(std::memory_order_relaxed))))) {

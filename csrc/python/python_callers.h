@@ -26,14 +26,14 @@ bool python_callers_supported();
 
 // Clears what an earlier session recorded and starts observing op begins (op_hook.h). Call while
 // no op hook runs (before the native session starts). Throws std::runtime_error while an earlier
-// start has not been stopped (pybind11 makes it a RuntimeError).
+// start has not been released (pybind11 makes it a RuntimeError).
 void start_python_callers();
 // Test hook: while set, start_python_callers records nothing, so that a run joined by the
 // sampler's reads alone can be compared with one that has callers (the control of their tests and
 // benches).
 void inject_no_python_callers(bool on);
 // Stops observing. Call once no op hook runs any more (after the native session stopped) for the
-// last drain to be complete.
+// last drain to be complete: it also closes the gaps still open.
 void stop_python_callers();
 
 // [(OS thread id, bytes of (int64 ns, uint32 chain, uint32 0) records in time order, lost)] of
@@ -46,7 +46,8 @@ PyObject* drain_python_callers();
 // 0 is the empty list. New reference.
 PyObject* python_caller_chains(Py_ssize_t first);
 
-// Frees the rings and the chain table once stopped and drained (a no-op while recording).
+// Stops observing if not stopped, frees the rings and the chain table, and lets another start
+// record: after the last drain and the chains' names are read.
 void release_python_callers();
 
 }  // namespace cpuprof

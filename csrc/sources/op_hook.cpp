@@ -124,14 +124,15 @@ void describe_inputs(const at::RecordFunction& fn, OpEntry& entry) {
   }
 }
 
-// Whether the thread's innermost open frame is an op rather than a region (a region's frame
-// opens a region for its children: child_region is its own entry). Frames that ended out of order
-// and wait to be popped are not open; frames too deep to be kept are taken for ops.
+// Whether any op (not a region: a region's frame opens a region for its children, its
+// child_region is its own entry) is open on the thread: a region inside an op (record_function in
+// a Python kernel) is still the op's implementation. Frames that ended out of order and wait to
+// be popped are not open; frames too deep to be kept are taken for ops. A few frames at most.
 bool inside_op(const DispatchState& state) {
   if (state.local_depth > kMaxDepth) return true;
-  for (int d = state.local_depth - 1; d >= 0; --d) {
+  for (int d = 0; d < state.local_depth; ++d) {
     const Frame& frame = state.frames[d];
-    if (!frame.done) return frame.child_region != frame.entry;
+    if (!frame.done && frame.child_region != frame.entry) return true;
   }
   return false;
 }

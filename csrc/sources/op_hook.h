@@ -12,7 +12,7 @@ void install_op_hook(bool needs_inputs);
 void remove_op_hook();
 
 // Called at every ATen op's begin (not a region's), on its thread, inside the hook's measured
-// time, with the begin time and whether the thread's innermost open frame is an op (not a region):
+// time, with the begin time and whether an op (not a region) is open on the thread:
 // how the Python callers of ops are recorded (python/python_callers.h) without this unit knowing
 // Python. Null: nobody observes.
 using OpBeginObserver = void (*)(int64_t enter_ns, bool inside_op);

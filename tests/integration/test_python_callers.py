@@ -123,27 +123,42 @@ RING_SCRIPT = textwrap.dedent("""
     nat = native.load()
     x = torch.ones(4)
 
-    def alternate(n):
+    def alternate(n):  # every op a change of caller
         for _ in range(n):
             torch.add(x, x)
             torch.mul(x, x)
+
+    def repeat(n):  # one change, then the same caller
+        for _ in range(n):
+            torch.add(x, x)
 
     def records():
         (tid, raw, lost), = [d for d in nat.drain_python_callers() if d[1] or d[2]]
         return [struct.unpack_from("qII", raw, i)[:2] for i in range(0, len(raw), 16)], lost
 
     # Nobody drains during the profile (no sampler: the callers are started by hand), so the
-    # thread's ring fills; a drain then makes room, and the next change follows a gap record.
+    # thread's ring fills; a drain makes room.
+    out = {}
     nat.start_python_callers()
     with cpuprof.profile("task-clock", warn=False):
         alternate(40_000)  # 80,000 changes of caller, more than the ring holds
-        full, lost = records()
-        alternate(10)
-        after, lost_after = records()
+        out["full"], out["lost"] = records()
+        alternate(10)  # after the drain: a gap record, then the changes
+        out["after"], out["lost_after"] = records()
+        alternate(40_000)  # full again; then one more change, lost, and the same caller again
+        repeat(10)
+        out["full_again"], out["lost_again"] = records()
+        repeat(3)  # the lost change's caller, recorded once the ring has room
+        out["retried"], _ = records()
+        alternate(40_000)  # full again, and no change after it: the gap stays open until the stop
     nat.stop_python_callers()
-    print((len(full), lost, after[:2], len(after), lost_after))
+    out["at_stop"], _ = records()
     chains = nat.python_caller_chains()
-    print(([f[0] for f in chains[full[0][1]]], [f[0] for f in chains[after[1][1]]]))
+    out["names"] = [[f[0] for f in chains[c]] for c in (out["full"][0][1], out["after"][1][1], out["retried"][1][1])]
+    nat.release_python_callers()
+    # the record lists as (how many, the first two, the last)
+    print(repr({k: v if k in ("names", "lost", "lost_after", "lost_again", "retried") else (len(v), v[:2], v[-1])
+                for k, v in out.items()}))
 """)
 
 
@@ -151,12 +166,23 @@ def test_a_full_ring_loses_changes_and_marks_the_gap(tmp_path: Path):
     result = subprocess.run([sys.executable, "-c", RING_SCRIPT], capture_output=True, text=True, timeout=180,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
-    first, second = result.stdout.strip().splitlines()
-    kept, lost, after, kept_after, lost_after = ast.literal_eval(first)
-    assert kept == 65536 and 80_000 - 65536 <= lost <= 80_000 - 65536 + 10  # the ring holds 65,536
-    # after the drain: a gap record (chain 0, "not known") from the first lost change's time, then
-    # the next change, recorded as usual
-    (gap_ns, gap_chain), (next_ns, next_chain) = after
+    out = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    ring = 65536
+    kept, _, _ = out["full"]
+    assert kept == ring and 80_000 - ring <= out["lost"] <= 80_000 - ring + 10
+    # after a drain: a gap record (chain 0, "not known") from the first lost change's time, then
+    # the next change, recorded as usual; nothing more lost
+    kept_after, ((gap_ns, gap_chain), (next_ns, next_chain)), _ = out["after"]
     assert gap_chain == 0 and next_chain != 0 and gap_ns < next_ns
-    assert kept_after == 21 and lost_after == lost
-    assert ast.literal_eval(second) == (["<module>", "alternate"], ["<module>", "alternate"])
+    assert kept_after == 21 and out["lost_after"] == out["lost"]
+    # a caller repeated while the ring is full is lost once, not at every op
+    kept_again, _, _ = out["full_again"]
+    assert kept_again == ring
+    assert out["lost_again"] - out["lost"] == 80_000 - ring + 1
+    # ... and recorded as soon as there is room, though it did not change again
+    (gap_ns, gap_chain), (retry_ns, retry_chain) = out["retried"]
+    assert gap_chain == 0 and retry_chain != 0
+    # the stop closes a gap that no later change closed
+    kept_stop, _, (last_ns, last_chain) = out["at_stop"]
+    assert kept_stop == ring + 1 and last_chain == 0 and last_ns > retry_ns
+    assert out["names"] == [["<module>", "alternate"], ["<module>", "alternate"], ["<module>", "repeat"]]

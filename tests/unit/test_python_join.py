@@ -80,15 +80,42 @@ def test_inside_an_op_the_ops_recorded_caller_elsewhere_the_read():
 
 
 def test_with_two_dispatching_threads_a_worker_takes_no_callers():
-    """Which of two dispatching threads a worker's sample worked for is not known sample by sample."""
+    """Which of two dispatching threads that run Python a worker's sample worked for, the join
+    does not tell."""
     samples = [(10, 0, IN_MM_PATH, MM), (20, 1, IN_MM_PATH, MM), (30, 2, IN_MM_PATH, MM)]
     p, count = profile_with(samples)
-    p.threads[1].role = "dispatch"  # a second dispatching thread (tid 11), with neither callers nor reads
+    p.threads[1].role = "dispatch"  # a second dispatching thread (tid 11) that runs Python: read, no callers
+    p.threads.append(ThreadStat(tid=13, name="worker", role="worker", counters={}))
+    both = trace([(5, CALLER)])
+    both.idents[78], both.changes[78] = 11, [(0, READ)]
+    join(p, both)
+    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER]
+    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == [READ]
+    assert python_of(p, count[(2, IN_MM_PATH, MM)]) == []  # the worker: not joined at all
+    assert p.sampling.python.workers_joined == 0
+
+
+def test_a_dispatching_thread_that_runs_no_python_does_not_stop_the_workers_join():
+    """An OpenMP worker that ran an op of its own is a dispatching thread, with no Python: the one
+    that runs Python is still the one the workers work for."""
+    samples = [(10, 0, IN_MM_PATH, MM), (20, 1, IN_MM_PATH, MM), (30, 2, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    p.threads[1].role = "dispatch"  # tid 11: neither read nor recorded, so no Python
     p.threads.append(ThreadStat(tid=13, name="worker", role="worker", counters={}))
     join(p, trace([(5, CALLER)]))
-    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER]
-    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == [()]
-    assert python_of(p, count[(2, IN_MM_PATH, MM)]) == []  # the worker: not joined at all
+    assert python_of(p, count[(2, IN_MM_PATH, MM)]) == [CALLER]
+    assert p.sampling.python.workers_joined == 1
+
+
+def test_a_python_thread_that_runs_no_ops_is_not_a_follower():
+    """A Python thread the sampler reads (a tokenizer, a queue) that ran no op is a worker by role,
+    and its samples are charged to the op that ran meanwhile, but it was running its own Python."""
+    samples = [(10, 0, IN_MM_PATH, MM), (20, 1, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    with_reader = trace([(5, CALLER)])
+    with_reader.idents[79] = 11
+    join(p, with_reader)
+    assert python_of(p, count[(1, IN_MM_PATH, MM)]) == []
     assert p.sampling.python.workers_joined == 0
 
 

@@ -3,9 +3,10 @@ and the native frames its CPU was in.
 
 A sample on the dispatching thread reads, root first,
 ``[T0 python];<python frames>;mlp;aten::linear;aten::mm;<native frames below aten::mm>``, and on an
-OpenMP worker ``[T1 worker];mlp;aten::linear;aten::mm;<kernel or OpenMP wait>``: the ops are the
-ones the worker's dispatching thread had open when the sample was taken. On the dispatching thread
-the native frames rootward of the innermost op's own entry (``at::_ops::mm::call``) are the
+OpenMP worker ``[T1 worker];<python frames>;mlp;aten::linear;aten::mm;<kernel or OpenMP wait>``: the
+ops are the ones the worker's dispatching thread had open when the sample was taken, and the Python
+frames the caller recorded for the outermost of them (where there is one, see collect/python_join).
+On the dispatching thread the native frames rootward of the innermost op's own entry (``at::_ops::mm::call``) are the
 interpreter and the outer ops' dispatch, which the op path already says, so they are cut there.
 """
 
@@ -121,8 +122,8 @@ def merged_stacks(profile: Profile, weight: str = "samples", thread: str | None 
 
 
 def python_variants(profile: Profile) -> dict[int, list[tuple[tuple[FlameFrame, ...], float]]]:
-    """Per stack count: the Python stacks (root first) py-spy saw its samples under, with the
-    share of its samples each had. Counts py-spy saw nothing for are absent."""
+    """Per stack count: the Python stacks (root first) its samples were joined to, with the share
+    of its samples each had. Counts none of whose samples was joined are absent."""
     stacks = profile.stacks
     if stacks is None or not stacks.python_splits:
         return {}

@@ -175,7 +175,8 @@ def native_section(summary: NativeSummary | None) -> Section | None:
         lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), {placed}, and joined to "
                      f"{py.joined:,} samples of the op-running threads ({py.unmatched:,} found no Python stack)")
         if py.op_caller_changes:
-            lost = (f"; {py.op_callers_lost:,} changes were lost to a full buffer, their samples took the reads"
+            lost = (f"; {py.op_callers_lost:,} changes were lost to a full buffer, and until the next change recorded "
+                    "the samples took the reads"
                     if py.op_callers_lost else "")
             workers = (f"; {py.workers_joined:,} samples of worker threads took the caller of the op they worked for"
                        if py.workers_joined else "")
@@ -183,8 +184,10 @@ def native_section(summary: NativeSummary | None) -> Section | None:
                          f"their op's begin (exact; {py.op_caller_changes:,} changes of caller recorded), the rest "
                          f"the sampler's reads{lost}{workers}")
         if py.stopped:
+            kept = (", except inside ops, whose callers the op hook kept recording until its buffer was full"
+                    if py.op_caller_changes else "")
             lines.append(f"the Python sampler stopped before the profile did ({py.stopped}): later samples have no "
-                         "Python frames")
+                         f"Python frames{kept}")
     notes = []
     if summary.outermost_share is not None:
         notes.append(f"user stacks unwound to their outermost frame or the Python interpreter in "

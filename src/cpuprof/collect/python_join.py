@@ -5,7 +5,8 @@ Each sample of a dispatching thread in the sample timeline takes a Python stack:
 caller the op hook recorded at that op's begin where there is one (exact, see
 csrc/python/python_callers.h); elsewhere the stack the sampler had last seen on that thread at the
 sample's time. A worker's samples inside ops take the caller of the op it worked for, where the
-profile has one dispatching thread. The stack counts (which hold every sample, while the
+profile has one dispatching thread that runs Python (a worker gets no Python frames in a gap of
+the op hook's record: it has no reads of its own). The stack counts (which hold every sample, while the
 timeline keeps the newest) are then split in the proportions their timeline samples show; a
 count none of whose samples is in the timeline keeps no Python frames. Workers have no Python of
 their own: without recorded callers (py-spy, other Pythons, several dispatching threads) they get
@@ -22,8 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model import Profile, PythonFrame, PythonSampling, PythonSplit, SampleTimeline
-
-CALLBACKS_OP = 2  # the op id of "[cpuprof callbacks]" (model/stacks.py): an op's begin or end is running
 
 
 @dataclass
@@ -86,10 +85,9 @@ def join(profile: Profile, trace: PythonTrace) -> None:
             changes_of[index] = ([t for t, _ in changes], [s for _, s in changes])
     caller_of_sample, followers = _op_callers_of_samples(profile, trace, timeline)
     caller_chains = trace.op_caller_chains
-    # Where the op hook's caller holds: inside an op, or in cpuprof's callbacks inside one. Inside a
-    # region but no op, or between ops, Python runs past the last op's caller: the reads hold there.
+    # Where the op hook's caller holds: inside an op. Inside a region but no op, between ops, or in
+    # cpuprof's callbacks (whose samples name no op path), the reads hold.
     op_ids = {op.id for op in profile.ops if op.kind == "op"}
-    path_in_op = [bool(p) and p[-1] in op_ids for p in stacks.paths]
 
     count_of = {(c.thread, c.path, c.stack, c.op): k for k, c in enumerate(stacks.counts)}
     frame_index: dict[tuple[str, str, int], int] = {}
@@ -102,8 +100,7 @@ def join(profile: Profile, trace: PythonTrace) -> None:
         if thread not in dispatch and thread not in followers:
             continue
         count = count_of.get((thread, path, stack, op))
-        in_op = op in op_ids or (op == CALLBACKS_OP and path < len(path_in_op) and path_in_op[path])
-        python = caller_chains[caller] if caller and in_op else None
+        python = caller_chains[caller] if caller and op in op_ids else None
         if thread in followers:  # a worker: the caller of the op it worked for, or no Python frames
             if python is None:
                 python = ()
@@ -153,10 +150,17 @@ def _op_callers_of_samples(profile: Profile, trace: PythonTrace,
     sample_ns = np.asarray(timeline.time_ns, dtype=np.int64)
     sample_thread = np.asarray(timeline.thread, dtype=np.int64)
     caller_of_sample = np.zeros(len(sample_ns), dtype=np.int64)
+    # Threads that run Python: the sampler read them, or the op hook recorded callers on them. A
+    # thread that runs no Python (an OpenMP worker) is a dispatching thread if it ran an op itself,
+    # but no worker works for it from Python.
+    python_tids = set(trace.idents.values()) | set(trace.op_callers)
     dispatching = [i for i, stat in enumerate(profile.threads) if stat.role == "dispatch"]
+    from_python = [i for i in dispatching if profile.threads[i].tid in python_tids]
     followers: set[int] = set()
-    if len(dispatching) == 1 and profile.threads[dispatching[0]].tid in trace.op_callers:
-        followers = {i for i, stat in enumerate(profile.threads) if stat.role == "worker"}
+    if len(from_python) == 1 and profile.threads[from_python[0]].tid in trace.op_callers:
+        # Workers that run no Python of their own (not a Python thread that ran no op)
+        followers = {i for i, stat in enumerate(profile.threads)
+                     if stat.role == "worker" and stat.tid not in python_tids}
     for index in dispatching:
         tid = profile.threads[index].tid
         if tid not in trace.op_callers:

@@ -23,8 +23,8 @@ program changes Python function every few tens of microseconds (a decode's modul
 alone, an ``aten::mm`` sample would sit under whatever module the last read saw. So where frames
 are read natively, the op hook also records each op's Python caller at its begin, when it differs
 from the thread's last op's (csrc/python/python_callers.h), and the sampler drains those records
-at every period; the join gives samples inside ops their op's caller, and the reads cover the rest
-(Python between ops, threads that run no ops).
+at every period; the join gives samples inside ops their op's caller (and a worker's samples
+inside ops the caller of the op it worked for), and the reads cover Python between ops.
 
 A read's stack holds until the next read's: a change seen at read i happened after read i-1, so
 it is placed halfway between the two (off by at most half their distance either way, like
@@ -158,6 +158,9 @@ class InProcessPythonSampler:
                     wake = now_s + period
         except Exception as exc:  # noqa: BLE001 - a sampler fault ends Python stacks, never the program
             self.error = f"the in-process Python sampler stopped: {type(exc).__name__}: {exc}"
+            now = time.monotonic_ns()
+            for key in list(self._last):  # from here on not known: no stack, not the last one read
+                self._note(key, now, nothing)
         finally:
             self.cpu_ns = time.thread_time_ns()
 
@@ -253,15 +256,15 @@ class InProcessPythonSampler:
         self._stopping = True
         try:
             self._thread.join()
-        finally:
-            self._stop_callers()  # even when interrupted: a later profile could not record them
-        self._drain_callers()
+            self._stop_callers()
+            self._drain_callers()
+            op_callers, chains = self._resolve_callers()
+        finally:  # even when interrupted: else no later profile could record them
+            if self._nat is not None:
+                self._nat.release_python_callers()
         if self._reader is None:
             self._remember_threads()
         changes = self._resolve()
-        op_callers, chains = self._resolve_callers()
-        if self._nat is not None:
-            self._nat.release_python_callers()
         self._reader = None  # its table, and the code objects it keeps alive, go with it
         return PythonTrace(version=f"{SOURCE} (Python {sys.version.split()[0]})", hz=self.hz,
                            samples=self.samples, errors=1 if self.error else 0, clock_error_ns=0,

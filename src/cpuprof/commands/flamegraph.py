@@ -21,9 +21,9 @@ FORMATS = output_names("stacks")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "flamegraph", help="a sampled profile's stacks as a flame graph (SVG), folded stacks or speedscope JSON",
-        description="Merged stacks of every sampled thread: its Python frames (py-spy), the regions and ATen ops "
+        description="Merged stacks of every sampled thread: its Python frames, the regions and ATen ops "
                     "it worked for, and the native frames its CPU was in. OpenMP workers' samples sit under the "
-                    "ops of the thread they worked for.")
+                    "ops of the thread they worked for, and the Python caller of those ops where it was recorded.")
     p.add_argument("path", help="directory written by cpuprof, or a profile.json")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="where to write: .svg (flame graph), .folded or .txt (flamegraph.pl's input), .json "
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weight", default="samples",
                    help="samples (default), cpu (CPU time) or a counted event's name (e.g. page-faults)")
     p.add_argument("--thread", metavar="T", help="one thread: its label (T1) or tid; default all, merged")
-    p.add_argument("--no-python", dest="python", action="store_false", help="leave py-spy's Python frames out")
+    p.add_argument("--no-python", dest="python", action="store_false", help="leave the Python frames out")
     p.set_defaults(run=run)
 
 

@@ -47,7 +47,7 @@ class SampleTimeline:
 @dataclass
 class PythonFrame:
     function: str
-    file: str  # as py-spy names it: the path below site-packages, or the script's path
+    file: str  # the code's file name (py-spy's: the path below site-packages, or the script's path)
     line: int
 
     @property
@@ -57,7 +57,8 @@ class PythonFrame:
 
 @dataclass
 class PythonSplit:
-    """How many of one stack count's samples py-spy saw under one Python stack."""
+    """How many of one stack count's samples were joined to one Python stack (a Python sampler's
+    read, or the caller the op hook recorded for their op)."""
 
     count: int  # index into Stacks.counts
     stack: int  # index into Stacks.python_stacks
@@ -84,12 +85,12 @@ class PythonSampling:
     source: str  # "in-process (Python 3.11.7)" or "py-spy 0.4.3"
     hz: int
     error: str | None = None  # why there are no Python stacks
-    samples: int = 0  # stacks py-spy read
-    errors: int = 0  # stacks py-spy failed to read
-    clock_error_ns: int = 0  # py-spy's times are placed on the op timeline within this
+    samples: int = 0  # stacks the sampler read
+    errors: int = 0  # stacks it failed to read
+    clock_error_ns: int = 0  # its times are placed on the op timeline within this (py-spy's; 0 in-process)
     joined: int = 0  # dispatching-thread samples given a Python stack
     unmatched: int = 0  # dispatching-thread samples py-spy had no stack for at their time
-    extrapolated: int = 0  # samples older than the sample timeline, split like the newer ones
+    extrapolated: int = 0  # samples older than the sample timeline (workers' too), split like the newer ones
     # The in-process sampler's own CPU time (its thread's CPU clock), reading stacks with the GIL
     # held; None for py-spy, whose process cpuprof does not measure.
     cpu_ns: int | None = None
@@ -100,7 +101,7 @@ class PythonSampling:
     op_caller_changes: int = 0  # changes of op caller the op hook recorded
     op_callers_lost: int = 0  # changes it could not record (a full ring): the reads cover them
     # Worker samples inside ops given the caller of the op their dispatching thread ran (where the
-    # profile has one dispatching thread and its op callers were recorded)
+    # profile has one dispatching thread that runs Python and its op callers were recorded)
     workers_joined: int = 0
 
 

@@ -304,9 +304,9 @@ def flame_chart(profile: Profile) -> Drawn:
     frame = (f'<iframe class="chart-frame" data-chart="flame" data-marks="{frames}" title="flame graph" '
              f'width="{width + 2}" height="{height + 2}" srcdoc="{esc(inner)}"></iframe>')
     return frame, ("Merged stacks of every sampled thread, root at the bottom: the thread, its Python frames "
-                   "(py-spy), the regions and ATen ops it worked for, and the native frames its CPU was in; each "
-                   "box as wide as its share of the samples. Click a box to zoom, Search (or Ctrl-F inside it) to "
-                   "highlight frames.")
+                   "(each op's recorded caller, or a Python sampler's reads), the regions and ATen ops it worked "
+                   "for, and the native frames its CPU was in; each box as wide as its share of the samples. "
+                   "Click a box to zoom, Search (or Ctrl-F inside it) to highlight frames.")
 
 
 def rss_chart(wl: DecodeWorkload | None) -> Drawn:
