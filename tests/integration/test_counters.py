@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 import threading
@@ -88,6 +89,14 @@ def test_op_on_two_openmp_threads_counts_both(mode):
     assert {"dispatch", "worker"} <= roles
 
 
+def steal_ns() -> int:
+    """Time the hypervisor ran something else on this machine's vCPUs (all of them; /proc/stat's
+    steal column, in clock ticks)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0
+
+
 def test_sum_of_op_cpu_time_matches_process_cpu_time():
     """Sampled mode charges every thread's CPU time to an op or to '[outside ATen ops]'."""
     from cpuprof.workload import build_model, run_decode
@@ -101,22 +110,25 @@ def test_sum_of_op_cpu_time_matches_process_cpu_time():
 
     run_decode(model, cfg, prompt_len=8, new_tokens=4, warmup=1)
     prof = cpuprof.profile(SOFTWARE, mode="sampled", sample_hz=1000, warn=False)
-    before = process_cpu_ns()
+    before, steal_before = process_cpu_ns(), steal_ns()
     prof.start()
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
         run_decode(model, cfg, prompt_len=16, new_tokens=40, warmup=1)
     nat.stop()  # the session alone: the process CPU below leaves out building the profile
-    spent_in_session = process_cpu_ns() - before
+    spent_in_session, stolen = process_cpu_ns() - before, steal_ns() - steal_before
     profile = prof.stop()
     spent = spent_in_session - profile.overhead.discovery_cpu_ns
     charged = sum(op.self_total("task-clock") or 0 for op in profile.ops)
-    assert charged == pytest.approx(spent, rel=0.05)
+    # task-clock runs on while the hypervisor has taken the vCPU away (steal time), which the
+    # kernel's CPU time leaves out: at most the machine's steal over the run lies between them
+    assert spent * 0.95 <= charged <= spent * 1.05 + stolen, (charged, spent, stolen)
     # The books balance exactly: ops, "[outside ATen ops]" and cpuprof's callbacks are the threads'
     # totals; and those agree with the kernel's own accounting of each thread (schedstat).
     totals = sum(t.cpu_ns or 0 for t in profile.threads)
     assert totals == pytest.approx(charged, rel=0.001)
-    assert totals == pytest.approx(sum(t.sched_cpu_ns or 0 for t in profile.threads), rel=0.02)
+    sched = sum(t.sched_cpu_ns or 0 for t in profile.threads)
+    assert sched * 0.98 <= totals <= sched * 1.02 + stolen, (totals, sched, stolen)
 
 
 def test_thread_started_after_profiling_is_counted():
