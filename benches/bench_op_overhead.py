@@ -12,8 +12,11 @@ almost all of it dispatch) is timed with ``time.perf_counter_ns`` under each var
   cpuprof sampled +shapes   the same with record_shapes=True
   cpuprof exact, 1 thread   mode="exact", events "software", torch.set_num_threads(1)
   cpuprof exact, 2 threads  the same with 2 threads, the OpenMP worker alive and in the team
+  exact, 2 threads, running read  the same, a running member's clock (the calling thread's
+                            included) read at every op boundary instead of carried (exact mode
+                            before issue 20's fifth session; a test hook)
   exact, 2 threads, all read  the same, every team member's clock read at every op boundary
-                            (exact mode before issue 20; a test hook)
+                            (exact mode before issue 20; test hooks)
   torch.profiler            activities=[CPU], defaults
   torch.profiler +shapes    the same with record_shapes=True
 
@@ -39,14 +42,16 @@ thread on its CPU clock (``sample_hz`` samples per second of CPU time) and a col
 the samples to the ops and unwinds their stacks. Exact mode instead reads every thread of the
 "team" at both op boundaries. Its software events other than task-clock are counted through small
 rings (each occurrence writes a record; reading the count is a few memory loads), so what costs is
-the CPU clock: a ``clock_gettime`` system call on the thread's CPU clock, about 0.35 µs here, for
-the calling thread at both ends of every op. Another member's clock is read only while it may be
-running: its switch records (in the context-switches event's ring) say when it went off its CPU,
-and a member asleep since its last read keeps the same clock. The "exact, 2 threads, all read"
-variant turns that off (a test hook), reading every member at every boundary as exact mode did
-before issue 20: side by side, the difference is the saved reads. In this loop the OpenMP worker
-is asleep at every read (the tiny adds run on one thread); in a real model it spins between
-parallel regions, so it is read at every boundary either way. The script also measures what a
+the CPU clock: a ``clock_gettime`` system call on the thread's CPU clock, 0.2–0.35 µs here. A
+member's switch records (in the context-switches event's ring) say when it went off its CPU and
+came back: a member asleep since its last read keeps the same clock, and one on its CPU since a
+read less than 20 µs ago (the calling thread between its own reads, a worker spinning between
+parallel regions) has its clock carried forward by the wall time. So in this loop the calling
+thread's clock is read by a system call about once every 20 µs, not at both ends of every op. The
+"running read" and "all read" variants turn those savings off (test hooks), reading running
+members, or every member, at every boundary as exact mode did before: side by side, the
+differences are the saved reads. In this loop the OpenMP worker is asleep at every read (the tiny
+adds run on one thread); in a real model it spins between parallel regions. The script also measures what a
 perf_event group ``read()`` costs (a ctypes perf_event_open of the same 4 events), the price of
 any event that cannot be ring-counted (hardware events, where there is a PMU).
 
@@ -180,7 +185,10 @@ class Variant:
     threads: int = 1
     mode: str = "sampled"
     record_shapes: bool = False
-    read_sleeping: bool = False  # exact mode as before issue 20: every member's clock read at every boundary
+    # Exact mode's saved clock reads, turned off through test hooks for side-by-side figures: "running"
+    # reads the clock of a member on its CPU at every boundary (as before issue 20's fifth session);
+    # "all" reads every member's at every boundary, asleep or not (as before its second).
+    read_clocks: str = ""
     ns_per_op: list[float] = field(default_factory=list)
     hook_per_op: list[float] = field(default_factory=list)  # cpuprof's self-measured cost
     collector_pct: list[float] = field(default_factory=list)  # collector thread CPU / loop wall
@@ -217,7 +225,8 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
         elapsed = timed_loop(args.n, x)
     elif v.kind == "cpuprof":
         # python_stacks=False: py-spy samples from another process; it is not the per-op hook.
-        native.load().inject_read_sleeping_members(v.read_sleeping)
+        native.load().inject_read_sleeping_members(v.read_clocks == "all")
+        native.load().inject_read_running_members(v.read_clocks in ("running", "all"))
         try:
             with cpuprof.profile(args.events, mode=v.mode, record_shapes=v.record_shapes,
                                  sample_hz=args.sample_hz, python_stacks=False, warn=False) as prof:
@@ -228,6 +237,7 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
                 elapsed = timed_loop(args.n, x)
         finally:
             native.load().inject_read_sleeping_members(False)
+            native.load().inject_read_running_members(False)
         p = prof.profile
         extra["hook_per_op"] = p.overhead.per_op_ns
         extra["ops_per_iter"] = p.overhead.ops / args.n
@@ -283,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         Variant("cpuprof sampled +shapes", "cpuprof", mode="sampled", record_shapes=True),
         Variant("cpuprof exact, 1 thread", "cpuprof", mode="exact", threads=1),
         Variant("cpuprof exact, 2 threads", "cpuprof", mode="exact", threads=2),
-        Variant("exact, 2 threads, all read", "cpuprof", mode="exact", threads=2, read_sleeping=True),
+        Variant("exact, 2 threads, running read", "cpuprof", mode="exact", threads=2, read_clocks="running"),
+        Variant("exact, 2 threads, all read", "cpuprof", mode="exact", threads=2, read_clocks="all"),
         Variant("torch.profiler", "torch"),
         Variant("torch.profiler +shapes", "torch", record_shapes=True),
     ]
@@ -343,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     print("thread CPU (overhead.discovery_cpu_ns: thread discovery, draining sample rings, unwinding) ÷ loop")
     print("wall time; threads: threads with CPU time in the profile (the exact-mode team).")
     by = {v.name: v for v in variants}
-    every = by["exact, 2 threads, all read"]
-    paired = [a / b for a, b in zip(by["cpuprof exact, 2 threads"].ns_per_op, every.ns_per_op, strict=True)]
-    print(f"exact, 2 threads, sleeping members not read again vs all read: self hook "
-          f"{median(by['cpuprof exact, 2 threads'].hook_per_op):.0f} vs {median(every.hook_per_op):.0f} ns/op; "
-          f"loop time ratio {median(paired):.3f} (rounds {span(paired, '{:.3f}')})")
+    now = by["cpuprof exact, 2 threads"]
+    for name, what in (("exact, 2 threads, running read", "running members' clocks carried"),
+                       ("exact, 2 threads, all read", "no clock read saved")):
+        other = by[name]
+        paired = [a / b for a, b in zip(now.ns_per_op, other.ns_per_op, strict=True)]
+        print(f"exact, 2 threads, against {what} ({name}): self hook {median(now.hook_per_op):.0f} vs "
+              f"{median(other.hook_per_op):.0f} ns/op; loop time ratio {median(paired):.3f} "
+              f"(rounds {span(paired, '{:.3f}')})")
     s, e1, e2 = by["cpuprof sampled"], by["cpuprof exact, 1 thread"], by["cpuprof exact, 2 threads"]
     print()
     print(f"summary: added per op over {base_med:.0f} ns — cpuprof sampled {added_of(s):+.0f} ns "

@@ -353,20 +353,27 @@ PYBIND11_MODULE(_native, m) {
   m.def("inject_eager_workers", &inject_eager_workers, py::arg("eager"),
         "Test hook: sessions started from now on settle every OpenMP worker at every op boundary (False restores).");
   m.def("inject_read_sleeping_members", &inject_read_sleeping_members, py::arg("on"),
-        "Test hook: exact-mode sessions started from now on read every team member's clock at every op boundary, "
-        "asleep or not (False restores).");
-  m.def("verify_parked_reads", &verify_parked_reads, py::arg("on"),
-        "Test hook: exact mode makes every clock read it saves for a team member off its CPU anyway, and "
-        "counts those whose clock had moved (resets the counts).");
+        "Test hook: exact-mode sessions started from now on read the clock of a team member asleep since its "
+        "last read at every op boundary (False restores).");
+  m.def("inject_read_running_members", &inject_read_running_members, py::arg("on"),
+        "Test hook: exact-mode sessions started from now on read the clock of a team member (the calling thread "
+        "included) on its CPU since its last read at every op boundary, instead of carrying it (False restores).");
+  m.def("verify_saved_reads", &verify_saved_reads, py::arg("on"),
+        "Test hook: exact mode makes every clock read it saves anyway and compares (resets the counts).");
   m.def(
-      "parked_read_stats",
+      "saved_read_stats",
       []() {
-        const ParkedReadStats s = parked_read_stats();
-        return py::dict(py::arg("saved") = s.saved, py::arg("moved_reads") = s.moved_reads,
-                        py::arg("moved_episodes") = s.moved_episodes, py::arg("max_moved_ns") = s.max_moved_ns);
+        const SavedReadStats s = saved_read_stats();
+        return py::dict(py::arg("parked") = s.parked, py::arg("moved_reads") = s.moved_reads,
+                        py::arg("moved_episodes") = s.moved_episodes, py::arg("max_moved_ns") = s.max_moved_ns,
+                        py::arg("carried") = s.carried, py::arg("carried_error_ns") = s.carried_error_ns,
+                        py::arg("max_carried_error_ns") = s.max_carried_error_ns,
+                        py::arg("carried_off") = s.carried_off);
       },
-      "What verify_parked_reads counted: saved reads, those whose clock had moved, their episodes (a member's "
-      "reads at one switch position), and the largest movement one hid.");
+      "What verify_saved_reads counted: reads saved for members off their CPU (parked), those whose clock had "
+      "moved, their episodes (a member's reads at one switch position) and the largest movement one hid; reads "
+      "carried for members on their CPU, their total and largest difference from a read at the same moment, and "
+      "how many differed by more than 2 us (carried_off).");
   m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),
         "Test hook: the next `count` dispatching threads' buffer allocations fail (0 clears).");
   m.def(

@@ -95,16 +95,20 @@ std::unique_ptr<CountingStrategy> make_counting_strategy(CountingContext& contex
 // Test and benchmark hook: sessions started from now on settle every OpenMP worker at every op
 // boundary, as before workers were charged lazily (false restores).
 void inject_eager_workers(bool eager);
-// Test hook of exact mode: every clock read saved because a team member stayed off its CPU is
-// made anyway and compared: the saved reads, those whose clock had moved, the episodes of those (a
-// member's reads at one switch position), and the largest movement one hid.
-struct ParkedReadStats {
-  uint64_t saved = 0, moved_reads = 0, moved_episodes = 0, max_moved_ns = 0;
+// Test hook of exact mode: every clock read saved is made anyway and compared. For a team member
+// that stayed off its CPU: the saved reads, those whose clock had moved, the episodes of those (a
+// member's reads at one switch position), and the largest movement one hid. For one that stayed on
+// it (its clock carried forward by the wall time): the carried reads, their total and largest
+// difference from a read at the same moment, and how many differed by more than 2 µs.
+struct SavedReadStats {
+  uint64_t parked = 0, moved_reads = 0, moved_episodes = 0, max_moved_ns = 0;
+  uint64_t carried = 0, carried_error_ns = 0, max_carried_error_ns = 0, carried_off = 0;
 };
-void verify_parked_reads(bool on);
-// Test hook: sessions started from now on read every team member's clock at every op boundary,
-// asleep or not (False restores), for side-by-side benchmarks.
+void verify_saved_reads(bool on);
+// Test hooks for side-by-side benchmarks: sessions started from now on read the clock of every
+// team member asleep since its last read, or of every one running since (False restores).
 void inject_read_sleeping_members(bool on);
-ParkedReadStats parked_read_stats();
+void inject_read_running_members(bool on);
+SavedReadStats saved_read_stats();
 
 }  // namespace cpuprof

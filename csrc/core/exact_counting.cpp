@@ -8,7 +8,12 @@
 // thread's clock is read last at a begin and first at an end, so the op's CPU time never holds
 // cpuprof's own reads of the others. A member whose switch records say it has stayed off its CPU
 // since this thread last read its clock is not read again: its clock cannot have moved, and on an
-// op of a microsecond each such read was a fifth of the op's cost.
+// op of a microsecond each such read was a fifth of the op's cost. Likewise a member (the calling
+// thread included) that has stayed on its CPU since its clock was read a moment ago, with no switch
+// record since, ran for all of that moment: its clock is carried forward by the wall time instead
+// of read again. The window is short (kCarryWindowNs) because the wall also holds what the
+// hypervisor steals and interrupts take, which the thread's CPU clock leaves out: a carried value
+// errs by at most what those took within the window, and the next read corrects it.
 #include <sys/resource.h>
 #include <time.h>
 
@@ -27,11 +32,28 @@ namespace cpuprof {
 
 namespace {
 
-struct ParkedReadHook {
+struct SavedReadHook {
   std::atomic<bool> verify{false};
-  std::atomic<bool> read_all{false};  // every member's clock read at every boundary, as before
-  std::atomic<uint64_t> saved{0}, moved_reads{0}, moved_episodes{0}, max_moved_ns{0};
-} g_parked;
+  std::atomic<bool> read_sleeping{false};  // every sleeping member's clock read, as before
+  std::atomic<bool> read_running{false};   // every running member's clock read, as before
+  std::atomic<uint64_t> parked{0}, moved_reads{0}, moved_episodes{0}, max_moved_ns{0};
+  std::atomic<uint64_t> carried{0}, carried_error_ns{0}, max_carried_error_ns{0}, carried_off{0};
+} g_saved;
+
+// The test hook's line between a carried value that was right (two reads' jitter) and one that was
+// not: a vCPU stolen, an interrupt's time, a switch missed.
+constexpr uint64_t kCarryCheckNs = 2000;
+
+void raise_to(std::atomic<uint64_t>& most, uint64_t value) {
+  uint64_t now = most.load(std::memory_order_relaxed);
+  while (value > now && !most.compare_exchange_weak(now, value, std::memory_order_relaxed)) {
+  }
+}
+
+// How long a running member's clock is carried forward from its last read (see the top). Short
+// enough that a vCPU stolen inside it costs a carried value little; long enough that a run of ops
+// of a microsecond or two reads the calling thread's clock once, not at each of its boundaries.
+constexpr uint64_t kCarryWindowNs = 20000;
 
 // Team members read per op in exact mode. Beyond it a member's work is charged only through the
 // children that read it; a team this large makes every op cost milliseconds in this mode anyway.
@@ -79,7 +101,7 @@ class ExactCounting final : public CountingStrategy {
     frame.team_at_begin = std::min(ctx_.team->size(), kMaxExactTeam);
     // Everything else first: the calling thread's own clock is the last thing read before the op.
     std::memset(b.children.get() + depth * stride_, 0, static_cast<size_t>(frame.team_at_begin) * n_events_ * sizeof(uint64_t));
-    read_members(b, b.start.get() + depth * stride_, frame.team_at_begin, state.slot, /*own_first=*/false);
+    b.own_begin_read[depth] = read_members(b, b.start.get() + depth * stride_, frame.team_at_begin, state.slot, /*own_first=*/false);
   }
 
   void end_op(DispatchState& state, int depth, int64_t, int64_t hook_inside_ns, int64_t wall_ns,
@@ -89,7 +111,7 @@ class ExactCounting final : public CountingStrategy {
     const int n_events = ctx_.n_events();
     const int members_now = std::min(ctx_.team->size(), kMaxExactTeam);
     RawCount* now_counts = b.scratch.get();
-    read_members(b, now_counts, members_now, state.slot, /*own_first=*/true);
+    b.own_end_read = read_members(b, now_counts, members_now, state.slot, /*own_first=*/true);
     const RawCount* start = b.start.get() + depth * stride_;
     const uint64_t* children = b.children.get() + depth * stride_;
     uint64_t* parent = depth > 0 ? b.children.get() + (depth - 1) * stride_ : nullptr;
@@ -101,6 +123,8 @@ class ExactCounting final : public CountingStrategy {
         const size_t i = static_cast<size_t>(m) * n_events_ + event;
         uint64_t incl;
         if (m < frame.team_at_begin) {
+          // (A carried clock can stand above the next read, by what was stolen in its window:
+          // the delta is then zero.)
           const ScaledCount delta = scale_delta(start[i], now_counts[i]);
           incl = static_cast<uint64_t>(std::llround(delta.value));
           if (delta.scaled) ctx_.scaled_events.fetch_or(1u << event, std::memory_order_relaxed);
@@ -111,7 +135,9 @@ class ExactCounting final : public CountingStrategy {
           if (ctx_.cpu_clock_event[event]) {
             incl = incl > static_cast<uint64_t>(hook_inside_ns) ? incl - hook_inside_ns : 0;
             if (slot == state.slot) {
-              incl = incl > static_cast<uint64_t>(read_overhead_ns_) ? incl - read_overhead_ns_ : 0;
+              // Half a read's cost for each end read by a system call; a carried end cost nothing.
+              const int64_t reads_cost = read_overhead_ns_ * (b.own_begin_read[depth] + b.own_end_read) / 2;
+              incl = incl > static_cast<uint64_t>(reads_cost) ? incl - reads_cost : 0;
             }
             // The others are read before the calling thread at a begin and after it at an end,
             // so their reads bracket more than the op: the reads of the rest of the team, each a
@@ -161,28 +187,52 @@ class ExactCounting final : public CountingStrategy {
     Buffer<RawCount> scratch;   // [member][event]: the read at an op's end
     Buffer<RawCount> last;      // [member][event]: the member's last values read by this thread
     Buffer<uint64_t> last_cpu;  // [member]: its CPU clock at that read
-    // [member]: its CPU clock at this thread's last read of it, and the switch position while
-    // that clock is known final (0: it may be running).
+    // [member]: its CPU clock at this thread's last system call reading it; the switch position
+    // while that clock is known final (off its CPU), or while it is known to run on (0: neither);
+    // and the monotonic time of that read, from which a running member's clock is carried.
     Buffer<uint64_t> member_cpu;
     Buffer<uint64_t> parked_at;
-    Buffer<uint64_t> moved_at;  // [member]: the test hook's last position with a moved clock
-    uint64_t own_signature = 0; // the calling thread's faults and switches at its last perf read
+    Buffer<uint64_t> running_at;
+    Buffer<int64_t> read_at;
+    Buffer<uint64_t> moved_at;       // [member]: the test hook's last position with a moved clock
+    Buffer<uint8_t> own_begin_read;  // [depth]: the calling thread's clock read by a system call at the begin
+    int own_end_read = 0;            // ... and at the end being handled
+    uint64_t own_signature = 0;      // the calling thread's faults and switches at its last perf read
   };
 
   // Test hook: the saved read is made anyway, and any clock movement it hid is counted: the reads,
   // the episodes (a member's reads at one switch position), and the largest movement.
   static void verify_parked(Buffers& b, int m, uint64_t position, const ThreadSlot& thread, uint64_t parked) {
-    g_parked.saved.fetch_add(1, std::memory_order_relaxed);
+    g_saved.parked.fetch_add(1, std::memory_order_relaxed);
     uint64_t now = 0;
     if (!read_clock_ns(thread.cpu_clock, &now) || now <= parked) return;
-    g_parked.moved_reads.fetch_add(1, std::memory_order_relaxed);
+    g_saved.moved_reads.fetch_add(1, std::memory_order_relaxed);
     if (b.moved_at[m] != position) {
       b.moved_at[m] = position;
-      g_parked.moved_episodes.fetch_add(1, std::memory_order_relaxed);
+      g_saved.moved_episodes.fetch_add(1, std::memory_order_relaxed);
     }
-    uint64_t most = g_parked.max_moved_ns.load(std::memory_order_relaxed);
-    while (now - parked > most && !g_parked.max_moved_ns.compare_exchange_weak(most, now - parked)) {
-    }
+    raise_to(g_saved.max_moved_ns, now - parked);
+  }
+
+  // Test hook: a read made now against the clock carried to the same moment.
+  static void verify_carried(Buffers& b, int m, clockid_t clock) {
+    g_saved.carried.fetch_add(1, std::memory_order_relaxed);
+    uint64_t read = 0;
+    int64_t at = 0;
+    if (!read_clock_at(clock, &read, &at)) return;
+    const uint64_t carried = b.member_cpu[m] + static_cast<uint64_t>(std::max<int64_t>(0, at - b.read_at[m]));
+    const uint64_t error = read > carried ? read - carried : carried - read;
+    g_saved.carried_error_ns.fetch_add(error, std::memory_order_relaxed);
+    if (error > kCarryCheckNs) g_saved.carried_off.fetch_add(1, std::memory_order_relaxed);
+    raise_to(g_saved.max_carried_error_ns, error);
+  }
+
+  // A read of a thread's CPU clock and the monotonic time at its middle, where the kernel took it.
+  static bool read_clock_at(clockid_t clock, uint64_t* cpu, int64_t* at) {
+    const int64_t before = now_ns();
+    const bool ok = read_clock_ns(clock, cpu);
+    *at = before + (now_ns() - before) / 2;
+    return ok;
   }
 
   // Sized when a thread becomes a dispatching thread (prepare_thread, before its first op is
@@ -202,9 +252,12 @@ class ExactCounting final : public CountingStrategy {
     fresh.last_cpu = zeroed<uint64_t>(kMaxExactTeam);
     fresh.member_cpu = zeroed<uint64_t>(kMaxExactTeam);
     fresh.parked_at = zeroed<uint64_t>(kMaxExactTeam);
+    fresh.running_at = zeroed<uint64_t>(kMaxExactTeam);
+    fresh.read_at = zeroed<int64_t>(kMaxExactTeam);
     fresh.moved_at = zeroed<uint64_t>(kMaxExactTeam);
+    fresh.own_begin_read = zeroed<uint8_t>(kMaxDepth);
     if (!fresh.start || !fresh.children || !fresh.scratch || !fresh.last || !fresh.last_cpu || !fresh.member_cpu ||
-        !fresh.parked_at || !fresh.moved_at) {
+        !fresh.parked_at || !fresh.running_at || !fresh.read_at || !fresh.moved_at || !fresh.own_begin_read) {
       return false;
     }
     b = std::move(fresh);
@@ -222,7 +275,8 @@ class ExactCounting final : public CountingStrategy {
   // (hardware events) from a perf read when the clock moved since this thread last read it (else
   // the last values). The calling thread's clock is read after everything else at a begin
   // (`clock_last`) and before it at an end, so neither read lands inside the op's CPU time.
-  void read_member(Buffers& b, int m, int slot, bool own, RawCount* row, bool clock_last = false) {
+  // Returns whether the clock was read by a system call (rather than known unchanged or carried).
+  bool read_member(Buffers& b, int m, int slot, bool own, RawCount* row, bool clock_last = false) {
     const ThreadSlot& thread = ctx_.registry->slot(slot);
     RawCount* last = b.last.get() + static_cast<size_t>(m) * n_events_;
     uint32_t counted = 0;
@@ -231,28 +285,34 @@ class ExactCounting final : public CountingStrategy {
       thread.counters.read_rings(last, &counted);
       if (read_groups && own_changed(b)) thread.counters.read_groups(last, &counted);
     }
-    bool clock_ok;
-    uint64_t cpu;
+    const clockid_t clock = own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock;
+    bool clock_ok = true;
+    bool system_call = false;
+    uint64_t cpu = 0;
     uint64_t position = 0;
-    bool off_cpu = false;
-    const bool quiet = !own && !read_all_ && thread.counters.switch_position(&position, &off_cpu);
-    if (quiet && position == b.parked_at[m]) {
-      clock_ok = true;
+    ThreadCounters::CpuState cpu_state = ThreadCounters::CpuState::Unknown;
+    const bool known = thread.counters.switch_position(&position, &cpu_state);
+    int64_t now = 0;
+    if (known && !own && !read_sleeping_ && position == b.parked_at[m]) {
       cpu = b.member_cpu[m];
-      if (g_parked.verify.load(std::memory_order_relaxed)) verify_parked(b, m, position, thread, cpu);
+      if (g_saved.verify.load(std::memory_order_relaxed)) verify_parked(b, m, position, thread, cpu);
+    } else if (known && !read_running_ && position == b.running_at[m] &&
+               (now = now_ns()) - b.read_at[m] < static_cast<int64_t>(kCarryWindowNs)) {
+      cpu = b.member_cpu[m] + static_cast<uint64_t>(std::max<int64_t>(0, now - b.read_at[m]));
+      if (g_saved.verify.load(std::memory_order_relaxed)) verify_carried(b, m, clock);
     } else {
-      cpu = 0;
-      clock_ok = read_clock_ns(own ? CLOCK_THREAD_CPUTIME_ID : thread.cpu_clock, &cpu);
-      if (!own) {
-        uint64_t after = 0;
-        bool off_after = false;
-        // Off its CPU through the whole read (its last switch record a switch out, before and
-        // after): the value is final until the thread's next switch in.
-        const bool parked = quiet && off_cpu && clock_ok && thread.counters.switch_position(&after, &off_after) &&
-                            after == position;
-        b.parked_at[m] = parked ? position : 0;
-        b.member_cpu[m] = cpu;
-      }
+      system_call = true;
+      clock_ok = read_clock_at(clock, &cpu, &b.read_at[m]);
+      b.member_cpu[m] = cpu;
+      // No switch record through the whole read: the thread stayed where the record before it
+      // left it, off its CPU (the value is final until it comes back) or on it (the value runs
+      // with the wall until it leaves). The calling thread runs, whatever its last record said.
+      uint64_t after = 0;
+      ThreadCounters::CpuState state_after = ThreadCounters::CpuState::Unknown;
+      const bool still = known && clock_ok && thread.counters.switch_position(&after, &state_after) && after == position;
+      const bool running = own || cpu_state == ThreadCounters::CpuState::On;
+      b.parked_at[m] = still && !own && cpu_state == ThreadCounters::CpuState::Off ? position : 0;
+      b.running_at[m] = still && running ? position : 0;
     }
     if (!(own && clock_last)) {
       thread.counters.read_rings(last, &counted);
@@ -264,6 +324,7 @@ class ExactCounting final : public CountingStrategy {
     std::copy(last, last + n_events_, row);
     // The clock in place of perf's task-clock: the same nanoseconds, unscaled (no time "enabled").
     if (clock_ok && cpu_event_ >= 0) row[cpu_event_] = RawCount{cpu, 0, 0};
+    return system_call;
   }
 
   // Whether the calling thread's software events may have moved since it last read them. When they
@@ -282,12 +343,16 @@ class ExactCounting final : public CountingStrategy {
 
   // Reads the first `n` team members into out[member][event]. The calling thread is read last at
   // a begin and first at an end, so the others' reads fall outside the op on its own clock.
-  void read_members(Buffers& b, RawCount* out, int n, int own, bool own_first) {
+  // Returns whether the calling thread's clock was read by a system call.
+  bool read_members(Buffers& b, RawCount* out, int n, int own, bool own_first) {
     int own_member = -1;
+    bool own_read = false;
     for (int m = 0; m < n; ++m) {
       if (ctx_.team->member(m) == own) own_member = m;
     }
-    if (own_member >= 0 && own_first) read_member(b, own_member, own, true, out + static_cast<size_t>(own_member) * n_events_);
+    if (own_member >= 0 && own_first) {
+      own_read = read_member(b, own_member, own, true, out + static_cast<size_t>(own_member) * n_events_);
+    }
     for (int m = 0; m < n; ++m) {
       if (m == own_member) continue;
       const int slot = ctx_.team->member(m);
@@ -299,13 +364,15 @@ class ExactCounting final : public CountingStrategy {
       }
     }
     if (own_member >= 0 && !own_first) {
-      read_member(b, own_member, own, true, out + static_cast<size_t>(own_member) * n_events_, /*clock_last=*/true);
+      own_read = read_member(b, own_member, own, true, out + static_cast<size_t>(own_member) * n_events_, /*clock_last=*/true);
     }
+    return own_read;
   }
 
   CountingContext& ctx_;
   std::vector<Buffers> buffers_;
-  const bool read_all_ = g_parked.read_all.load();
+  const bool read_sleeping_ = g_saved.read_sleeping.load();
+  const bool read_running_ = g_saved.read_running.load();
   int cpu_event_ = -1;             // task-clock's index, read from the threads' CPU clocks
   uint32_t cpu_clock_mask_ = 0;    // every CPU-clock event (task-clock, cpu-clock)
   int64_t read_overhead_ns_ = 0;   // CPU time between two reads of a thread's own clock
@@ -316,19 +383,22 @@ class ExactCounting final : public CountingStrategy {
 
 }  // namespace
 
-void verify_parked_reads(bool on) {
-  g_parked.saved.store(0);
-  g_parked.moved_reads.store(0);
-  g_parked.moved_episodes.store(0);
-  g_parked.max_moved_ns.store(0);
-  g_parked.verify.store(on);
+void verify_saved_reads(bool on) {
+  for (auto* counter : {&g_saved.parked, &g_saved.moved_reads, &g_saved.moved_episodes, &g_saved.max_moved_ns,
+                        &g_saved.carried, &g_saved.carried_error_ns, &g_saved.max_carried_error_ns,
+                        &g_saved.carried_off}) {
+    counter->store(0);
+  }
+  g_saved.verify.store(on);
 }
 
-void inject_read_sleeping_members(bool on) { g_parked.read_all.store(on); }
+void inject_read_sleeping_members(bool on) { g_saved.read_sleeping.store(on); }
+void inject_read_running_members(bool on) { g_saved.read_running.store(on); }
 
-ParkedReadStats parked_read_stats() {
-  return ParkedReadStats{g_parked.saved.load(), g_parked.moved_reads.load(), g_parked.moved_episodes.load(),
-                         g_parked.max_moved_ns.load()};
+SavedReadStats saved_read_stats() {
+  return SavedReadStats{g_saved.parked.load(),  g_saved.moved_reads.load(),      g_saved.moved_episodes.load(),
+                        g_saved.max_moved_ns.load(), g_saved.carried.load(), g_saved.carried_error_ns.load(),
+                        g_saved.max_carried_error_ns.load(), g_saved.carried_off.load()};
 }
 
 std::unique_ptr<CountingStrategy> make_exact_counting(CountingContext& context, const CountingOptions& options) {

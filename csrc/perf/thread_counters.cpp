@@ -155,8 +155,8 @@ void ThreadCounters::note_if_asleep(pid_t tid) {
   if (r.busy.exchange(true, std::memory_order_acquire)) return;
   const bool quiet = r.ring.tail() == 0 && r.ring.head() == 0;
   if (quiet && read_clock_ns(clock, &after) && after == before) {
-    r.off_cpu = true;
-    r.switch_state.store((uint64_t{1} << 1) | 1, std::memory_order_release);
+    r.cpu_state = CpuState::Off;
+    r.switch_state.store(pack_switch_state(0, CpuState::Off), std::memory_order_release);
   }
   r.busy.store(false, std::memory_order_release);
 }
@@ -199,8 +199,8 @@ bool ThreadCounters::open_ring_count(const EventSpec& spec, pid_t tid, int event
   r.scratch.clear();  // only headers are read: records are never copied out
   // perf_open drops the switch records on a kernel that refuses them (it says so afterwards).
   r.tracks_switches = every.context_switches && context_switch_records();
-  r.off_cpu = false;  // unknown until its first switch out
-  r.switch_state.store(uint64_t{1} << 1, std::memory_order_release);
+  r.cpu_state = CpuState::Unknown;  // until its first switch record
+  r.switch_state.store(pack_switch_state(0, CpuState::Unknown), std::memory_order_release);
   if (r.tracks_switches) switch_ring_ = n_ring_counts_;
   ++n_ring_counts_;
   if (event >= 0) ring_mask_ |= 1u << event;
@@ -218,18 +218,18 @@ uint64_t ThreadCounters::ring_count(const RingCount& r) const {
     if (header.type == PERF_RECORD_SAMPLE) {
       ++r.seen;
     } else if (header.type == PERF_RECORD_SWITCH) {
-      r.off_cpu = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) != 0;
+      r.cpu_state = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) != 0 ? CpuState::Off : CpuState::On;
     } else {
-      r.off_cpu = false;  // lost records (the read() below counts those) or an exit: state unknown
+      r.cpu_state = CpuState::Unknown;  // lost records (the read() below counts those) or an exit
     }
     return true;
   });
   // A full ring drops records, a switch in among them (its LOST record comes only later), so the
   // last record read says nothing sure of the thread's state: unknown until its next switch.
-  if (full) r.off_cpu = false;
+  if (full) r.cpu_state = CpuState::Unknown;
   // Published after the consumed tail: a reader that finds the two disagree knows a consume is
   // under way and the state not yet final.
-  if (r.tracks_switches) r.switch_state.store(((ring.tail() + 1) << 1) | (r.off_cpu ? 1 : 0), std::memory_order_release);
+  if (r.tracks_switches) r.switch_state.store(pack_switch_state(ring.tail(), r.cpu_state), std::memory_order_release);
   if (full && r.event >= 0) {  // the dummy counts nothing: no read() to correct it
     uint64_t buffer[4];  // PERF_FORMAT_GROUP of one: nr, time_enabled, time_running, value
     if (::read(r.fd, buffer, sizeof(buffer)) == static_cast<ssize_t>(sizeof(buffer)))
@@ -242,7 +242,7 @@ uint64_t ThreadCounters::ring_count(const RingCount& r) const {
   return count;
 }
 
-bool ThreadCounters::switch_position(uint64_t* position, bool* off_cpu) const {
+bool ThreadCounters::switch_position(uint64_t* position, CpuState* cpu_state) const {
   if (switch_ring_ < 0) return false;
   const RingCount& r = ring_counts_[switch_ring_];
   if (r.ring.pending() != 0) ring_count(r);
@@ -252,9 +252,9 @@ bool ThreadCounters::switch_position(uint64_t* position, bool* off_cpu) const {
   const uint64_t state = r.switch_state.load(std::memory_order_acquire);
   const uint64_t tail = r.ring.tail();
   const uint64_t head = r.ring.head();
-  if ((state >> 1) != tail + 1 || head != tail) return false;
-  *position = state >> 1;
-  *off_cpu = (state & 1) != 0;
+  if ((state >> 2) != tail + 1 || head != tail) return false;
+  *position = state >> 2;
+  *cpu_state = static_cast<CpuState>(state & 3);
   return true;
 }
 

@@ -66,13 +66,14 @@ class ThreadCounters {
   bool read_groups(RawCount* values, uint32_t* counted) const;
   uint32_t ring_events() const { return ring_mask_; }  // bitmask of the ring-counted events
   // Where the thread's switch ring stands: a position that moves with every record, and whether
-  // the last switch record read was a switch out (false after a full ring, which may have dropped a
-  // switch in, until the next one). Equal positions at two calls mean no switch record was written
+  // the last switch record read was a switch out (Off) or in (On); Unknown before the first one,
+  // and after a full ring, which may have dropped one, until the next. Equal positions at two calls mean no switch record was written
   // in between; a thread coming back on a CPU runs for a moment (10-30 µs here) before its switch-in
   // record is. False when the position is not known for sure (records waiting that another reader
   // is consuming) or the thread has no switch ring (sampled mode, a kernel without switch records).
   // Memory loads only, unless records are waiting.
-  bool switch_position(uint64_t* position, bool* off_cpu) const;
+  enum class CpuState : uint8_t { Unknown = 0, Off = 1, On = 2 };
+  bool switch_position(uint64_t* position, CpuState* cpu_state) const;
   uint32_t group_events() const { return group_mask_; }
 
   void close();
@@ -104,12 +105,15 @@ class ThreadCounters {
     mutable int64_t correction = 0;  // the true count (a read()) minus `seen`, since records were lost
     mutable std::atomic<bool> busy{false};
     bool tracks_switches = false;          // its ring also carries the thread's switch records
-    mutable bool off_cpu = false;          // its last switch record was a switch out
-    // Published after each consume: (ring position consumed + 1) << 1 | off_cpu.
+    mutable CpuState cpu_state = CpuState::Unknown;  // what its last switch record said
+    // Published after each consume: (ring position consumed + 1) << 2 | cpu_state.
     mutable std::atomic<uint64_t> switch_state{0};
     mutable std::vector<uint8_t> scratch;  // empty: the count needs headers only, not record bytes
   };
   uint64_t ring_count(const RingCount& r) const;
+  static uint64_t pack_switch_state(uint64_t consumed, CpuState state) {
+    return ((consumed + 1) << 2) | static_cast<uint64_t>(state);
+  }
   bool open_ring_count(const EventSpec& spec, pid_t tid, int event, bool with_switches);
   void open_switch_ring(pid_t tid);
   void note_if_asleep(pid_t tid);
