@@ -85,8 +85,9 @@ def _cpuprof_defaults():  # noqa: ANN202
 # Not options of profile(): older ways of the native core, through its test hooks, for side-by-side
 # runs. eager_workers: sampled mode settles every OpenMP worker at every op boundary (before issue
 # 20's lazy charging); read_sleeping / read_running: exact mode reads the clock of every team member
-# asleep / on its CPU since its last read at every boundary, instead of keeping / carrying it; no_op_callers: Python frames from the sampler's reads alone, without each op's
-# caller recorded by the op hook (before it did).
+# asleep / on its CPU since its last read at every boundary, instead of keeping / carrying it;
+# no_op_callers: Python frames from the sampler's reads alone, without each op's caller recorded by
+# the op hook (before it did).
 TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members",
               "read_running": "inject_read_running_members", "no_op_callers": "inject_no_python_callers"}
 
