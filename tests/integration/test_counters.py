@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -488,26 +489,21 @@ def test_exact_mode_counts_every_fault_of_the_workers_inside_one_op():
     assert worker and max(worker) > 1000, (faults, [t.role for t in p.threads])
 
 
-@pytest.mark.parametrize("events", [SOFTWARE, ["task-clock"]], ids=["switch records on context-switches", "on a dummy"])
-def test_exact_mode_skips_reading_a_sleeping_team_member_and_hides_at_most_the_moment_it_wakes(events):
-    """A team member asleep since it was last read keeps its CPU clock: exact mode does not read it
-    again (a system call per op boundary). Its switch records say when it wakes. The test hook
-    makes every saved read anyway and measures what it hid, while a helper thread wakes in bursts
-    of a millisecond and the main thread runs thousands of ops."""
+def exact_ops_beside_a_helper(events: list[str], work: Callable[[], None]):
+    """Tiny ops on this thread in exact mode, every saved clock read verified by the test hook,
+    until a helper thread (a team member: it has run) has done `work`. Returns the profile, the
+    hook's counts, the ops run, the helper's OS id and its CPU time in `work`."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # no OpenMP worker: the helper is the team's only other member
     a = torch.ones(4)
     start, done = threading.Event(), threading.Event()
     helper_cpu: list[int] = []
-    bursts = 20
 
     def helper() -> None:
         workloads.spin_for_ns(2_000_000)  # has run: joins the team
         start.wait()
         before = time.thread_time_ns()
-        for _ in range(bursts):
-            workloads.spin_for_ns(1_000_000)
-            time.sleep(0.005)
+        work()
         helper_cpu.append(time.thread_time_ns() - before)
         done.set()
 
@@ -528,7 +524,30 @@ def test_exact_mode_skips_reading_a_sleeping_team_member_and_hides_at_most_the_m
     finally:
         nat.verify_saved_reads(False)
         torch.set_num_threads(previous)
-    assert helper_cpu and helper_cpu[0] >= bursts * 500_000
+    assert helper_cpu
+    p = prof.profile
+    # Never more CPU in the ops than the helper had.
+    slot = next(i for i, t in enumerate(p.threads) if t.tid == thread.native_id)
+    charged = sum(op.counters_self["task-clock"][slot] for op in p.ops if op.kind == "op")
+    assert charged <= helper_cpu[0] * 1.01 + 2_000_000, (charged, helper_cpu)
+    return p, stats, ops, helper_cpu[0]
+
+
+@pytest.mark.parametrize("events", [SOFTWARE, ["task-clock"]], ids=["switch records on context-switches", "on a dummy"])
+def test_exact_mode_skips_reading_a_sleeping_team_member_and_hides_at_most_the_moment_it_wakes(events):
+    """A team member asleep since it was last read keeps its CPU clock: exact mode does not read it
+    again (a system call per op boundary). Its switch records say when it wakes. The test hook
+    makes every saved read anyway and measures what it hid, while a helper thread wakes in bursts
+    of a millisecond and the main thread runs thousands of ops."""
+    bursts = 20
+
+    def work() -> None:
+        for _ in range(bursts):
+            workloads.spin_for_ns(1_000_000)
+            time.sleep(0.005)
+
+    _, stats, ops, helper_cpu = exact_ops_beside_a_helper(events, work)
+    assert helper_cpu >= bursts * 500_000
     # Asleep most of the time: most of the helper's reads (and the idle torch thread's) were saved.
     assert stats["parked"] >= ops // 2, (stats, ops)
     # What a saved read can miss: the moment between a thread's coming back on a CPU and its
@@ -537,10 +556,6 @@ def test_exact_mode_skips_reading_a_sleeping_team_member_and_hides_at_most_the_m
     wakes = 3 * (bursts + 2)  # from each sleep, and from waiting for the GIL
     assert stats["moved_episodes"] <= wakes, (stats, helper_cpu)
     assert stats["max_moved_ns"] <= 500_000, (stats, helper_cpu)  # half a burst
-    p = prof.profile
-    slot = next(i for i, t in enumerate(p.threads) if t.tid == thread.native_id)
-    charged = sum(op.counters_self["task-clock"][slot] for op in p.ops if op.kind == "op")
-    assert charged <= helper_cpu[0] * 1.01 + 2_000_000
 
 
 def test_exact_mode_carries_a_running_members_clock_and_the_carried_value_is_the_clock():
@@ -549,47 +564,13 @@ def test_exact_mode_carries_a_running_members_clock_and_the_carried_value_is_the
     system call at each op boundary. The calling thread is such a member between its own reads, and
     so is a helper spinning on the other CPU. The test hook reads every carried clock anyway, at the
     same moment, and counts how far the two differ."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    a = torch.ones(4)
-    start, done = threading.Event(), threading.Event()
-    helper_cpu: list[int] = []
-
-    def helper() -> None:
-        workloads.spin_for_ns(2_000_000)  # has run: joins the team
-        start.wait()
-        before = time.thread_time_ns()
-        workloads.spin_for_ns(300_000_000)
-        helper_cpu.append(time.thread_time_ns() - before)
-        done.set()
-
-    nat.verify_saved_reads(True)
-    try:
-        with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
-            thread = threading.Thread(target=helper)
-            thread.start()
-            time.sleep(0.1)  # the collector's ticks add the helper to the team
-            start.set()
-            ops = 0
-            while not done.is_set():
-                for _ in range(200):
-                    torch.add(a, a)
-                ops += 200
-            thread.join()
-        stats = nat.saved_read_stats()
-    finally:
-        nat.verify_saved_reads(False)
-        torch.set_num_threads(previous)
+    _, stats, ops, _ = exact_ops_beside_a_helper(SOFTWARE, lambda: workloads.spin_for_ns(300_000_000))
     # Four clocks per op (two members, two ends); most of them carried, not read.
     assert stats["carried"] >= ops, (stats, ops)
     # Carried and read agree to within the jitter of two reads (a few hundred ns), except where a
     # vCPU was stolen or an interrupt ran inside a window, which the read leaves out.
     assert stats["carried_error_ns"] / stats["carried"] <= 500, stats
     assert stats["carried_off"] <= 0.02 * stats["carried"], stats
-    p = prof.profile
-    slot = next(i for i, t in enumerate(p.threads) if t.tid == thread.native_id)
-    charged = sum(op.counters_self["task-clock"][slot] for op in p.ops if op.kind == "op")
-    assert charged <= helper_cpu[0] * 1.01 + 2_000_000
 
 
 @pytest.mark.parametrize("carry", [True, False], ids=["clock carried", "clock read at every boundary"])
