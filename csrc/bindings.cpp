@@ -366,14 +366,16 @@ PYBIND11_MODULE(_native, m) {
         const SavedReadStats s = saved_read_stats();
         return py::dict(py::arg("parked") = s.parked, py::arg("moved_reads") = s.moved_reads,
                         py::arg("moved_episodes") = s.moved_episodes, py::arg("max_moved_ns") = s.max_moved_ns,
-                        py::arg("carried") = s.carried, py::arg("carried_error_ns") = s.carried_error_ns,
+                        py::arg("carried") = s.carried, py::arg("carried_other") = s.carried_other,
+                        py::arg("carried_unchecked") = s.carried_unchecked, py::arg("carried_error_ns") = s.carried_error_ns,
                         py::arg("max_carried_error_ns") = s.max_carried_error_ns,
                         py::arg("carried_off") = s.carried_off);
       },
       "What verify_saved_reads counted: reads saved for members off their CPU (parked), those whose clock had "
       "moved, their episodes (a member's reads at one switch position) and the largest movement one hid; reads "
-      "carried for members on their CPU, their total and largest difference from a read at the same moment, and "
-      "how many differed by more than 2 us (carried_off).");
+      "carried for members on their CPU (carried_other: of members other than the calling thread; carried_unchecked: "
+      "whose checking read was interrupted), and over the checked ones the total and largest difference from a read "
+      "at the same moment and how many differed by more than 2 us (carried_off).");
   m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),
         "Test hook: the next `count` dispatching threads' buffer allocations fail (0 clears).");
   m.def(

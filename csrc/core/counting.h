@@ -98,11 +98,14 @@ void inject_eager_workers(bool eager);
 // Test hook of exact mode: every clock read saved is made anyway and compared. For a team member
 // that stayed off its CPU: the saved reads, those whose clock had moved, the episodes of those (a
 // member's reads at one switch position), and the largest movement one hid. For one that stayed on
-// it (its clock carried forward by the wall time): the carried reads, their total and largest
-// difference from a read at the same moment, and how many differed by more than 2 µs.
+// it (its clock carried forward by the wall time): the carried reads, those of members other than
+// the calling thread, those left unchecked (the checking read itself took over 2 µs: interrupted),
+// and over the checked ones the total and largest difference from a read at the same moment and
+// how many differed by more than 2 µs.
 struct SavedReadStats {
   uint64_t parked = 0, moved_reads = 0, moved_episodes = 0, max_moved_ns = 0;
-  uint64_t carried = 0, carried_error_ns = 0, max_carried_error_ns = 0, carried_off = 0;
+  uint64_t carried = 0, carried_other = 0, carried_unchecked = 0, carried_error_ns = 0, max_carried_error_ns = 0,
+           carried_off = 0;
 };
 void verify_saved_reads(bool on);
 // Test hooks for side-by-side benchmarks: sessions started from now on read the clock of every

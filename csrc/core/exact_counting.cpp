@@ -11,9 +11,12 @@
 // op of a microsecond each such read was a fifth of the op's cost. Likewise a member (the calling
 // thread included) that has stayed on its CPU since its clock was read a moment ago, with no switch
 // record since, ran for all of that moment: its clock is carried forward by the wall time instead
-// of read again. The window is short (kCarryWindowNs) because the wall also holds what the
-// hypervisor steals and interrupts take, which the thread's CPU clock leaves out: a carried value
-// errs by at most what those took within the window, and the next read corrects it.
+// of read again. The wall also holds what the hypervisor steals and interrupts take, which the
+// thread's CPU clock leaves out, and a charge once made is not taken back (a later op's delta
+// cannot go below zero). So a clock is carried only for a short window (kCarryWindowNs) after a
+// read, and only after two reads at the same switch position showed it keeping pace with the wall
+// (kCarryPace): a member whose vCPU is stolen, or whose ring stopped telling (a lost switch out, a
+// thread gone), fails that test at its next read, and is read until it passes again.
 #include <sys/resource.h>
 #include <time.h>
 
@@ -37,11 +40,13 @@ struct SavedReadHook {
   std::atomic<bool> read_sleeping{false};  // every sleeping member's clock read, as before
   std::atomic<bool> read_running{false};   // every running member's clock read, as before
   std::atomic<uint64_t> parked{0}, moved_reads{0}, moved_episodes{0}, max_moved_ns{0};
-  std::atomic<uint64_t> carried{0}, carried_error_ns{0}, max_carried_error_ns{0}, carried_off{0};
+  std::atomic<uint64_t> carried{0}, carried_other{0}, carried_unchecked{0}, carried_error_ns{0},
+      max_carried_error_ns{0}, carried_off{0};
 } g_saved;
 
 // The test hook's line between a carried value that was right (two reads' jitter) and one that was
-// not: a vCPU stolen, an interrupt's time, a switch missed.
+// not: a vCPU stolen, an interrupt's time, a switch missed. A check whose own read took longer than
+// that was itself interrupted and tells nothing.
 constexpr uint64_t kCarryCheckNs = 2000;
 
 void raise_to(std::atomic<uint64_t>& most, uint64_t value) {
@@ -54,6 +59,9 @@ void raise_to(std::atomic<uint64_t>& most, uint64_t value) {
 // enough that a vCPU stolen inside it costs a carried value little; long enough that a run of ops
 // of a microsecond or two reads the calling thread's clock once, not at each of its boundaries.
 constexpr uint64_t kCarryWindowNs = 20000;
+// The share of the wall a member's clock must have advanced by between two reads at one switch
+// position before it is carried: 90 %, so that a read's own jitter passes and a stall does not.
+constexpr int64_t kCarryPaceNum = 9, kCarryPaceDen = 10;
 
 // Team members read per op in exact mode. Beyond it a member's work is charged only through the
 // children that read it; a team this large makes every op cost milliseconds in this mode anyway.
@@ -194,6 +202,7 @@ class ExactCounting final : public CountingStrategy {
     Buffer<uint64_t> parked_at;
     Buffer<uint64_t> running_at;
     Buffer<int64_t> read_at;
+    Buffer<uint64_t> read_position;  // [member]: its switch position at that read (0: not known)
     Buffer<uint64_t> moved_at;       // [member]: the test hook's last position with a moved clock
     Buffer<uint8_t> own_begin_read;  // [depth]: the calling thread's clock read by a system call at the begin
     int own_end_read = 0;            // ... and at the end being handled
@@ -215,11 +224,17 @@ class ExactCounting final : public CountingStrategy {
   }
 
   // Test hook: a read made now against the clock carried to the same moment.
-  static void verify_carried(Buffers& b, int m, clockid_t clock) {
+  static void verify_carried(Buffers& b, int m, clockid_t clock, bool own) {
     g_saved.carried.fetch_add(1, std::memory_order_relaxed);
+    if (!own) g_saved.carried_other.fetch_add(1, std::memory_order_relaxed);
     uint64_t read = 0;
     int64_t at = 0;
+    const int64_t before = now_ns();
     if (!read_clock_at(clock, &read, &at)) return;
+    if (2 * (at - before) > static_cast<int64_t>(kCarryCheckNs)) {
+      g_saved.carried_unchecked.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     const uint64_t carried = b.member_cpu[m] + static_cast<uint64_t>(std::max<int64_t>(0, at - b.read_at[m]));
     const uint64_t error = read > carried ? read - carried : carried - read;
     g_saved.carried_error_ns.fetch_add(error, std::memory_order_relaxed);
@@ -254,10 +269,11 @@ class ExactCounting final : public CountingStrategy {
     fresh.parked_at = zeroed<uint64_t>(kMaxExactTeam);
     fresh.running_at = zeroed<uint64_t>(kMaxExactTeam);
     fresh.read_at = zeroed<int64_t>(kMaxExactTeam);
+    fresh.read_position = zeroed<uint64_t>(kMaxExactTeam);
     fresh.moved_at = zeroed<uint64_t>(kMaxExactTeam);
     fresh.own_begin_read = zeroed<uint8_t>(kMaxDepth);
     if (!fresh.start || !fresh.children || !fresh.scratch || !fresh.last || !fresh.last_cpu || !fresh.member_cpu ||
-        !fresh.parked_at || !fresh.running_at || !fresh.read_at || !fresh.moved_at || !fresh.own_begin_read) {
+        !fresh.parked_at || !fresh.running_at || !fresh.read_at || !fresh.read_position || !fresh.moved_at || !fresh.own_begin_read) {
       return false;
     }
     b = std::move(fresh);
@@ -299,20 +315,25 @@ class ExactCounting final : public CountingStrategy {
     } else if (known && !read_running_ && position == b.running_at[m] &&
                (now = now_ns()) - b.read_at[m] < static_cast<int64_t>(kCarryWindowNs)) {
       cpu = b.member_cpu[m] + static_cast<uint64_t>(std::max<int64_t>(0, now - b.read_at[m]));
-      if (g_saved.verify.load(std::memory_order_relaxed)) verify_carried(b, m, clock);
+      if (g_saved.verify.load(std::memory_order_relaxed)) verify_carried(b, m, clock, own);
     } else {
       system_call = true;
+      const uint64_t previous_cpu = b.member_cpu[m];
+      const int64_t previous_at = b.read_at[m];
       clock_ok = read_clock_at(clock, &cpu, &b.read_at[m]);
       b.member_cpu[m] = cpu;
-      // No switch record through the whole read: the thread stayed where the record before it
-      // left it, off its CPU (the value is final until it comes back) or on it (the value runs
-      // with the wall until it leaves). The calling thread runs, whatever its last record said.
-      uint64_t after = 0;
-      ThreadCounters::CpuState state_after = ThreadCounters::CpuState::Unknown;
-      const bool still = known && clock_ok && thread.counters.switch_position(&after, &state_after) && after == position;
+      // The position is the one before the read: a record written during it moves the position
+      // the next boundary finds, which then reads again. A member off its CPU keeps this value
+      // until it comes back. One on it (the calling thread runs, whatever its last record said)
+      // is carried from here if its clock kept pace with the wall since the last read.
+      const bool same_position = known && clock_ok && b.read_position[m] == position;
       const bool running = own || cpu_state == ThreadCounters::CpuState::On;
-      b.parked_at[m] = still && !own && cpu_state == ThreadCounters::CpuState::Off ? position : 0;
-      b.running_at[m] = still && running ? position : 0;
+      const bool kept_pace = same_position && cpu >= previous_cpu &&
+                             static_cast<int64_t>(cpu - previous_cpu) * kCarryPaceDen >=
+                                 (b.read_at[m] - previous_at) * kCarryPaceNum;
+      b.parked_at[m] = known && clock_ok && !own && cpu_state == ThreadCounters::CpuState::Off ? position : 0;
+      b.running_at[m] = running && kept_pace ? position : 0;
+      b.read_position[m] = known && clock_ok ? position : 0;
     }
     if (!(own && clock_last)) {
       thread.counters.read_rings(last, &counted);
@@ -385,8 +406,8 @@ class ExactCounting final : public CountingStrategy {
 
 void verify_saved_reads(bool on) {
   for (auto* counter : {&g_saved.parked, &g_saved.moved_reads, &g_saved.moved_episodes, &g_saved.max_moved_ns,
-                        &g_saved.carried, &g_saved.carried_error_ns, &g_saved.max_carried_error_ns,
-                        &g_saved.carried_off}) {
+                        &g_saved.carried, &g_saved.carried_other, &g_saved.carried_unchecked,
+                        &g_saved.carried_error_ns, &g_saved.max_carried_error_ns, &g_saved.carried_off}) {
     counter->store(0);
   }
   g_saved.verify.store(on);
@@ -396,9 +417,18 @@ void inject_read_sleeping_members(bool on) { g_saved.read_sleeping.store(on); }
 void inject_read_running_members(bool on) { g_saved.read_running.store(on); }
 
 SavedReadStats saved_read_stats() {
-  return SavedReadStats{g_saved.parked.load(),  g_saved.moved_reads.load(),      g_saved.moved_episodes.load(),
-                        g_saved.max_moved_ns.load(), g_saved.carried.load(), g_saved.carried_error_ns.load(),
-                        g_saved.max_carried_error_ns.load(), g_saved.carried_off.load()};
+  SavedReadStats stats;
+  stats.parked = g_saved.parked.load();
+  stats.moved_reads = g_saved.moved_reads.load();
+  stats.moved_episodes = g_saved.moved_episodes.load();
+  stats.max_moved_ns = g_saved.max_moved_ns.load();
+  stats.carried = g_saved.carried.load();
+  stats.carried_other = g_saved.carried_other.load();
+  stats.carried_unchecked = g_saved.carried_unchecked.load();
+  stats.carried_error_ns = g_saved.carried_error_ns.load();
+  stats.max_carried_error_ns = g_saved.max_carried_error_ns.load();
+  stats.carried_off = g_saved.carried_off.load();
+  return stats;
 }
 
 std::unique_ptr<CountingStrategy> make_exact_counting(CountingContext& context, const CountingOptions& options) {
