@@ -358,6 +358,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("inject_read_running_members", &inject_read_running_members, py::arg("on"),
         "Test hook: exact-mode sessions started from now on read the clock of a team member (the calling thread "
         "included) on its CPU since its last read at every op boundary, instead of carrying it (False restores).");
+  m.def("inject_frozen_switch_positions", &inject_frozen_switch_positions, py::arg("on"),
+        "Test hook: every thread's switch ring says it is on its CPU with no record since (False restores).");
   m.def("verify_saved_reads", &verify_saved_reads, py::arg("on"),
         "Test hook: exact mode makes every clock read it saves anyway and compares (resets the counts).");
   m.def(

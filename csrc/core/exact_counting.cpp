@@ -223,30 +223,32 @@ class ExactCounting final : public CountingStrategy {
     raise_to(g_saved.max_moved_ns, now - parked);
   }
 
-  // Test hook: a read made now against the clock carried to the same moment.
-  static void verify_carried(Buffers& b, int m, clockid_t clock, bool own) {
+  // Test hook: a read made now against the value carried (`carried`, at `carried_at`), carried on
+  // to the same moment.
+  static void verify_carried(clockid_t clock, bool own, uint64_t carried_value, int64_t carried_at) {
     g_saved.carried.fetch_add(1, std::memory_order_relaxed);
     if (!own) g_saved.carried_other.fetch_add(1, std::memory_order_relaxed);
     uint64_t read = 0;
-    int64_t at = 0;
-    const int64_t before = now_ns();
-    if (!read_clock_at(clock, &read, &at)) return;
-    if (2 * (at - before) > static_cast<int64_t>(kCarryCheckNs)) {
+    int64_t at = 0, took = 0;
+    if (!read_clock_at(clock, &read, &at, &took)) return;
+    if (took > static_cast<int64_t>(kCarryCheckNs)) {
       g_saved.carried_unchecked.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    const uint64_t carried = b.member_cpu[m] + static_cast<uint64_t>(std::max<int64_t>(0, at - b.read_at[m]));
+    const uint64_t carried = carried_value + static_cast<uint64_t>(std::max<int64_t>(0, at - carried_at));
     const uint64_t error = read > carried ? read - carried : carried - read;
     g_saved.carried_error_ns.fetch_add(error, std::memory_order_relaxed);
     if (error > kCarryCheckNs) g_saved.carried_off.fetch_add(1, std::memory_order_relaxed);
     raise_to(g_saved.max_carried_error_ns, error);
   }
 
-  // A read of a thread's CPU clock and the monotonic time at its middle, where the kernel took it.
-  static bool read_clock_at(clockid_t clock, uint64_t* cpu, int64_t* at) {
+  // A read of a thread's CPU clock, the monotonic time at its middle (where the kernel took it,
+  // give or take half of what the read took), and what it took.
+  static bool read_clock_at(clockid_t clock, uint64_t* cpu, int64_t* at, int64_t* took) {
     const int64_t before = now_ns();
     const bool ok = read_clock_ns(clock, cpu);
-    *at = before + (now_ns() - before) / 2;
+    *took = now_ns() - before;
+    *at = before + *took / 2;
     return ok;
   }
 
@@ -315,24 +317,26 @@ class ExactCounting final : public CountingStrategy {
     } else if (known && !read_running_ && position == b.running_at[m] &&
                (now = now_ns()) - b.read_at[m] < static_cast<int64_t>(kCarryWindowNs)) {
       cpu = b.member_cpu[m] + static_cast<uint64_t>(std::max<int64_t>(0, now - b.read_at[m]));
-      if (g_saved.verify.load(std::memory_order_relaxed)) verify_carried(b, m, clock, own);
+      if (g_saved.verify.load(std::memory_order_relaxed)) verify_carried(clock, own, cpu, now);
     } else {
       system_call = true;
       const uint64_t previous_cpu = b.member_cpu[m];
       const int64_t previous_at = b.read_at[m];
-      clock_ok = read_clock_at(clock, &cpu, &b.read_at[m]);
+      int64_t took = 0;
+      clock_ok = read_clock_at(clock, &cpu, &b.read_at[m], &took);
       b.member_cpu[m] = cpu;
       // The position is the one before the read: a record written during it moves the position
       // the next boundary finds, which then reads again. A member off its CPU keeps this value
       // until it comes back. One on it (the calling thread runs, whatever its last record said)
-      // is carried from here if its clock kept pace with the wall since the last read.
+      // is carried from here if its clock kept pace with the wall since the last read, and this
+      // read was not itself interrupted (its time would then be known only to half of that).
       const bool same_position = known && clock_ok && b.read_position[m] == position;
       const bool running = own || cpu_state == ThreadCounters::CpuState::On;
       const bool kept_pace = same_position && cpu >= previous_cpu &&
                              static_cast<int64_t>(cpu - previous_cpu) * kCarryPaceDen >=
                                  (b.read_at[m] - previous_at) * kCarryPaceNum;
       b.parked_at[m] = known && clock_ok && !own && cpu_state == ThreadCounters::CpuState::Off ? position : 0;
-      b.running_at[m] = running && kept_pace ? position : 0;
+      b.running_at[m] = running && kept_pace && took <= static_cast<int64_t>(kCarryCheckNs) ? position : 0;
       b.read_position[m] = known && clock_ok ? position : 0;
     }
     if (!(own && clock_last)) {

@@ -242,8 +242,19 @@ uint64_t ThreadCounters::ring_count(const RingCount& r) const {
   return count;
 }
 
+namespace {
+std::atomic<bool> g_frozen_switch_positions{false};
+}
+
+void inject_frozen_switch_positions(bool on) { g_frozen_switch_positions.store(on); }
+
 bool ThreadCounters::switch_position(uint64_t* position, CpuState* cpu_state) const {
   if (switch_ring_ < 0) return false;
+  if (g_frozen_switch_positions.load(std::memory_order_relaxed)) {
+    *position = 1;
+    *cpu_state = CpuState::On;
+    return true;
+  }
   const RingCount& r = ring_counts_[switch_ring_];
   if (r.ring.pending() != 0) ring_count(r);
   // The state, then the tail, then the head, each loaded once: a reader that consumed since (the

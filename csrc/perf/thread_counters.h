@@ -32,6 +32,10 @@
 
 namespace cpuprof {
 
+// Test hook: every thread's switch ring says, from now on, that it is on its CPU and has written no
+// record since (a ring that stopped telling, as after a lost switch out), until False restores.
+void inject_frozen_switch_positions(bool on);
+
 class ThreadCounters {
  public:
   ThreadCounters() = default;
