@@ -457,6 +457,8 @@ PYBIND11_MODULE(_native, m) {
         return py::reinterpret_steal<py::list>(drained);
       },
       "[(OS thread id, bytes of (int64 ns, uint32 chain, uint32 0) records, changes lost)] since the last drain.");
+  m.def("python_callers_fill", &python_callers_fill,
+        "How full the fullest thread's op-caller ring is, 0 to 1 (memory loads only).");
   m.def(
       "python_caller_chains",
       [](Py_ssize_t first) {

@@ -370,6 +370,18 @@ void stop_python_callers() {
   g_stopped.store(true, std::memory_order_release);
 }
 
+double python_callers_fill() {
+  uint64_t fullest = 0;
+  const int used = std::min(g_thread_count.load(std::memory_order_acquire), kMaxThreads);
+  for (int i = 0; i < used; ++i) {
+    const ThreadCallers* callers = g_threads[i].load(std::memory_order_acquire);
+    if (callers == nullptr) continue;
+    fullest = std::max(fullest, callers->head.load(std::memory_order_acquire) -
+                                    callers->tail.load(std::memory_order_relaxed));
+  }
+  return static_cast<double>(fullest) / static_cast<double>(kRingRecords);
+}
+
 PyObject* drain_python_callers() {
   PyObject* out = PyList_New(0);
   if (out == nullptr) return nullptr;
@@ -449,6 +461,7 @@ void release_python_callers() {}
 void inject_no_python_callers(bool) {}
 void stop_python_callers() {}
 PyObject* drain_python_callers() { return PyList_New(0); }
+double python_callers_fill() { return 0.0; }
 PyObject* python_caller_chains(Py_ssize_t) { return PyList_New(0); }
 
 #endif

@@ -42,6 +42,10 @@ void stop_python_callers();
 // `lost` counts changes not recorded. One drainer at a time. New reference.
 PyObject* drain_python_callers();
 
+// How full the fullest thread's ring is, 0 to 1: memory loads only, so a drainer may ask at every
+// period and drain (which builds Python objects) only when it is worth it.
+double python_callers_fill();
+
 // [[(function qualified name, file name, line), root first]] of the chains from `first` on; chain
 // 0 is the empty list. New reference.
 PyObject* python_caller_chains(Py_ssize_t first);

@@ -105,6 +105,40 @@ def test_each_gemm_sample_sits_under_the_function_that_called_it(region: str, tm
     assert py.op_callers >= 0.9 * total
 
 
+FAST_CHANGES = textwrap.dedent("""
+    import sys, time, torch, cpuprof
+    torch.set_num_threads(1)
+    x = torch.ones(4)
+
+    def left():
+        return torch.add(x, x)
+
+    def right():
+        return torch.add(x, x)
+
+    with cpuprof.profile("task-clock", python_stacks=True, python_hz=100) as prof:
+        end = time.thread_time() + 1.0
+        while time.thread_time() < end:
+            for _ in range(100):
+                left()
+                right()
+    prof.export(sys.argv[1])
+""")
+
+
+def test_a_caller_changing_at_every_op_is_drained_before_its_ring_fills(tmp_path: Path):
+    """Two functions take turns calling a microsecond op: a change of caller at every op, hundreds
+    of thousands a second, more in a second than a thread's ring holds (65,536). The sampler drains
+    the rings every 100 ms, or sooner once one is a quarter full, so none is lost."""
+    result = subprocess.run([sys.executable, "-c", FAST_CHANGES, str(tmp_path / "p")], capture_output=True,
+                            text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    py = Profile.load(tmp_path / "p").sampling.python
+    assert py is not None and py.error is None
+    assert py.op_caller_changes > 65_536, py  # one drain at the end could not have kept them
+    assert py.op_callers_lost == 0, py
+
+
 def test_without_op_callers_the_time_join_misplaces_them(tmp_path: Path):
     """The control: the same program joined by the sampler's reads alone puts many GEMM samples
     under the other function, which is why the op hook records callers."""

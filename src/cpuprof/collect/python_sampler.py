@@ -57,6 +57,11 @@ MAX_SLEEP_S = 0.05
 # second, so this is minutes of them, more than the sample timeline (the newest samples) spans at
 # the default rates. Beyond it the oldest drains go; a sample older than what is kept takes the reads.
 MAX_OP_CALLER_CHANGES = 2_000_000
+# The op hook's caller rings are drained this often, or sooner when one is a quarter full (asked of
+# the native side at every period: memory loads). A drain builds Python objects (25-30 µs a period
+# in a decode, under the GIL); the rings hold 65,536 changes each, seconds of a decode's.
+DRAIN_EVERY_NS = 100_000_000
+DRAIN_AT_FILL = 0.25
 _CALLER_RECORD = np.dtype([("ns", "<i8"), ("chain", "<u4"), ("unused", "<u4")])  # python_callers.h's
 
 Stack = tuple[tuple[str, str, int], ...]
@@ -135,6 +140,7 @@ class InProcessPythonSampler:
         wake = time.monotonic() + period
         read = self._read_natively if self._reader is not None else self._read_frames
         nothing: object = b"" if self._reader is not None else ()
+        drained = time.monotonic_ns()
         try:
             while True:
                 # A plain sleep, in slices of at most MAX_SLEEP_S so that stop() waits little at low
@@ -151,7 +157,11 @@ class InProcessPythonSampler:
                 for key in self._last.keys() - seen:  # gone, or no longer running Python: no stack
                     self._note(key, now, nothing)
                 self.samples += 1
-                self._drain_callers()
+                if self._nat is not None and (
+                    now - drained >= DRAIN_EVERY_NS or self._nat.python_callers_fill() >= DRAIN_AT_FILL
+                ):
+                    self._drain_callers()
+                    drained = now
                 wake += period
                 now_s = time.monotonic()
                 if wake < now_s:  # the GIL was held long: no burst of catch-up reads after it
