@@ -119,7 +119,7 @@ class ExactCounting final : public CountingStrategy {
     const int n_events = ctx_.n_events();
     const int members_now = std::min(ctx_.team->size(), kMaxExactTeam);
     RawCount* now_counts = b.scratch.get();
-    b.own_end_read = read_members(b, now_counts, members_now, state.slot, /*own_first=*/true);
+    const int own_end_read = read_members(b, now_counts, members_now, state.slot, /*own_first=*/true);
     const RawCount* start = b.start.get() + depth * stride_;
     const uint64_t* children = b.children.get() + depth * stride_;
     uint64_t* parent = depth > 0 ? b.children.get() + (depth - 1) * stride_ : nullptr;
@@ -144,7 +144,7 @@ class ExactCounting final : public CountingStrategy {
             incl = incl > static_cast<uint64_t>(hook_inside_ns) ? incl - hook_inside_ns : 0;
             if (slot == state.slot) {
               // Half a read's cost for each end read by a system call; a carried end cost nothing.
-              const int64_t reads_cost = read_overhead_ns_ * (b.own_begin_read[depth] + b.own_end_read) / 2;
+              const int64_t reads_cost = read_overhead_ns_ * (b.own_begin_read[depth] + own_end_read) / 2;
               incl = incl > static_cast<uint64_t>(reads_cost) ? incl - reads_cost : 0;
             }
             // The others are read before the calling thread at a begin and after it at an end,
@@ -205,7 +205,6 @@ class ExactCounting final : public CountingStrategy {
     Buffer<uint64_t> read_position;  // [member]: its switch position at that read (0: not known)
     Buffer<uint64_t> moved_at;       // [member]: the test hook's last position with a moved clock
     Buffer<uint8_t> own_begin_read;  // [depth]: the calling thread's clock read by a system call at the begin
-    int own_end_read = 0;            // ... and at the end being handled
     uint64_t own_signature = 0;      // the calling thread's faults and switches at its last perf read
   };
 
