@@ -11,6 +11,9 @@ Variants, interleaved in one process with the order rotated every round:
   torch.profiler    CPU activity, default options
   torch.profiler+shapes   record_shapes=True
   py-spy            py-spy record --nonblocking at 100 Hz on this process, alone
+  floor             RecordFunction callbacks that do nothing, registered as cpuprof's are (a test hook
+                    of cpuprof's native module): what torch's dispatch to any such profiler costs
+  floor+shapes      the same with inputs boxed (needsInputs), as record_shapes makes torch do
   cpuprof{k=v;...}  cpuprof default with cpuprof.profile()'s keyword arguments changed, to measure one
                     lever beside the others: "cpuprof{record_shapes=0}", "cpuprof{sample_hz=250;stack_bytes=4096}";
                     test hooks too: "cpuprof{eager_workers=1}", "cpuprof{mode=exact;read_sleeping=1}",
@@ -26,6 +29,7 @@ mode adds at most 15% to decode time. At least 40 rounds: single rounds on these
 
     python benches/bench_decode_profilers.py                  # ~1B-shaped layers x 4, 40 rounds
     python benches/bench_decode_profilers.py --layers 2 --rounds 10 --new-tokens 16
+    python benches/bench_decode_profilers.py --breakdown      # what each layer of the default mode costs
 """
 
 from __future__ import annotations
@@ -45,7 +49,16 @@ from dataclasses import dataclass, field
 from _common import machine_line, median, render_table, rotated, span
 
 VARIANTS = ("bare", "cpuprof default", "cpuprof+python", "cpuprof+py-spy", "cpuprof exact", "torch.profiler",
-            "torch.profiler+shapes", "py-spy")
+            "torch.profiler+shapes", "py-spy", "floor", "floor+shapes")
+
+
+# Each step adds one layer of the default mode's work to the one before it: torch's dispatch to a
+# callback that needs inputs, then cpuprof's op path and collector with sampling almost off (its
+# minimum rate), then sampling at the default rate.
+BREAKDOWN = ("floor+shapes", "cpuprof{sample_hz=10}", "cpuprof default", "torch.profiler+shapes")
+BREAKDOWN_STEPS = (("bare", "floor+shapes", "torch's RecordFunction dispatch, inputs boxed"),
+                   ("floor+shapes", "cpuprof{sample_hz=10}", "cpuprof's op path and collector (sampling at 10 Hz)"),
+                   ("cpuprof{sample_hz=10}", "cpuprof default", "sampling at the default rate instead of 10 Hz"))
 
 
 @dataclass
@@ -76,6 +89,18 @@ def py_spy_alone(hz: int) -> Iterator[None]:
         proc.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def empty_callbacks(needs_inputs: bool) -> Iterator[None]:
+    from cpuprof import native
+
+    nat = native.load()
+    nat.inject_empty_callbacks(True, needs_inputs)
+    try:
+        yield
+    finally:
+        nat.inject_empty_callbacks(False)
+
+
 def _cpuprof_defaults():  # noqa: ANN202
     from cpuprof import defaults
 
@@ -90,6 +115,9 @@ def _cpuprof_defaults():  # noqa: ANN202
 # the op hook (before it did).
 TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members",
               "read_running": "inject_read_running_members", "no_op_callers": "inject_no_python_callers"}
+# Test hooks that take a number: collect_us, the collector's period in microseconds (the sample
+# rings sized to it).
+NUMBER_HOOKS = {"collect_us": "inject_collect_interval_us"}
 
 
 def custom_options(name: str) -> dict[str, object]:
@@ -122,9 +150,10 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
         options.update(custom_options(name))
         from cpuprof import native
 
-        hooks = {hook: bool(options.pop(flag, False)) for flag, hook in TEST_HOOKS.items()}
-        for hook, on in hooks.items():
-            getattr(native.load(), hook)(on)
+        hooks: dict[str, object] = {hook: bool(options.pop(flag, False)) for flag, hook in TEST_HOOKS.items()}
+        hooks.update({hook: int(options.pop(flag, 0)) for flag, hook in NUMBER_HOOKS.items()})  # type: ignore[call-overload]
+        for hook, value in hooks.items():
+            getattr(native.load(), hook)(value)
         prof = cpuprof.profile(args.events, **options)
 
         @contextlib.contextmanager
@@ -134,11 +163,14 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
                     yield
             finally:
                 for hook in hooks:
-                    getattr(native.load(), hook)(False)
+                    getattr(native.load(), hook)(0)
             p = prof.profile
             wall = max(1, p.collection.wall_ns)
             note = (f"hook {p.overhead.per_op_ns / 1e3:.2f} µs/op, {p.overhead.ops / max(1, args.new_tokens + 1):.0f} "
                     f"ops/token, collector {100 * p.overhead.discovery_cpu_ns / wall:.1f}% of a CPU")
+            switches = sum(t.counters.get("context-switches", 0) for t in p.threads)
+            if switches:  # a thread preempted inside a parallel region keeps its team waiting
+                note += f", {switches * 1e9 / wall:.0f} context switches/s"
             if p.sampling is not None:
                 note += f", {p.sampling.samples:,} samples, {p.sampling.lost} lost"
                 if p.sampling.python is not None:
@@ -155,6 +187,8 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
         return profile(activities=[ProfilerActivity.CPU], record_shapes=name.endswith("shapes"))
     if name == "py-spy":
         return py_spy_alone(args.python_hz)
+    if name.startswith("floor"):
+        return empty_callbacks(needs_inputs=name.endswith("shapes"))
     raise ValueError(name)
 
 
@@ -171,6 +205,18 @@ def build_model(args: argparse.Namespace):  # noqa: ANN201  (a transformers mode
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
     return HFModel(model=model, name="llama (random)", model_type="llama", dtype=torch.bfloat16)
+
+
+def print_breakdown(results: dict[str, Result]) -> None:
+    """Each layer's cost: the per-round difference of the two variants' ratios to bare (paired within a
+    round, so a slow moment of the machine moves both), median and spread over rounds."""
+    steps = [(a, b, what) for a, b, what in BREAKDOWN_STEPS if a in results and b in results]
+    if not steps:
+        return
+    print("\nwhere the default mode's cost goes (points of bare tokens/s; per-round differences, median (min–max)):")
+    for a, b, what in steps:
+        diffs = [100 * (x - y) for x, y in zip(results[a].ratio, results[b].ratio, strict=True)]
+        print(f"  {what}: {median(diffs):.1f} ({span(diffs, '{:.1f}')})  [{a} -> {b}]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-hz", type=int, default=None, help="default: cpuprof's")
     ap.add_argument("--python-hz", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset; bare is always first")
+    ap.add_argument("--breakdown", action="store_true",
+                    help=f"the variants that split the default mode's cost: {', '.join(BREAKDOWN)}")
     args = ap.parse_args(argv)
+    if args.breakdown:
+        args.variants = ",".join(BREAKDOWN)
     if args.rounds < 40:
         print("note: fewer than 40 rounds; the medians move by a few points from run to run", file=sys.stderr)
 
@@ -249,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {n}: {results[n].note[-1]} (last round); medians of {len(shares)} rounds: collector "
                   f"{median(shares):.1f}% of a CPU ({span(shares, '{:.1f}')}), hook {median(hooks):.2f} µs/op "
                   f"({span(hooks, '{:.2f}')})")
+    print_breakdown(results)
     print()
     for name, floor, what in (("cpuprof default", 0.98, "cpuprof's default mode"),
                               ("cpuprof+python", 0.95, "cpuprof with Python frames (in-process, the default)"),

@@ -346,6 +346,9 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: every collector period but the final one takes this many microseconds longer (0 clears).");
   m.def("inject_collect_spin_us", &inject_collect_spin_us, py::arg("spin_us"),
         "Test hook: every collector period but the final one spends this many microseconds of CPU busy (0 clears).");
+  m.def("inject_collect_interval_us", &inject_collect_interval_us, py::arg("interval_us"),
+        "Test hook: the collector's period, in microseconds, for sessions started from now on (0: the default).");
+  m.def("collect_interval_us", &collect_interval_us, "The collector's period sessions started now use.");
   m.def("inject_hook_spin_ns", &inject_hook_spin_ns, py::arg("ns"),
         "Test hook: every op callback spends this many nanoseconds busy inside cpuprof's hook time (0 clears).");
   m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
@@ -447,6 +450,8 @@ PYBIND11_MODULE(_native, m) {
         "Records each op's Python caller from now on (python/python_callers.h); before the session starts.");
   m.def("stop_python_callers", &stop_python_callers, "Stops recording op callers; after the session stopped.");
   m.def("release_python_callers", &release_python_callers, "Frees the op callers' rings and table once drained.");
+  m.def("inject_empty_callbacks", &inject_empty_callbacks, py::arg("on"), py::arg("needs_inputs") = false,
+        "Test hook: RecordFunction callbacks that do nothing (inputs boxed if needs_inputs), for the dispatch floor.");
   m.def("inject_no_python_callers", &inject_no_python_callers, py::arg("on"),
         "Test hook: while on, start_python_callers records nothing (runs joined by the sampler's reads alone).");
   m.def(

@@ -14,7 +14,15 @@ namespace cpuprof {
 namespace {
 std::atomic<int64_t> g_collect_delay_us{0};
 std::atomic<int64_t> g_collect_spin_us{0};
+std::atomic<int64_t> g_collect_interval_us{0};
 }  // namespace
+
+void inject_collect_interval_us(int64_t interval_us) { g_collect_interval_us.store(interval_us > 0 ? interval_us : 0); }
+
+int64_t collect_interval_us() {
+  const int64_t injected = g_collect_interval_us.load(std::memory_order_relaxed);
+  return injected > 0 ? injected : kCollectIntervalUs;
+}
 
 void inject_collect_delay_us(int64_t delay_us) { g_collect_delay_us.store(delay_us); }
 void inject_collect_spin_us(int64_t spin_us) { g_collect_spin_us.store(spin_us > 0 ? spin_us : 0); }
@@ -66,7 +74,7 @@ void CollectionLoop::run() {
   // The loop ends only after a final tick: a stop requested while a tick runs (long with hundreds
   // of threads) must still get the final read, or every thread's totals stop at its last tick.
   for (bool final_tick = false; !final_tick;) {
-    wake_.wait_for(lock, std::chrono::microseconds(kCollectIntervalUs), [this] { return stop_requested_; });
+    wake_.wait_for(lock, std::chrono::microseconds(collect_interval_us()), [this] { return stop_requested_; });
     final_tick = stop_requested_;
     lock.unlock();
     const int64_t delay_us = g_collect_delay_us.load(std::memory_order_relaxed);

@@ -30,6 +30,10 @@ void inject_collect_delay_us(int64_t delay_us);
 // Test hook: every collector period but the final one spends this much CPU time busy, so the
 // collector's CPU the profile reports can be checked against a known cost (0 clears).
 void inject_collect_spin_us(int64_t spin_us);
+// Test hook: the collector's period for sessions started from now on (0: kCollectIntervalUs).
+void inject_collect_interval_us(int64_t interval_us);
+// The period sessions started now use; sample rings are sized to it.
+int64_t collect_interval_us();
 
 class CollectionLoop {
  public:

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -41,8 +42,16 @@ struct InputDesc {
   char dtype[8];     // Tensor/UnknownShape: "bf16", "f32", ...
 };
 
-struct OpEntry {
+// The first cache line holds what every call touches: the key (at its begin) and the totals (at
+// its end). On a decode each GEMV streams tens of MB through the caches between two ops, so every
+// line an op's callbacks touch is a miss; the key and the totals 1 KB apart were two.
+struct alignas(64) OpEntry {
   std::atomic<uint64_t> key{0};    // 0 = free
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> incl_ns{0};
+  std::atomic<uint64_t> self_ns{0};
+  std::atomic<uint64_t> max_ns{0};
+  std::atomic<uint64_t> samples{0};  // sampled mode: deadlines that found this op innermost
   std::atomic<uint32_t> ready{0};  // description written
   EntryKind kind = EntryKind::Op;
   uint32_t region = 0;             // entry index of the enclosing region, 0 = none
@@ -53,11 +62,6 @@ struct OpEntry {
   InputDesc inputs[kMaxKeyInputs] = {};
   int64_t sizes[kMaxKeyDims] = {};
   int64_t strides[kMaxKeyDims] = {};
-  std::atomic<uint64_t> calls{0};
-  std::atomic<uint64_t> incl_ns{0};
-  std::atomic<uint64_t> self_ns{0};
-  std::atomic<uint64_t> max_ns{0};
-  std::atomic<uint64_t> samples{0};  // sampled mode: deadlines that found this op innermost
   // torch's allocator reports (c10 memory reporting), charged to the innermost open op of the
   // thread that allocated: what torch.profiler's profile_memory sees, per key.
   std::atomic<uint64_t> alloc_bytes{0};
@@ -65,6 +69,7 @@ struct OpEntry {
   std::atomic<uint64_t> freed_bytes{0};
   std::atomic<uint64_t> frees{0};
 };
+static_assert(offsetof(OpEntry, samples) + sizeof(uint64_t) <= 64, "an op's key and totals share one cache line");
 
 // Fixed entries, so reports can find them by index.
 constexpr uint32_t kOverflowEntry = 0;  // keys that did not fit

@@ -15,6 +15,7 @@ namespace cpuprof {
 namespace {
 
 at::CallbackHandle g_handle = 0;
+at::CallbackHandle g_empty_handle = 0;
 std::atomic<OpBeginObserver> g_begin_observer{nullptr};
 
 // Sizes that can be read without throwing or calling into Python: nested tensors, symbolic
@@ -175,6 +176,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   });
 }
 
+std::unique_ptr<at::ObserverContext> on_begin_empty(const at::RecordFunction&) { return nullptr; }
+void on_end_empty(const at::RecordFunction&, at::ObserverContext*) {}
+
 }  // namespace
 
 void install_op_hook(bool needs_inputs) {
@@ -186,6 +190,18 @@ void install_op_hook(bool needs_inputs) {
 }
 
 void set_op_begin_observer(OpBeginObserver observer) { g_begin_observer.store(observer, std::memory_order_release); }
+
+void inject_empty_callbacks(bool on, bool needs_inputs) {
+  if (g_empty_handle != 0) {
+    at::removeCallback(g_empty_handle);
+    g_empty_handle = 0;
+  }
+  if (!on) return;
+  g_empty_handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(on_begin_empty, on_end_empty)
+          .needsInputs(needs_inputs)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+}
 
 void remove_op_hook() {
   if (g_handle == 0) return;

@@ -184,10 +184,10 @@ class profile:
         self._collectors: list[Collector] = []
         self._warned: set[str] = set()
 
-    def _ring_pages(self) -> int:
-        """Ring pages per thread for 25 ms of samples (2.5 collector periods): a sample is its
-        copied stack plus about 1 KiB of call chain and counters."""
-        needed = self.sample_hz * 0.025 * (self.stack_bytes + 1024) / 4096
+    def _ring_pages(self, collect_interval_us: int) -> int:
+        """Ring pages per thread for 2.5 collector periods of samples: a sample is its copied stack
+        plus about 1 KiB of call chain and counters."""
+        needed = self.sample_hz * 2.5e-6 * collect_interval_us * (self.stack_bytes + 1024) / 4096
         pages = 8
         while pages < needed and pages < 1024:
             pages *= 2
@@ -202,7 +202,7 @@ class profile:
         core = NativeSession(nat, NativeSettings(
             events=self.event_names, mode=self.mode, record_shapes=self.record_shapes, sample_hz=self.sample_hz,
             stack_bytes=self.stack_bytes, op_capacity=self.op_capacity, span_capacity=self.timeline,
-            max_threads=self.max_threads, ring_pages=self._ring_pages(),
+            max_threads=self.max_threads, ring_pages=self._ring_pages(nat.collect_interval_us()),
         ), meta, python)
         collectors: list[Collector] = []
         if python is not None:

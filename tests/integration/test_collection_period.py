@@ -1,0 +1,46 @@
+"""The collector's period (a test hook, for the benches that measure what the collector costs) and the
+sample rings sized to it: a collector that wakes five times less often must find rings that hold
+what the kernel wrote meanwhile."""
+
+from __future__ import annotations
+
+import time
+
+import cpuprof
+from cpuprof import _test_utils, native
+
+nat = native.load()
+SPIN_S = 1.0
+HZ = 1000
+
+
+def spin_profile(interval_us: int) -> tuple[cpuprof.Profile, float]:
+    nat.inject_collect_interval_us(interval_us)
+    try:
+        with cpuprof.profile("software", sample_hz=HZ, warn=False) as prof:
+            start = time.perf_counter()
+            _test_utils.spin_for_ns(int(SPIN_S * 1e9))
+            wall = time.perf_counter() - start
+    finally:
+        nat.inject_collect_interval_us(0)
+    assert prof.profile is not None
+    return prof.profile, wall
+
+
+def test_the_collectors_period_sets_its_passes_and_the_rings_hold_a_period_of_samples():
+    assert nat.collect_interval_us() == nat.limits["kCollectIntervalUs"]
+    default, default_wall = spin_profile(0)
+    slow, slow_wall = spin_profile(200_000)
+    assert nat.collect_interval_us() == nat.limits["kCollectIntervalUs"]  # the hook cleared
+    # Passes: one per period of the run, plus the baseline and the final one. A loaded machine
+    # wakes the collector late (fewer passes), never early.
+    period_s = nat.limits["kCollectIntervalUs"] / 1e6
+    assert 0.3 * default_wall / period_s <= default.overhead.discovery_ticks <= default_wall / period_s + 3
+    assert 2 <= slow.overhead.discovery_ticks <= slow_wall / 0.2 + 3, slow.overhead.discovery_ticks
+    # At 1 kHz a 200 ms period is about 200 samples of 9 KiB per pass: rings sized for the default
+    # period (25 ms of samples) would drop most of them; sized to the period, none is lost.
+    for profile in (default, slow):
+        assert profile.sampling is not None
+        assert profile.sampling.lost == 0, profile.sampling
+        cpu_s = sum(t.counters.get("task-clock", 0) for t in profile.threads) / 1e9
+        assert profile.sampling.samples >= 0.7 * cpu_s * HZ, (profile.sampling.samples, cpu_s)
