@@ -152,13 +152,13 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
 
         hooks: dict[str, object] = {hook: bool(options.pop(flag, False)) for flag, hook in TEST_HOOKS.items()}
         hooks.update({hook: int(options.pop(flag, 0)) for flag, hook in NUMBER_HOOKS.items()})  # type: ignore[call-overload]
-        for hook, value in hooks.items():
-            getattr(native.load(), hook)(value)
         prof = cpuprof.profile(args.events, **options)
 
         @contextlib.contextmanager
         def run() -> Iterator[None]:
             try:
+                for hook, value in hooks.items():  # read when the session starts (the period too)
+                    getattr(native.load(), hook)(value)
                 with prof:
                     yield
             finally:
@@ -173,6 +173,8 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
                 note += f", {switches * 1e9 / wall:.0f} context switches/s"
             if p.sampling is not None:
                 note += f", {p.sampling.samples:,} samples, {p.sampling.lost} lost"
+                if p.sampling.op_events_dropped:  # a collector period longer than the op-event rings hold
+                    note += f", {p.sampling.op_events_dropped:,} op events dropped"
                 if p.sampling.python is not None:
                     py = p.sampling.python
                     note += f", {py.source.split()[0]} {'error: ' + py.error if py.error else f'{py.samples} stacks'}"
@@ -241,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the variants that split the default mode's cost: {', '.join(BREAKDOWN)}")
     args = ap.parse_args(argv)
     if args.breakdown:
+        if args.variants != ",".join(VARIANTS):
+            ap.error("--breakdown chooses the variants itself: leave out --variants")
         args.variants = ",".join(BREAKDOWN)
     if args.rounds < 40:
         print("note: fewer than 40 rounds; the medians move by a few points from run to run", file=sys.stderr)

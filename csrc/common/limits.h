@@ -46,7 +46,8 @@ constexpr int kMaxSampleHz = 20000;
 constexpr int kDefaultStackBytes = 8192;
 constexpr int kMaxStackBytes = 65528;
 // Ring buffer pages per thread (a power of two): about 30 samples with 8 KiB stacks, three
-// collector periods at 1 kHz (the ring is sized to the rate: see profile._ring_pages).
+// collector periods at 1 kHz (the ring is sized to the rate and the collector's period: see
+// profile._ring_pages).
 constexpr int kDefaultRingPages = 64;
 // Op begins and ends a dispatching thread can have waiting for the collector.
 constexpr int kOpEventCapacity = 65536;

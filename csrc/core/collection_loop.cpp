@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/clock.h"
@@ -17,7 +18,9 @@ std::atomic<int64_t> g_collect_spin_us{0};
 std::atomic<int64_t> g_collect_interval_us{0};
 }  // namespace
 
-void inject_collect_interval_us(int64_t interval_us) { g_collect_interval_us.store(interval_us > 0 ? interval_us : 0); }
+void inject_collect_interval_us(int64_t interval_us) {
+  g_collect_interval_us.store(std::clamp<int64_t>(interval_us, 0, kMaxInjectedCollectIntervalUs));
+}
 
 int64_t collect_interval_us() {
   const int64_t injected = g_collect_interval_us.load(std::memory_order_relaxed);
@@ -29,7 +32,7 @@ void inject_collect_spin_us(int64_t spin_us) { g_collect_spin_us.store(spin_us >
 
 CollectionLoop::CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table,
                                std::function<void(int64_t, bool)> collect)
-    : registry_(registry), team_(team), table_(table), collect_(std::move(collect)) {}
+    : registry_(registry), team_(team), table_(table), collect_(std::move(collect)), interval_us_(collect_interval_us()) {}
 
 CollectionLoop::~CollectionLoop() { stop(); }
 
@@ -74,7 +77,7 @@ void CollectionLoop::run() {
   // The loop ends only after a final tick: a stop requested while a tick runs (long with hundreds
   // of threads) must still get the final read, or every thread's totals stop at its last tick.
   for (bool final_tick = false; !final_tick;) {
-    wake_.wait_for(lock, std::chrono::microseconds(collect_interval_us()), [this] { return stop_requested_; });
+    wake_.wait_for(lock, std::chrono::microseconds(interval_us_), [this] { return stop_requested_; });
     final_tick = stop_requested_;
     lock.unlock();
     const int64_t delay_us = g_collect_delay_us.load(std::memory_order_relaxed);

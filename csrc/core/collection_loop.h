@@ -30,7 +30,10 @@ void inject_collect_delay_us(int64_t delay_us);
 // Test hook: every collector period but the final one spends this much CPU time busy, so the
 // collector's CPU the profile reports can be checked against a known cost (0 clears).
 void inject_collect_spin_us(int64_t spin_us);
-// Test hook: the collector's period for sessions started from now on (0: kCollectIntervalUs).
+// Test hook: the collector's period for sessions started from now on (0: kCollectIntervalUs; at
+// most 10 s). Only the sample rings follow it: the op-event rings (kOpEventCapacity) hold about a
+// second of a decode's op boundaries, and drop (and count) beyond.
+constexpr int64_t kMaxInjectedCollectIntervalUs = 10000000;
 void inject_collect_interval_us(int64_t interval_us);
 // The period sessions started now use; sample rings are sized to it.
 int64_t collect_interval_us();
@@ -57,6 +60,7 @@ class CollectionLoop {
   TeamSet& team_;
   OpTable& table_;
   std::function<void(int64_t, bool)> collect_;
+  const int64_t interval_us_;  // the period, fixed when the session starts (its rings are sized to it)
   std::thread thread_;
   pid_t tid_ = 0;
   std::mutex mutex_;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "common/limits.h"
 
@@ -42,9 +43,10 @@ struct InputDesc {
   char dtype[8];     // Tensor/UnknownShape: "bf16", "f32", ...
 };
 
-// The first cache line holds what every call touches: the key (at its begin) and the totals (at
-// its end). On a decode each GEMV streams tens of MB through the caches between two ops, so every
-// line an op's callbacks touch is a miss; the key and the totals 1 KB apart were two.
+// The first cache line holds what every call touches: the key (read at its begin) and the call
+// totals (added at its end). On a decode each GEMV streams tens of MB through the caches between
+// two ops, so every line an op's callbacks touch is a miss; with the totals 1 KB after the key
+// there were two. (Allocation reports touch the counters at the end, only when torch allocates.)
 struct alignas(64) OpEntry {
   std::atomic<uint64_t> key{0};    // 0 = free
   std::atomic<uint64_t> calls{0};
@@ -69,6 +71,7 @@ struct alignas(64) OpEntry {
   std::atomic<uint64_t> freed_bytes{0};
   std::atomic<uint64_t> frees{0};
 };
+static_assert(std::is_standard_layout_v<OpEntry>, "offsetof below needs a standard-layout entry");
 static_assert(offsetof(OpEntry, samples) + sizeof(uint64_t) <= 64, "an op's key and totals share one cache line");
 
 // Fixed entries, so reports can find them by index.
