@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from _common import machine_line, median, render_table, rotated, span
+from _common import machine_line, median, median_ci, render_table, rotated, span
 
 VARIANTS = ("bare", "cpuprof default", "cpuprof+python", "cpuprof+py-spy", "cpuprof exact", "torch.profiler",
             "torch.profiler+shapes", "py-spy", "floor", "floor+shapes")
@@ -112,9 +112,10 @@ def _cpuprof_defaults():  # noqa: ANN202
 # 20's lazy charging); read_sleeping / read_running: exact mode reads the clock of every team member
 # asleep / on its CPU since its last read at every boundary, instead of keeping / carrying it;
 # no_op_callers: Python frames from the sampler's reads alone, without each op's caller recorded by
-# the op hook (before it did).
+# the op hook (before it did); no_memory: torch's allocator not asked to report allocations.
 TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members",
-              "read_running": "inject_read_running_members", "no_op_callers": "inject_no_python_callers"}
+              "read_running": "inject_read_running_members", "no_op_callers": "inject_no_python_callers",
+              "no_memory": "inject_no_memory_reports"}
 # Test hooks that take a number: collect_us, the collector's period in microseconds (the sample
 # rings sized to it).
 NUMBER_HOOKS = {"collect_us": "inject_collect_interval_us"}
@@ -215,10 +216,30 @@ def print_breakdown(results: dict[str, Result]) -> None:
     steps = [(a, b, what) for a, b, what in BREAKDOWN_STEPS if a in results and b in results]
     if not steps:
         return
-    print("\nwhere the default mode's cost goes (points of bare tokens/s; per-round differences, median (min–max)):")
+    print("\nwhere the default mode's cost goes (points of bare tokens/s; per-round differences, median "
+          "[95% CI of the median] (min–max)):")
     for a, b, what in steps:
-        diffs = [100 * (x - y) for x, y in zip(results[a].ratio, results[b].ratio, strict=True)]
-        print(f"  {what}: {median(diffs):.1f} ({span(diffs, '{:.1f}')})  [{a} -> {b}]")
+        print(f"  {what}: {paired_points(results[a], results[b])}  [{a} -> {b}]")
+
+
+def paired_points(a: Result, b: Result) -> str:
+    """What b loses against a, in points of bare tokens/s: the per-round differences of their ratios to
+    bare (paired within a round, so a slow moment of the machine moves both), median, the median's
+    bootstrap 95% interval, and the spread."""
+    diffs = [100 * (x - y) for x, y in zip(a.ratio, b.ratio, strict=True)]
+    low, high = median_ci(diffs)
+    return f"{median(diffs):.1f} [{low:.1f} to {high:.1f}] ({span(diffs, '{:.1f}')})"
+
+
+def print_against_default(results: dict[str, Result]) -> None:
+    """Each other variant against the default mode, paired round by round: a lever's gain is a
+    point or two, less than one round's spread, and only the paired median's interval can show it."""
+    others = [n for n in results if n not in ("bare", "cpuprof default")]
+    if "cpuprof default" not in results or not others:
+        return
+    print("\nagainst cpuprof default (points of bare tokens/s it gains, paired per round: median [95% CI] (min–max)):")
+    for n in others:
+        print(f"  {n}: {paired_points(results[n], results['cpuprof default'])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{median(shares):.1f}% of a CPU ({span(shares, '{:.1f}')}), hook {median(hooks):.2f} µs/op "
                   f"({span(hooks, '{:.2f}')})")
     print_breakdown(results)
+    print_against_default(results)
     print()
     for name, floor, what in (("cpuprof default", 0.98, "cpuprof's default mode"),
                               ("cpuprof+python", 0.95, "cpuprof with Python frames (in-process, the default)"),

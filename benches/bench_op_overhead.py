@@ -56,9 +56,9 @@ perf_event group ``read()`` costs (a ctypes perf_event_open of the same 4 events
 any event that cannot be ring-counted (hardware events, where there is a PMU).
 
 The "team" is the set of threads that have done work since the session started (the collector
-thread adds a thread the tick after it first runs; it ticks every 10 ms), because idle threads need
+thread adds a thread the tick after it first runs; it ticks every 40 ms), because idle threads need
 not be read. That is why the 2-thread variant runs a 512×512 matmul inside the session and sleeps
-0.05 s (a few collector ticks) before the timed loop: the OpenMP worker then really is read at
+a few collector ticks before the timed loop: the OpenMP worker then really is read at
 every op, as it would be in a real model. The "threads" column shows how many threads had CPU time
 in the profile (expected: 1, and 2 for the 2-thread exact variant; "a–b" when rounds differed, e.g.
 a helper thread that ran briefly); before each variant the script sleeps, so an OpenMP worker left
@@ -97,9 +97,9 @@ from cpuprof import defaults, events, native  # noqa: E402
 
 # Exact mode's target (issue 20): added ns per op with 2 threads.
 EXACT_TARGET_NS = 1500.0
-# Sleep after waking the OpenMP worker inside a session: the collector ticks every 10 ms and adds
+# Sleep after waking the OpenMP worker inside a session: the collector ticks once a period and adds
 # a thread to the team the tick after it first works, so this lets it tick a few times.
-COLLECTOR_SETTLE_S = 0.05
+COLLECTOR_SETTLE_S = 3 * defaults.CORE_LIMITS["kCollectIntervalUs"] / 1e6
 
 
 # -- what one perf_event group read() costs here ------------------------------------------------

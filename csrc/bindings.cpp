@@ -17,6 +17,7 @@
 #include "common/limits.h"
 #include "perf/perf_events.h"
 #include "perf/sample_record.h"
+#include "perf/sample_ring.h"
 #include "python/python_callers.h"
 #include "python/python_stacks.h"
 #include "roofs/stream_kernels.h"
@@ -132,6 +133,7 @@ py::dict limits() {
   d["kDefaultStackBytes"] = kDefaultStackBytes;
   d["kMaxStackBytes"] = kMaxStackBytes;
   d["kDefaultRingPages"] = kDefaultRingPages;
+  d["kMinRingPages"] = static_cast<int>(kMinRingPages);
   d["kOpEventCapacity"] = kOpEventCapacity;
   d["kMaxStacks"] = kMaxStacks;
   d["kMaxStackFrames"] = kMaxStackFrames;
@@ -340,6 +342,8 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: the next `count` perf_event_open calls fail with `errno` (count < 0: all; errno 0 clears).");
   m.def("inject_sampling_errno", &inject_sampling_errno, py::arg("errno"),
         "Test hook: every open of a sampling event fails with `errno` (0 clears); counting still works.");
+  m.def("inject_ring_page_budget", &inject_ring_page_budget, py::arg("pages"),
+        "Test hook: sample rings of more than `pages` data pages fail to map with EPERM (0 clears).");
   m.def("inject_no_context_switches", &inject_no_context_switches, py::arg("off"),
         "Test hook: sampling events get no switch records, as on a kernel older than 4.3 (False restores).");
   m.def("inject_collect_delay_us", &inject_collect_delay_us, py::arg("delay_us"),
@@ -452,6 +456,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("release_python_callers", &release_python_callers, "Frees the op callers' rings and table once drained.");
   m.def("inject_empty_callbacks", &inject_empty_callbacks, py::arg("on"), py::arg("needs_inputs") = false,
         "Test hook: RecordFunction callbacks that do nothing (inputs boxed if needs_inputs), for the dispatch floor.");
+  m.def("inject_no_memory_reports", &inject_no_memory_reports, py::arg("off"),
+        "Test hook: while on, torch's allocator is told nothing is profiled (no allocation reports).");
   m.def("inject_no_python_callers", &inject_no_python_callers, py::arg("on"),
         "Test hook: while on, start_python_callers records nothing (runs joined by the sampler's reads alone).");
   m.def(

@@ -45,12 +45,14 @@ constexpr int kMaxSampleHz = 20000;
 // at most 65528 bytes, a multiple of 8 (the kernel's limit).
 constexpr int kDefaultStackBytes = 8192;
 constexpr int kMaxStackBytes = 65528;
-// Ring buffer pages per thread (a power of two): about 30 samples with 8 KiB stacks, three
-// collector periods at 1 kHz (the ring is sized to the rate and the collector's period: see
-// profile._ring_pages).
+// Ring buffer pages per thread (a power of two) when nothing sizes them; a session sizes them to
+// 2.5 collector periods of samples (profile._ring_pages). The smallest a ring is mapped at when
+// the locked-memory budget refuses a larger one: three samples with 8 KiB stacks.
 constexpr int kDefaultRingPages = 64;
-// Op begins and ends a dispatching thread can have waiting for the collector.
-constexpr int kOpEventCapacity = 65536;
+constexpr size_t kMinRingPages = 8;
+// Op begins and ends a dispatching thread can have waiting for the collector: a period and the
+// join lag (60 ms at the default) at 2 million events a second, 3 MiB, touched only as it fills.
+constexpr int kOpEventCapacity = 131072;
 // Native stacks kept: distinct stacks, their frames, (stack, thread, op) counts, and the newest
 // samples one by one for timelines.
 constexpr int kMaxStacks = 65536;
@@ -58,10 +60,17 @@ constexpr int kMaxStackFrames = 2097152;
 constexpr int kMaxStackCounts = 65536;
 constexpr int kDefaultTimelineSamples = 131072;
 // How often the collector thread drains the sample rings, and how long it waits for op events
-// to be published before it joins samples with them.
-constexpr int kCollectIntervalUs = 10000;
+// to be published before it joins samples with them. Each pass costs a fixed part whatever it
+// finds, and with every CPU busy a pass takes a compute thread's CPU: 40 ms instead of 10 ms took
+// the collector from 2.0 to 1.2 % of a CPU and gave a decode about 1 point of its tokens/s back
+// (benches/README.md, seventh session). The sample rings hold 2.5 periods (profile._ring_pages),
+// 64 pages a thread at the default rate and stack (65 with the control page, against the 129 of
+// perf_event_mlock_kb's default per CPU: just under two threads a CPU); past the budget a ring is
+// mapped smaller (thread_counters.cpp).
+constexpr int kCollectIntervalUs = 40000;
 constexpr int kJoinLagUs = 20000;
-// How often the collector looks for new threads.
+// How often the collector looks for new threads and reads those outside the team: at every pass
+// once the period is this long or longer, as the default is.
 constexpr int kDiscoveryIntervalUs = 20000;
 // A thread found with more CPU time than this has already worked (an existing OpenMP worker)
 // and joins the team at once.

@@ -31,8 +31,8 @@ void inject_collect_delay_us(int64_t delay_us);
 // collector's CPU the profile reports can be checked against a known cost (0 clears).
 void inject_collect_spin_us(int64_t spin_us);
 // Test hook: the collector's period for sessions started from now on (0: kCollectIntervalUs; at
-// most 10 s). Only the sample rings follow it: the op-event rings (kOpEventCapacity) hold about a
-// second of a decode's op boundaries, and drop (and count) beyond.
+// most 10 s). Only the sample rings follow it: the op-event rings (kOpEventCapacity) hold about
+// 2.5 s of a decode's op boundaries, and drop (and count) beyond.
 constexpr int64_t kMaxInjectedCollectIntervalUs = 10000000;
 void inject_collect_interval_us(int64_t interval_us);
 // The period sessions started now use; sample rings are sized to it.

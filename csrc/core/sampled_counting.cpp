@@ -88,7 +88,7 @@ class SampledCounting final : public CountingStrategy {
     // Op events are stamped when their callback began and published a little later; samples are
     // joined only once every op event up to their time has surely been published.
     const int64_t until = final ? INT64_MAX : now - static_cast<int64_t>(kJoinLagUs) * 1000;
-    // Rings are emptied every period (they hold about two); samples wait in memory until the op
+    // Rings are emptied every period (they hold 2.5); samples wait in memory until the op
     // timeline has caught up with them.
     drain_rings();
     // Stable: a thread's records keep their ring order where their times are equal.

@@ -83,10 +83,11 @@ int ThreadRegistry::add_locked(pid_t tid) {
   slot.sched_at_open = read_schedstat(tid);
   slot.has_run = slot.sched_at_open.ok && slot.sched_at_open.cpu_ns > kJoinedWorkerCpuNs;
   slot.opened_ns = now_ns();
-  // Rings are kernel memory: threads past the first 64 (idle pools, mostly) get small ones, and
+  // Rings are kernel memory: threads past the first 64 (idle pools, mostly) get smaller ones, and
   // a busy one among them loses samples, counted, rather than the process running out of memory.
+  // 32 pages still hold a default collector period at the default rate and stack.
   ThreadCounters::Sampling sampling = sampling_;
-  if (n >= 64) sampling.ring_pages = std::min<size_t>(sampling.ring_pages, 16);
+  if (n >= 64) sampling.ring_pages = std::min<size_t>(sampling.ring_pages, 32);
   slot.counters.open(tid, events_, &slot.open_errno, sampled_ ? &sampling : nullptr, count_by_ring_);
   size_.store(n + 1, std::memory_order_release);
   return n;

@@ -4,14 +4,23 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace cpuprof {
+
+namespace {
+std::atomic<size_t> g_injected_page_budget{0};
+}  // namespace
+
+void inject_ring_page_budget(size_t pages) { g_injected_page_budget.store(pages); }
 
 int SampleRing::map(int fd, size_t data_pages) {
   unmap();
   size_t pages = 1;
   while (pages * 2 <= data_pages) pages *= 2;
+  const size_t budget = g_injected_page_budget.load(std::memory_order_relaxed);
+  if (budget != 0 && pages > budget) return EPERM;
   const size_t page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (pages + 1) * page_size;
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -14,6 +14,10 @@
 
 namespace cpuprof {
 
+// Test hook: maps of more than `pages` data pages fail with EPERM, as past an unprivileged
+// user's locked-memory budget (0 clears).
+void inject_ring_page_budget(size_t pages);
+
 class SampleRing {
  public:
   SampleRing() = default;

@@ -3,7 +3,9 @@
 #include "perf/sample_record.h"
 
 #include "common/clock.h"
+#include "common/limits.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -87,10 +89,17 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
       continue;
     }
     if (samples_here) {
-      const int err = ring_.map(fd, sampling->ring_pages);
+      // Past the user's locked-memory budget (perf_event_mlock_kb per CPU, then RLIMIT_MEMLOCK)
+      // a smaller ring still samples. Below a collector period of samples it overflows at every
+      // pass while its thread is busy; what it drops is counted as lost, which beats no samples.
+      int err = ring_.map(fd, sampling->ring_pages);
+      for (size_t pages = sampling->ring_pages / 2; (err == EPERM || err == ENOMEM) && pages >= kMinRingPages;
+           pages /= 2) {
+        err = ring_.map(fd, pages);
+      }
       if (err != 0) {
-        // The ring could not be mapped (over perf_event_mlock_kb for an unprivileged user): the
-        // event samples into nothing, so it is reopened as a plain counter.
+        // The ring could not be mapped even at its smallest: the event samples into nothing, so
+        // it is reopened as a plain counter.
         sampling_errno_ = err;
         ::close(fd);
         fd = perf_open(spec, tid, leader, kReadFormat);

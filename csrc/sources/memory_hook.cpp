@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -16,9 +17,13 @@ namespace cpuprof {
 
 namespace {
 
+std::atomic<bool> g_no_memory_reports{false};
+
 class SessionMemoryReporter final : public c10::MemoryReportingInfoBase {
  public:
-  bool memoryProfilingEnabled() const override { return Session::instance().running(); }
+  bool memoryProfilingEnabled() const override {
+    return Session::instance().running() && !g_no_memory_reports.load(std::memory_order_relaxed);
+  }
 
   void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t /*total_allocated*/,
                          size_t /*total_reserved*/, c10::Device device) override {
@@ -34,6 +39,8 @@ class SessionMemoryReporter final : public c10::MemoryReportingInfoBase {
 thread_local bool t_installed = false;
 
 }  // namespace
+
+void inject_no_memory_reports(bool off) { g_no_memory_reports.store(off); }
 
 bool install_memory_hook() {
   if (t_installed) return true;

@@ -12,5 +12,8 @@ bool install_memory_hook();
 // Removes the reporter if the calling thread installed it and it is still the innermost one;
 // otherwise it stays, inert (it reports only while a session runs).
 void remove_memory_hook();
+// Test hook: while on, the installed reporter tells the allocator that nothing is profiled, so
+// torch's allocator does none of its reporting work (what the reports cost a decode).
+void inject_no_memory_reports(bool off);
 
 }  // namespace cpuprof

@@ -46,6 +46,7 @@ GEMM_AND_SERIAL = textwrap.dedent("""
     for _ in range(3):
         a @ b
     out = {mode: {} for mode in ("sampled", "exact")}
+    lost = {mode: 0 for mode in out}
     for round in range(4):
         modes = (("sampled", 1.0), ("exact", 0.4))
         for mode, seconds in modes[round % 2:] + modes[:round % 2]:
@@ -60,6 +61,7 @@ GEMM_AND_SERIAL = textwrap.dedent("""
                     truth["gemm_wall"] += time.perf_counter_ns() - wall
                     torch.ops.cpuprof_test.spin(x, 2_000_000)
             p = prof.profile
+            lost[mode] += sum(t.samples_lost for t in p.threads if t.role == "dispatch")
             roles = [t.role for t in p.threads]
             for op in p.ops:
                 if op.name in ("aten::mm", "cpuprof_test::spin") and op.calls:
@@ -74,6 +76,7 @@ GEMM_AND_SERIAL = textwrap.dedent("""
                     kind = "" if op.name == "cpuprof_test::spin" else "gemm_"
                     row["true_cpu"] += truth[kind + "cpu"]
                     row["true_wall"] += truth[kind + "wall"]
+    out["lost"] = lost
     print(json.dumps(out))
 """)
 
@@ -105,9 +108,12 @@ def true_busy(row: dict) -> float:
 
 def test_serial_op_keeps_one_thread_busy(gemm_and_serial):
     spin = gemm_and_serial["sampled"]["cpuprof_test::spin"]
-    # Samples come at the default rate of the thread's CPU time.
+    # Samples come at the default rate of the thread's CPU time. Those the profile counts as lost
+    # on the dispatching thread (its ring filled while a loaded machine kept the collector off its
+    # CPU) may have been the spin's: the one shortfall the tool may have, and it says so.
     expected_samples = spin["true_cpu"] * SAMPLE_HZ / 1e9
-    assert spin["samples"] >= 0.7 * expected_samples and spin["samples"] >= 100, (spin, expected_samples)
+    seen = spin["samples"] + gemm_and_serial["lost"]["sampled"]
+    assert seen >= 0.7 * expected_samples and seen >= 100, (spin, expected_samples, gemm_and_serial["lost"])
     assert true_busy(spin) > 0.5, spin  # the machine gave the spin most of its time: the check means something
     assert busy(spin) == pytest.approx(true_busy(spin), abs=0.1), spin
     # and it is the calling thread's time, not the sleeping worker's
@@ -321,6 +327,9 @@ SAMPLING_FAULTS = textwrap.dedent("""
     if fault == "refused":
         _native.inject_sampling_errno(13)  # EACCES, as a paranoid level or seccomp filter gives
         prof = cpuprof.profile("software")
+    elif fault.startswith("budget="):  # the locked-memory budget refuses rings above this many pages
+        _native.inject_ring_page_budget(int(fault.partition("=")[2]))
+        prof = cpuprof.profile("software")
     else:  # a ring far too small for the rate: the kernel drops samples and says how many
         prof = cpuprof.profile("software", sample_hz=20000, stack_bytes=0)
         prof._ring_pages = lambda _interval_us: 1
@@ -341,6 +350,7 @@ SAMPLING_FAULTS = textwrap.dedent("""
 
 @pytest.mark.parametrize("fault, words, note", [
     ("refused", "not sampled: EACCES", "threads not sampled"),
+    ("budget=4", "not sampled: EPERM", "threads not sampled"),  # below the smallest ring (kMinRingPages)
     ("overflow", "samples lost", "samples were lost"),
 ])
 def test_sampling_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fault: str, words: str, note: str):
@@ -359,11 +369,32 @@ def test_sampling_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fa
     me = p.threads[0]
     cpu_in_spin = int((tmp_path / "cpu_in_spin").read_text())
     assert me.cpu_ns and me.cpu_ns >= 0.99 * cpu_in_spin  # and the thread's total CPU, exactly
-    if fault == "refused":
-        assert me.sampling_error and "EACCES" in me.sampling_error
+    if fault == "refused" or fault.startswith("budget="):
+        assert me.sampling_error and ("EACCES" if fault == "refused" else "EPERM") in me.sampling_error
         assert p.sampling.samples == 0
     else:
         assert p.sampling.lost > 0 and p.sampling.samples > 0
+
+
+def test_a_ring_over_the_locked_memory_budget_is_mapped_smaller_and_still_samples(tmp_path: Path):
+    """Rings are sized to 2.5 collector periods (64 pages a thread by default); where the user's
+    budget (perf_event_mlock_kb, RLIMIT_MEMLOCK) refuses that, a smaller ring still samples."""
+    from cpuprof.defaults import CORE_LIMITS
+    from cpuprof.model import Profile
+
+    budget = CORE_LIMITS["kMinRingPages"]
+    result = subprocess.run([sys.executable, "-c", SAMPLING_FAULTS, f"budget={budget}", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "not sampled" not in result.stderr + result.stdout, result.stderr
+    p = Profile.load(tmp_path)
+    me = p.threads[0]
+    assert me.sampling_error is None
+    # 200 ms of the thread's CPU at the default rate: its samples, with what a ring of 8 pages
+    # (3 samples, less than a collector period) dropped at each pass, which the profile counts.
+    cpu_in_spin = int((tmp_path / "cpu_in_spin").read_text())
+    expected = cpu_in_spin * SAMPLE_HZ / 1e9
+    assert p.sampling.samples + p.sampling.lost >= 0.7 * expected and p.sampling.samples > 0, (p.sampling, expected)
 
 
 # libgomp's default team keeps its workers spinning between parallel regions (OMP_WAIT_POLICY
@@ -528,7 +559,7 @@ def test_sampled_and_exact_modes_agree_on_a_decodes_busy_threads(tmp_path: Path)
             busy[mode].append({(op.name, str(op.region), op.calls): sum(op.counters_self["task-clock"]) / op.self_ns
                                for op in profile.ops if op.kind == "op" and op.self_ns > 0.05 * total})
     # Each mode's best round. A thread preempted inside an op (on 2 CPUs, by cpuprof's own collector
-    # too, which passes every 10 ms in sampled mode and barely runs in exact mode) lowers that run's
+    # too, which passes every 40 ms in sampled mode and barely runs in exact mode) lowers that run's
     # figure for real, and only lowers it: a round apart reads 1.6 against 2.0 for the same op now
     # and then (the 0.84 of a worker's share seen in exact mode too). The two measurements must agree
     # where neither run was disturbed.

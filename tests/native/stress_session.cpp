@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/collection_loop.h"
 #include "core/session.h"
 #include "sources/op_source.h"
 
@@ -65,6 +66,9 @@ int main() {
   config.timeline_samples = 256;
   config.span_capacity = 64;
   config.op_capacity = 32;
+  // Passes every 10 ms (the default is 40): each 40 ms session then has several passes to race
+  // its snapshots and stop.
+  inject_collect_interval_us(10000);
   for (int round = 0; round < 12; ++round) {
     config.mode = round % 2 ? CountingMode::Exact : CountingMode::Sampled;
     // Alternate between more slots than threads and fewer (threads beyond them are counted).

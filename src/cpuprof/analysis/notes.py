@@ -51,7 +51,12 @@ def limit_notes(profile: Profile) -> list[str]:
                          "counted): " + "; ".join(not_sampled))
         if s.lost:
             notes.append(f"{s.lost:,} samples were lost: a thread's sample ring filled before the collector drained "
-                         "it, so per-op CPU time is short by as many sampling periods")
+                         "it, so per-op CPU time is short by as many sampling periods (a ring the locked-memory "
+                         "budget shrank holds less: raise kernel.perf_event_mlock_kb or RLIMIT_MEMLOCK)")
+        if s.op_events_dropped:
+            notes.append(f"{s.op_events_dropped:,} op begins and ends were dropped: a dispatching thread's op-event "
+                         "ring filled before the collector drained it, so CPU and stacks near them went to the "
+                         "wrong ops (calls and wall times are exact)")
         if s.python is not None and s.python.error:
             notes.append(f"no Python frames in the stacks: {s.python.error}")
     if profile.collection is not None:

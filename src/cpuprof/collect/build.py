@@ -83,7 +83,8 @@ def _sampling_error(err: int) -> str | None:
     if err < 0:
         return "not sampled (the thread was not found while the session ran)"
     return "not sampled: " + _errno_text(
-        err, " (over kernel.perf_event_mlock_kb for an unprivileged user, or perf_event_paranoid)")
+        err, " (its sample ring refused even at its smallest: over kernel.perf_event_mlock_kb and RLIMIT_MEMLOCK "
+             "for an unprivileged user; or perf_event_paranoid)")
 
 
 def _counting_error(err: int) -> str | None:

@@ -126,6 +126,9 @@ def sampling_warnings(p: Profile) -> list[str]:
     if p.sampling is not None and p.sampling.lost:
         out.append(f"{p.sampling.lost:,} samples lost (a sample ring filled before the collector drained it): "
                    "per-op CPU time is short by as many sampling periods")
+    if p.sampling is not None and p.sampling.op_events_dropped:
+        out.append(f"{p.sampling.op_events_dropped:,} op begins and ends dropped (a dispatching thread's op-event "
+                   "ring filled before the collector drained it): CPU and stacks near them went to the wrong ops")
     return out
 
 

@@ -188,8 +188,8 @@ class profile:
         """Ring pages per thread for 2.5 collector periods of samples: a sample is its copied stack
         plus about 1 KiB of call chain and counters."""
         needed = self.sample_hz * 2.5e-6 * collect_interval_us * (self.stack_bytes + 1024) / 4096
-        pages = 8
-        while pages < needed and pages < 1024:
+        pages = defaults.CORE_LIMITS["kMinRingPages"]
+        while pages < needed and pages < 4096:  # 16 MiB: 2.5 default periods at 18 kHz
             pages *= 2
         return pages
 
