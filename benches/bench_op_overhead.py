@@ -194,6 +194,10 @@ class Variant:
     collector_pct: list[float] = field(default_factory=list)  # collector thread CPU / loop wall
     ops_per_iter: list[float] = field(default_factory=list)
     threads_counted: list[int] = field(default_factory=list)
+    # Records the collector never saw (sampled mode): op begins and ends dropped from a full op-event
+    # ring, and samples lost from a full sample ring, per round. A tiny-op loop is the densest stream
+    # of op events a dispatching thread makes, so this is where the rings' sizing shows.
+    dropped: list[int] = field(default_factory=list)
 
 
 def timed_loop(n: int, x: torch.Tensor) -> int:
@@ -243,6 +247,7 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
         extra["ops_per_iter"] = p.overhead.ops / args.n
         extra["collector_pct"] = 100.0 * p.overhead.discovery_cpu_ns / elapsed
         extra["threads_counted"] = sum(1 for t in p.threads if t.counters.get("task-clock", 0) > 0)
+        extra["dropped"] = (p.sampling.op_events_dropped + p.sampling.lost) if p.sampling else 0
     else:
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as torch_profile
@@ -256,6 +261,7 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
             v.ops_per_iter.append(extra["ops_per_iter"])
             v.collector_pct.append(extra["collector_pct"])
             v.threads_counted.append(int(extra["threads_counted"]))
+            v.dropped.append(int(extra["dropped"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,18 +347,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{min(v.threads_counted)}–{max(v.threads_counted)}" if v.threads_counted
             and min(v.threads_counted) != max(v.threads_counted)
             else (str(v.threads_counted[0]) if v.threads_counted else "-"),
+            f"{sum(v.dropped):,}" if v.mode == "sampled" and v.dropped else "-",
         ])
     print()
     print(render_table(
         ["variant", "ns/op", "min–max", "added", "vs none", "÷ torch.prof added",
-         "self hook ns/op", "ops/iter", "collector %", "threads"],
+         "self hook ns/op", "ops/iter", "collector %", "threads", "dropped"],
         rows))
     print()
     print("ns/op: median over rounds of loop time ÷ N, min–max over rounds; added: median − none's median;")
     print("÷ torch.prof added: added ÷ torch.profiler's (defaults) added; self hook ns/op: cpuprof's own")
     print("overhead.per_op_ns (its callbacks only, not torch's RecordFunction work); collector %: collector")
     print("thread CPU (overhead.discovery_cpu_ns: thread discovery, draining sample rings, unwinding) ÷ loop")
-    print("wall time; threads: threads with CPU time in the profile (the exact-mode team).")
+    print("wall time; threads: threads with CPU time in the profile (the exact-mode team); dropped: op")
+    print("events dropped and samples lost (full rings, sampled mode), summed over all rounds.")
     by = {v.name: v for v in variants}
     now = by["cpuprof exact, 2 threads"]
     for name, what in (("exact, 2 threads, running read", "running members' clocks carried"),
