@@ -179,14 +179,20 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 std::unique_ptr<at::ObserverContext> on_begin_empty(const at::RecordFunction&) { return nullptr; }
 void on_end_empty(const at::RecordFunction&, at::ObserverContext*) {}
 
+// The op hook and the dispatch floor's empty callbacks are registered alike, so that the floor
+// measures what torch does to reach the hook.
+at::CallbackHandle add_global_callbacks(at::RecordFunctionCallback::StartCallback begin,
+                                        at::RecordFunctionCallback::EndCallback end, bool needs_inputs) {
+  return at::addGlobalCallback(at::RecordFunctionCallback(begin, end)
+                                   .needsInputs(needs_inputs)
+                                   .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+}
+
 }  // namespace
 
 void install_op_hook(bool needs_inputs) {
   if (g_handle != 0) return;
-  g_handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(on_begin, on_end)
-          .needsInputs(needs_inputs)
-          .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+  g_handle = add_global_callbacks(on_begin, on_end, needs_inputs);
 }
 
 void set_op_begin_observer(OpBeginObserver observer) { g_begin_observer.store(observer, std::memory_order_release); }
@@ -197,10 +203,7 @@ void inject_empty_callbacks(bool on, bool needs_inputs) {
     g_empty_handle = 0;
   }
   if (!on) return;
-  g_empty_handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(on_begin_empty, on_end_empty)
-          .needsInputs(needs_inputs)
-          .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+  g_empty_handle = add_global_callbacks(on_begin_empty, on_end_empty, needs_inputs);
 }
 
 void remove_op_hook() {
