@@ -5,7 +5,8 @@ Variants, interleaved in one process with the order rotated every round:
   cpuprof default   cpuprof.profile(): sampled mode, every thread sampled at the default rate (250 Hz of
                     its CPU time) with 8 KiB of stack, native stacks unwound
   cpuprof+python    the same with Python stacks read in the process at 100 Hz (python_stacks=True, the
-                    default python_sampler="in-process": a thread of cpuprof's takes the GIL per read)
+                    default python_sampler="in-process": a thread of cpuprof's takes the GIL per read, at
+                    the periods each op's recorded Python caller does not cover)
   cpuprof+py-spy    the same with Python stacks read by py-spy beside the process (python_sampler="py-spy")
   cpuprof exact     every working thread read at every op boundary
   torch.profiler    CPU activity, default options
@@ -17,7 +18,7 @@ Variants, interleaved in one process with the order rotated every round:
   cpuprof{k=v;...}  cpuprof default with cpuprof.profile()'s keyword arguments changed, to measure one
                     lever beside the others: "cpuprof{record_shapes=0}", "cpuprof{sample_hz=250;stack_bytes=4096}";
                     test hooks too: "cpuprof{eager_workers=1}", "cpuprof{mode=exact;read_sleeping=1}",
-                    "cpuprof{python_stacks=1;no_op_callers=1}"
+                    "cpuprof{python_stacks=1;no_op_callers=1}", "cpuprof{python_stacks=1;every_tick=1}"
 
 Only generate() is timed (profiler start and stop are not), through transformers' streamer: one
 time per token, so tokens/s is over the decode steps after the warm-up ones. Each round runs every
@@ -112,10 +113,12 @@ def _cpuprof_defaults():  # noqa: ANN202
 # 20's lazy charging); read_sleeping / read_running: exact mode reads the clock of every team member
 # asleep / on its CPU since its last read at every boundary, instead of keeping / carrying it;
 # no_op_callers: Python frames from the sampler's reads alone, without each op's caller recorded by
-# the op hook (before it did); no_memory: torch's allocator not asked to report allocations.
+# the op hook (before it did); no_memory: torch's allocator not asked to report allocations;
+# every_tick: the in-process Python sampler reads at every period, as before its pacer skipped the
+# periods the op callers cover.
 TEST_HOOKS = {"eager_workers": "inject_eager_workers", "read_sleeping": "inject_read_sleeping_members",
               "read_running": "inject_read_running_members", "no_op_callers": "inject_no_python_callers",
-              "no_memory": "inject_no_memory_reports"}
+              "no_memory": "inject_no_memory_reports", "every_tick": "inject_python_reads_every_tick"}
 # Test hooks that take a number: collect_us, the collector's period in microseconds (the sample
 # rings sized to it).
 NUMBER_HOOKS = {"collect_us": "inject_collect_interval_us"}
@@ -179,6 +182,8 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
                 if p.sampling.python is not None:
                     py = p.sampling.python
                     note += f", {py.source.split()[0]} {'error: ' + py.error if py.error else f'{py.samples} stacks'}"
+                    if py.ticks_covered:
+                        note += f" ({py.ticks_covered} periods covered by op callers)"
                     if py.cpu_ns is not None:
                         note += f" ({100 * py.cpu_ns / wall:.2f}% of a CPU)"
             notes.append(note)
@@ -231,15 +236,16 @@ def paired_points(a: Result, b: Result) -> str:
     return f"{median(diffs):.1f} [{low:.1f} to {high:.1f}] ({span(diffs, '{:.1f}')})"
 
 
-def print_against_default(results: dict[str, Result]) -> None:
-    """Each other variant against the default mode, paired round by round: a lever's gain is a
-    point or two, less than one round's spread, and only the paired median's interval can show it."""
-    others = [n for n in results if n not in ("bare", "cpuprof default")]
-    if "cpuprof default" not in results or not others:
+def print_against(results: dict[str, Result], reference: str) -> None:
+    """Each other variant against the reference (the default mode unless --against), paired round by
+    round: a lever's gain is a point or two, less than one round's spread, and only the paired
+    median's interval can show it."""
+    others = [n for n in results if n not in ("bare", reference)]
+    if reference not in results or not others:
         return
-    print("\nagainst cpuprof default (points of bare tokens/s it gains, paired per round: median [95% CI] (min–max)):")
+    print(f"\nagainst {reference} (points of bare tokens/s it gains, paired per round: median [95% CI] (min–max)):")
     for n in others:
-        print(f"  {n}: {paired_points(results[n], results['cpuprof default'])}")
+        print(f"  {n}: {paired_points(results[n], results[reference])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-hz", type=int, default=None, help="default: cpuprof's")
     ap.add_argument("--python-hz", type=int, default=100)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset; bare is always first")
+    ap.add_argument("--against", default=None,
+                    help="the variant every other one is paired with (one of --variants; default: cpuprof default)")
     ap.add_argument("--breakdown", action="store_true",
                     help=f"the variants that split the default mode's cost: {', '.join(BREAKDOWN)}")
     args = ap.parse_args(argv)
@@ -279,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = {n for n in names if n not in VARIANTS and not re.fullmatch(r"cpuprof\{.*\}", n)}
     if unknown:
         raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
+    if args.against is not None and args.against not in names[1:]:
+        raise SystemExit(f"--against {args.against!r} is not among the variants measured: {', '.join(names[1:])}")
     print(machine_line())
     hf = build_model(args)
     params = sum(p.numel() for p in hf.model.parameters())
@@ -325,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{median(shares):.1f}% of a CPU ({span(shares, '{:.1f}')}), hook {median(hooks):.2f} µs/op "
                   f"({span(hooks, '{:.2f}')})")
     print_breakdown(results)
-    print_against_default(results)
+    print_against(results, args.against or "cpuprof default")
     print()
     for name, floor, what in (("cpuprof default", 0.98, "cpuprof's default mode"),
                               ("cpuprof+python", 0.95, "cpuprof with Python frames (in-process, the default)"),

@@ -19,6 +19,7 @@
 #include "perf/sample_record.h"
 #include "perf/sample_ring.h"
 #include "python/python_callers.h"
+#include "python/python_read_pacer.h"
 #include "python/python_stacks.h"
 #include "roofs/stream_kernels.h"
 #include "sources/memory_hook.h"
@@ -460,6 +461,27 @@ PYBIND11_MODULE(_native, m) {
         "Test hook: while on, torch's allocator is told nothing is profiled (no allocation reports).");
   m.def("inject_no_python_callers", &inject_no_python_callers, py::arg("on"),
         "Test hook: while on, start_python_callers records nothing (runs joined by the sampler's reads alone).");
+  py::class_<PythonReadPacer>(m, "PythonReadPacer",
+                              "When the in-process sampler reads: ticks the op callers cover are waited out "
+                              "(python/python_read_pacer.h).")
+      .def(py::init<int64_t, int64_t, double, double>(), py::arg("period_ns"), py::arg("window_ns"),
+           py::arg("min_cpu_share"), py::arg("fill_limit"))
+      .def(
+          "wait",
+          [](PythonReadPacer& pacer, int64_t tick_ns, int64_t return_by_ns) {
+            PacedTick tick;
+            {
+              py::gil_scoped_release release;
+              tick = pacer.wait(tick_ns, return_by_ns);
+            }
+            return py::make_tuple(tick.tick_ns, tick.covered, tick.stopping);
+          },
+          py::arg("tick_ns"), py::arg("return_by_ns"),
+          "(tick ns, ticks covered, stopping): sleeps to the first tick the op callers do not cover, "
+          "return_by_ns, a caller ring to drain, or stop().")
+      .def("stop", &PythonReadPacer::stop, "Wakes a waiter; every later wait returns at once.");
+  m.def("inject_python_reads_every_tick", &inject_python_reads_every_tick, py::arg("on"),
+        "Test hook: while on, the read pacer covers no tick (a read every period, as before it).");
   m.def(
       "drain_python_callers",
       [] {

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/hash.h"
 #include "python/list_append.h"
 #include "sources/op_hook.h"
@@ -58,6 +59,12 @@ struct ThreadCallers {
   uint32_t chain = kUnknownChain;
   bool known = false;
   int64_t gap_ns = 0;  // when the first change since the last record was lost; 0: no gap open
+  // The thread's last op begin (not inside an op): written by the thread at every such begin, read
+  // by the read pacer (python_callers_cover), on the line the thread reads at every begin anyway.
+  std::atomic<int64_t> last_begin_ns{0};
+  // The pacer's own: the thread's CPU clock at the last ask that read it (0: not read yet), and when.
+  uint64_t asked_cpu_ns = 0;
+  int64_t asked_ns = 0;
   std::unique_ptr<CallerRecord[]> ring;
   alignas(64) std::atomic<uint64_t> head{0};
   alignas(64) std::atomic<uint64_t> tail{0};
@@ -307,6 +314,7 @@ void observe_op_begin(int64_t enter_ns, bool inside_op) {
   if (thread == nullptr) return;
   ThreadCallers* me = this_thread();
   if (me == nullptr) return;
+  me->last_begin_ns.store(enter_ns, std::memory_order_relaxed);
   _PyInterpreterFrame* innermost = innermost_frame(thread);
   const uint64_t hash = innermost != nullptr ? hash_chain(innermost) : 0;
   const bool same = me->known && hash == me->hash;
@@ -368,6 +376,35 @@ void inject_no_python_callers(bool on) { g_injected_off.store(on, std::memory_or
 void stop_python_callers() {
   set_op_begin_observer(nullptr);
   g_stopped.store(true, std::memory_order_release);
+}
+
+bool python_callers_cover(int64_t now_ns, int64_t window_ns, double min_cpu_share) {
+  if (!g_owned.load(std::memory_order_acquire) || g_stopped.load(std::memory_order_acquire) ||
+      g_injected_off.load(std::memory_order_relaxed) || g_generation.load(std::memory_order_relaxed) == 0) {
+    return false;
+  }
+  const int used = std::min(g_thread_count.load(std::memory_order_acquire), kMaxThreads);
+  bool any = false;
+  bool covered = true;
+  for (int i = 0; i < used; ++i) {
+    ThreadCallers* callers = g_threads[i].load(std::memory_order_acquire);
+    if (callers == nullptr) continue;
+    any = true;
+    if (now_ns - callers->last_begin_ns.load(std::memory_order_relaxed) <= window_ns) continue;
+    // Its clock is read only here, where no recent op covers it: a share of the time since the last
+    // reading, which after a stretch of ops is the whole stretch (busy: read once more, and from
+    // the next period on the share is the period's).
+    uint64_t cpu_ns = 0;
+    if (!read_clock_ns(thread_cpu_clock(callers->tid), &cpu_ns)) continue;  // exited: nothing more to sample
+    const bool measured = callers->asked_cpu_ns != 0 && cpu_ns >= callers->asked_cpu_ns && now_ns > callers->asked_ns;
+    const bool idle = measured && static_cast<double>(cpu_ns - callers->asked_cpu_ns) <
+                                      min_cpu_share * static_cast<double>(now_ns - callers->asked_ns);
+    callers->asked_cpu_ns = cpu_ns;
+    callers->asked_ns = now_ns;
+    if (!idle) covered = false;  // every uncovered thread's clock is still read, for the next ask
+  }
+  // A thread past kMaxThreads runs ops without a record: only reads see its Python.
+  return any && covered && g_thread_count.load(std::memory_order_relaxed) <= kMaxThreads;
 }
 
 double python_callers_fill() {
@@ -462,6 +499,7 @@ void inject_no_python_callers(bool) {}
 void stop_python_callers() {}
 PyObject* drain_python_callers() { return PyList_New(0); }
 double python_callers_fill() { return 0.0; }
+bool python_callers_cover(int64_t, int64_t, double) { return false; }
 PyObject* python_caller_chains(Py_ssize_t) { return PyList_New(0); }
 
 #endif

@@ -42,6 +42,16 @@ void stop_python_callers();
 // `lost` counts changes not recorded. One drainer at a time. New reference.
 PyObject* drain_python_callers();
 
+// Whether the op callers stand in for a read of every thread's Python stack at `now_ns`. True when
+// they are being recorded, some thread has run ops, and each thread that has run ops either began
+// one (not inside an op) within `window_ns` before now, so that its Python is its last op's caller
+// to within that; or ran under `min_cpu_share` of the time since its clock was last read here
+// (blocked, idle or preempted: few samples land in its Python, and those take its last op's
+// caller); or has exited. A thread not covered by an op begin costs a read of its CPU clock (a
+// system call). One asker at a time (the in-process sampler's read pacer), between a start and its
+// stop, never beside a start or a release (which free what it reads).
+bool python_callers_cover(int64_t now_ns, int64_t window_ns, double min_cpu_share);
+
 // How full the fullest thread's ring is, 0 to 1: memory loads only, so a drainer may ask at every
 // period and drain (which builds Python objects) only when it is worth it.
 double python_callers_fill();

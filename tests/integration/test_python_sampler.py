@@ -192,6 +192,84 @@ def test_a_thread_started_after_the_sampler_is_named_by_its_os_id(reader: str):
                    for _, stack in changes for name, _, _ in stack)
 
 
+def paced_profile(every_tick: bool, work) -> tuple:  # noqa: ANN001
+    """The Python frames of a profile of `work` at HZ, read with the pacer or at every period."""
+    import cpuprof
+    from cpuprof import native
+
+    nat = native.load()
+    if not nat.python_callers_supported():
+        pytest.skip(f"no op callers for Python {sys.version.split()[0]} (3.11 to 3.13 record them): no pacer")
+    nat.inject_python_reads_every_tick(every_tick)
+    try:
+        with cpuprof.profile("task-clock", python_stacks=True, python_hz=HZ, warn=False) as prof:
+            work()
+    finally:
+        nat.inject_python_reads_every_tick(False)
+    py = prof.profile.sampling.python
+    assert py is not None and py.error is None, py
+    return py, prof.profile.collection.wall_ns * HZ / 1e9
+
+
+def ops_for(seconds: float) -> None:
+    import torch
+
+    x = torch.ones(4)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        torch.add(x, x)
+
+
+@pytest.mark.parametrize("every_tick", [False, True], ids=["paced", "every-tick"])
+def test_a_thread_beginning_ops_is_not_read_but_every_100_ms(every_tick: bool):
+    """A thread that begins an op every few microseconds: its Python is its ops' callers, so the pacer
+    reads only at its deadline (every 100 ms: DRAIN_EVERY_NS); the control reads at every period."""
+    from cpuprof.collect.python_sampler import DRAIN_EVERY_NS
+
+    py, periods = paced_profile(every_tick, lambda: ops_for(1.0))
+    if every_tick:
+        assert py.ticks_covered == 0 and py.samples >= 0.5 * periods, (py.samples, periods)
+        return
+    deadlines = periods / HZ * 1e9 / DRAIN_EVERY_NS
+    # a tick is read where the thread was off its CPU over the window yet ran a tenth of the time
+    # since its clock was last read (a loaded machine), so more than the deadlines; the control
+    # reads at least half the periods
+    assert 0.5 * deadlines <= py.samples <= deadlines + 0.3 * periods, (py.samples, deadlines, periods)
+    assert py.samples + py.ticks_covered >= 0.5 * periods, (py.samples, py.ticks_covered, periods)
+
+
+@pytest.mark.parametrize("every_tick", [False, True], ids=["paced", "every-tick"])
+def test_a_thread_that_ran_ops_and_now_sleeps_is_not_read_but_every_100_ms(every_tick: bool):
+    """Asleep, a thread runs too little CPU in a period (under a tenth) for a sample to land in its
+    Python, so its stack need not be read at every period."""
+    from cpuprof.collect.python_sampler import DRAIN_EVERY_NS
+
+    def work() -> None:
+        ops_for(0.05)
+        sleeper(1.0)
+
+    py, periods = paced_profile(every_tick, work)
+    if every_tick:
+        assert py.ticks_covered == 0 and py.samples >= 0.5 * periods, (py.samples, periods)
+        return
+    deadlines = periods / HZ * 1e9 / DRAIN_EVERY_NS
+    assert py.samples <= deadlines + 0.3 * periods and py.ticks_covered >= 0.5 * periods, (py, periods)
+
+
+@pytest.mark.parametrize("every_tick", [False, True], ids=["paced", "every-tick"])
+def test_a_thread_that_ran_ops_and_now_runs_pure_python_is_read_every_period(every_tick: bool):
+    """Past a switch interval without an op begin, a thread running Python is read at each period as
+    without the pacer (one a switch interval after each read, the interpreter's GIL hand-over)."""
+    def work() -> None:
+        ops_for(0.05)
+        pure_python_spin(1.0)
+
+    py, periods = paced_profile(every_tick, work)
+    at_best = 1.0 / (1 / HZ + sys.getswitchinterval())
+    assert py.samples >= 0.3 * at_best, (py.samples, at_best, py.ticks_covered)
+    assert py.ticks_covered <= 0.1 * periods, (py.ticks_covered, periods)
+
+
 SCRIPT = textwrap.dedent("""
     import sys, time, torch, cpuprof
     from cpuprof.collect import python_sampler
@@ -288,7 +366,9 @@ def test_a_sampler_fault_is_one_line_and_keeps_what_it_read(tmp_path: Path):
     assert "Traceback" not in result.stderr
     profile = Profile.load(tmp_path)
     py = profile.sampling.python
-    assert py.samples == 20 and py.errors == 1 and py.joined > 0  # the first 20 reads still name the first op_caller
+    # the reads before the fault (at the pacer's deadlines in the first op_caller, at every period
+    # in the pure-Python stretch) and the op callers still name what ran
+    assert py.samples == 20 and py.errors == 1 and py.joined > 0
     assert "injected fault" in py.stopped
     out = subprocess.run([sys.executable, "-m", "cpuprof", "report", str(tmp_path), "--format", "markdown"],
                          capture_output=True, text=True, timeout=120)

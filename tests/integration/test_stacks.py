@@ -93,7 +93,8 @@ def test_python_function_calling_matmul_appears_above_aten_mm(sampler: str, requ
     profile = Profile.load(request.getfixturevalue("callers" if sampler == "py-spy" else "callers_in_process"))
     py = profile.sampling.python
     assert py is not None and py.error is None, py
-    assert py.source.startswith(sampler) and py.samples >= 50
+    # in-process, periods the op callers covered are not read (test_python_sampler.py's pacer tests)
+    assert py.source.startswith(sampler) and py.samples + py.ticks_covered >= 50, py
     # the clock alignment is within about one py-spy period; the in-process reads need none
     assert py.clock_error_ns <= (1e9 / py.hz if sampler == "py-spy" else 0)
     assert py.joined > 0.9 * (py.joined + py.unmatched)

@@ -5,6 +5,8 @@ takes the sampler's read; a worker takes the caller of the op its one dispatchin
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from profiles import MS, make_profile
 
@@ -141,3 +143,70 @@ def test_a_sample_before_the_first_recorded_caller_takes_the_read():
     p, count = profile_with([(10, 0, IN_MM_PATH, MM), (30, 0, IN_MM_PATH, MM)])
     join(p, trace([(20, CALLER)]))
     assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [READ, CALLER]
+
+
+def test_a_sample_between_ops_far_from_every_read_takes_its_last_ops_caller():
+    """Where the in-process sampler's pacer skipped reads (its thread was beginning ops), a sample
+    between ops takes the caller of the thread's last op; near a read's span, from the tick it was
+    due at to the read, it takes the read as before. Reads every 10 ms (100 Hz) are due at 3 ms and
+    read at once, and due at 60 ms and read at 80 (the GIL held in between)."""
+    samples = [(20, 0, NO_PATH, OUTSIDE), (12, 0, NO_PATH, OUTSIDE), (45, 0, NO_PATH, OUTSIDE),
+               (55, 0, NO_PATH, OUTSIDE), (70, 0, NO_PATH, OUTSIDE), (95, 0, NO_PATH, OUTSIDE)]
+    samples.sort()
+    p, count = profile_with(samples)
+    paced = trace([(5, CALLER), (30, LATER_CALLER)])
+    paced.read_spans = np.array([[3 * MS, 3 * MS], [60 * MS, 80 * MS]], dtype=np.int64)
+    paced.ticks_covered = 7
+    join(p, paced)
+    # 12: within a period of the first read; 20: 17 ms after it, so the last op's (at 5 ms) caller;
+    # 45: 15 ms before the second read was due, so the caller of the op at 30 ms; 55 and 70: within
+    # a period of the second read's span; 95: 15 ms after it, the op at 30 ms's caller again
+    assert Counter(python_of(p, count[(0, NO_PATH, OUTSIDE)])) == Counter({READ: 3, CALLER: 1, LATER_CALLER: 2})
+    info = p.sampling.python
+    assert (info.op_callers, info.op_callers_between, info.joined, info.ticks_covered) == (0, 3, 6, 7)
+
+
+def test_with_no_read_at_all_between_ops_samples_take_the_last_ops_caller_or_the_read_before_the_first_op():
+    p, count = profile_with([(10, 0, NO_PATH, OUTSIDE), (30, 0, NO_PATH, OUTSIDE)])
+    paced = trace([(20, CALLER)])
+    paced.read_spans = np.zeros((0, 2), dtype=np.int64)
+    join(p, paced)
+    # before the thread's first op there is no caller, and the read (none near) is what is left
+    assert Counter(python_of(p, count[(0, NO_PATH, OUTSIDE)])) == Counter({READ: 1, CALLER: 1})
+    assert p.sampling.python.op_callers_between == 1
+
+
+def test_a_sampler_that_read_every_period_keeps_the_reads_between_ops():
+    """py-spy's trace, or the in-process sampler's without a pacer: no read spans, reads between ops."""
+    p, count = profile_with([(30, 0, NO_PATH, OUTSIDE)])
+    join(p, trace([(5, CALLER)]))
+    assert python_of(p, count[(0, NO_PATH, OUTSIDE)]) == [READ]
+    assert p.sampling.python.op_callers_between == 0
+
+
+def test_a_read_after_skipped_periods_reaches_back_only_as_far_as_its_change_is_placed():
+    """The sampler places a change a read saw no earlier than half a period before the tick it was
+    due at; before that, the read's stack is the one of a read up to 100 ms older, and a sample
+    between ops there takes the fresher caller of its thread's last op."""
+    p, count = profile_with([(92, 0, NO_PATH, OUTSIDE), (97, 0, NO_PATH, OUTSIDE)])
+    paced = trace([(5, CALLER), (50, LATER_CALLER)])
+    paced.read_spans = np.array([[0, 0], [100 * MS, 100 * MS]], dtype=np.int64)
+    join(p, paced)
+    assert Counter(python_of(p, count[(0, NO_PATH, OUTSIDE)])) == Counter({LATER_CALLER: 1, READ: 1})
+
+
+def test_after_a_sampler_fault_samples_between_ops_keep_no_python_frames():
+    """Past the last read of a sampler that stopped, nothing says whether the thread still ran
+    ops: a sample between ops there has no Python frames, as before the pacer; inside ops the
+    recorded callers still hold."""
+    samples = [(30, 0, NO_PATH, OUTSIDE), (60, 0, NO_PATH, OUTSIDE), (70, 0, IN_MM_PATH, MM)]
+    p, count = profile_with(samples)
+    faulted = trace([(5, CALLER)])
+    faulted.changes = {77: [(0, READ), (45 * MS, ())]}  # the stack read last, then none from the fault on
+    faulted.read_spans = np.array([[40 * MS, 40 * MS]], dtype=np.int64)
+    faulted.stopped = "the in-process Python sampler stopped: RuntimeError: injected fault"
+    join(p, faulted)
+    # 30: 10 ms before the read was due, past its reach: the last op's caller
+    assert Counter(python_of(p, count[(0, NO_PATH, OUTSIDE)])) == Counter({CALLER: 1, (): 1})
+    assert python_of(p, count[(0, IN_MM_PATH, MM)]) == [CALLER]
+    assert p.sampling.python.unmatched == 1

@@ -170,9 +170,14 @@ def native_section(summary: NativeSummary | None) -> Section | None:
              "(frame pointers or a stack scan where code has none, as JIT code)"]
     py = s.python
     if py is not None and py.error is None:
-        placed = ("read on the op timeline's clock (a change placed halfway between the two reads around it)"
+        placed = ("read on the op timeline's clock (a change placed halfway between the two reads around it, "
+                  "or half a period before the read after periods not read)"
                   if py.cpu_ns is not None else f"placed on the op timeline within ±{fmt_ns(py.clock_error_ns)}")
-        lines.append(f"Python frames from {py.source} at {py.hz} Hz ({py.samples:,} stacks), {placed}, and joined to "
+        read = f"{py.samples:,} stacks"
+        if py.ticks_covered:
+            read += (f" read; {py.ticks_covered:,} periods not read, every op-running thread having begun an op "
+                     "within a switch interval, or slept")
+        lines.append(f"Python frames from {py.source} at {py.hz} Hz ({read}), {placed}, and joined to "
                      f"{py.joined:,} samples of the op-running threads ({py.unmatched:,} found no Python stack)")
         if py.op_caller_changes:
             lost = (f"; {py.op_callers_lost:,} changes were lost to a full buffer, and until the next change recorded "
@@ -180,9 +185,11 @@ def native_section(summary: NativeSummary | None) -> Section | None:
                     if py.op_callers_lost else "")
             workers = (f"; {py.workers_joined:,} samples of worker threads took the caller of the op they worked for"
                        if py.workers_joined else "")
+            between = (f", {py.op_callers_between:,} between ops with no read within a period took the caller of "
+                       "their thread's last op" if py.op_callers_between else "")
             lines.append(f"{py.op_callers:,} of those samples were inside ops and took the Python caller recorded at "
-                         f"their op's begin (exact; {py.op_caller_changes:,} changes of caller recorded), the rest "
-                         f"the sampler's reads{lost}{workers}")
+                         f"their op's begin (exact; {py.op_caller_changes:,} changes of caller recorded){between}, "
+                         f"the rest the sampler's reads{lost}{workers}")
         if py.stopped:
             kept = (", except inside ops, whose callers the op hook kept recording until its buffer was full"
                     if py.op_caller_changes else "")

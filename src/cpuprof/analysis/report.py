@@ -128,8 +128,11 @@ def _profile_section(profile: Profile) -> Section:
                      f"({fmt_percent(o.discovery_cpu_ns / c.wall_ns)} of one CPU)")
         py = profile.sampling.python if profile.sampling is not None else None
         if py is not None and py.cpu_ns is not None:
+            skipped = (f", {py.ticks_covered:,} periods not read: the ops' recorded callers gave every stack"
+                       if py.ticks_covered else "")
             lines[-1] += (f"; Python stack sampler thread {fmt_ns(py.cpu_ns)} of CPU "
-                          f"({fmt_percent(py.cpu_ns / c.wall_ns)} of one CPU, {py.samples:,} reads with the GIL held)")
+                          f"({fmt_percent(py.cpu_ns / c.wall_ns)} of one CPU, {py.samples:,} reads with the GIL "
+                          f"held{skipped})")
     return Section("profile", "Profile", lines)
 
 

@@ -4,13 +4,16 @@ threads, by time.
 Each sample of a dispatching thread in the sample timeline takes a Python stack: inside an op, the
 caller the op hook recorded at that op's begin where there is one (exact, see
 csrc/python/python_callers.h); elsewhere the stack the sampler had last seen on that thread at the
-sample's time. A worker's samples inside ops take the caller of the op it worked for, where the
-profile has one dispatching thread that runs Python (a worker gets no Python frames in a gap of
-the op hook's record: it has no reads of its own). The stack counts (which hold every sample, while the
-timeline keeps the newest) are then split in the proportions their timeline samples show; a
-count none of whose samples is in the timeline keeps no Python frames. Workers have no Python of
-their own: without recorded callers (py-spy, other Pythons, several dispatching threads) they get
-no Python frames, and their samples still name the op they worked for.
+sample's time, unless the sampler read nothing within a period of it because its pacer found the
+op callers said it all (csrc/python/python_read_pacer.h: the thread was beginning ops a switch
+interval apart or closer), where the sample takes the caller of the thread's last op. A worker's
+samples inside ops take the caller of the op it worked for, where the profile has one dispatching
+thread that runs Python (a worker gets no Python frames in a gap of the op hook's record: it has
+no reads of its own). The stack counts (which hold every sample, while the timeline keeps the
+newest) are then split in the proportions their timeline samples show; a count none of whose
+samples is in the timeline keeps no Python frames. Workers have no Python of their own: without
+recorded callers (py-spy, other Pythons, several dispatching threads) they get no Python frames,
+and their samples still name the op they worked for.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ class PythonTrace:
     op_callers: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     op_caller_chains: list[tuple[tuple[str, str, int], ...] | None] = field(default_factory=lambda: [None])
     op_callers_lost: int = 0  # changes the op hook could not record (a full ring)
+    # The in-process sampler's reads (None: py-spy's, which reads at every period): (n, 2) int64
+    # monotonic ns, in order, of the tick each read was due at and of the read itself (later where
+    # the GIL was held); and how many periods its pacer skipped, the op callers making them needless
+    read_spans: np.ndarray | None = None
+    ticks_covered: int = 0
 
 
 def thread_os_ids() -> dict[int, int]:
@@ -69,6 +77,7 @@ def join(profile: Profile, trace: PythonTrace) -> None:
     info = PythonSampling(source=trace.version, hz=trace.hz, samples=trace.samples, errors=trace.errors,
                           clock_error_ns=trace.clock_error_ns, cpu_ns=trace.cpu_ns,
                           stopped=trace.stopped, op_callers_lost=trace.op_callers_lost,
+                          ticks_covered=trace.ticks_covered,
                           op_caller_changes=sum(sum(1 for c in chains.tolist() if trace.op_caller_chains[c] is not None)
                                                 for _, chains in trace.op_callers.values()))
     sampling.python = info
@@ -88,6 +97,7 @@ def join(profile: Profile, trace: PythonTrace) -> None:
     # Where the op hook's caller holds: inside an op. Inside a region but no op, between ops, or in
     # cpuprof's callbacks (whose samples name no op path), the reads hold.
     op_ids = {op.id for op in profile.ops if op.kind == "op"}
+    unread = _unread_samples(trace, timeline)
 
     count_of = {(c.thread, c.path, c.stack, c.op): k for k, c in enumerate(stacks.counts)}
     frame_index: dict[tuple[str, str, int], int] = {}
@@ -95,8 +105,9 @@ def join(profile: Profile, trace: PythonTrace) -> None:
     stacks.python_frames, stacks.python_stacks = [], [[]]
     seen: Counter[tuple[int, int]] = Counter()  # (count, python stack) -> timeline samples
     dispatch = {i for i, t in enumerate(profile.threads) if t.role == "dispatch"}
-    for t, thread, path, stack, op, caller in zip(timeline.time_ns, timeline.thread, timeline.path, timeline.stack,
-                                                  timeline.op, caller_of_sample.tolist(), strict=True):
+    for t, thread, path, stack, op, caller, no_read in zip(timeline.time_ns, timeline.thread, timeline.path,
+                                                           timeline.stack, timeline.op, caller_of_sample.tolist(),
+                                                           unread.tolist(), strict=True):
         if thread not in dispatch and thread not in followers:
             continue
         count = count_of.get((thread, path, stack, op))
@@ -109,6 +120,9 @@ def join(profile: Profile, trace: PythonTrace) -> None:
         else:
             if python is not None:
                 info.op_callers += 1
+            elif no_read and caller and caller_chains[caller] is not None:
+                python = caller_chains[caller]
+                info.op_callers_between += 1
             else:
                 python = _read_at(changes_of.get(thread), t)
             if not python:
@@ -138,6 +152,28 @@ def _read_at(known: tuple[list[int], list[tuple[tuple[str, str, int], ...]]] | N
         return ()
     at = bisect_right(known[0], t) - 1
     return known[1][at] if at >= 0 else ()
+
+
+def _unread_samples(trace: PythonTrace, timeline: SampleTimeline) -> np.ndarray:
+    """Whether each timeline sample lies outside every read's reach: from half a period before the
+    tick the read was due at (where the sampler places a change it saw, python_sampler._note) to a
+    period after the read. There the pacer skipped the reads (the sample's thread was beginning
+    ops), and its last op's caller is fresher than any read. All False where the sampler read every
+    period, and after the last read of a sampler that stopped early (nothing is known there)."""
+    sample_ns = np.asarray(timeline.time_ns, dtype=np.int64)
+    if trace.read_spans is None:
+        return np.zeros(len(sample_ns), dtype=bool)
+    spans = np.asarray(trace.read_spans, dtype=np.int64).reshape(-1, 2)
+    if len(spans) == 0:
+        return np.ones(len(sample_ns), dtype=bool)
+    period = 1_000_000_000 // max(1, trace.hz)
+    # The first read not over a period before the sample; both ends only grow from read to read,
+    # so no later span starts earlier than its.
+    first = np.searchsorted(spans[:, 1] + period, sample_ns, side="left")
+    near = (first < len(spans)) & (spans[np.minimum(first, len(spans) - 1), 0] - period // 2 <= sample_ns)
+    if trace.stopped:
+        near |= sample_ns > spans[-1, 1] + period
+    return ~near
 
 
 def _op_callers_of_samples(profile: Profile, trace: PythonTrace,

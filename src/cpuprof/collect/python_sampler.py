@@ -26,9 +26,19 @@ from the thread's last op's (csrc/python/python_callers.h), and the sampler drai
 at every period; the join gives samples inside ops their op's caller (and a worker's samples
 inside ops the caller of the op it worked for), and the reads cover Python between ops.
 
+Most of those reads would only see the op callers again, and each costs the thread that waits for
+the GIL. So where callers are recorded, the sampler's period is kept by a native pacer
+(csrc/python/python_read_pacer.h) that waits out, with the GIL released, every tick at which each
+thread that runs ops began one within a switch interval (or ran too little CPU to be sampled), and
+returns for a read only at a tick they do not cover, and every DRAIN_EVERY_NS at the latest (a
+read of every thread, and the drain). A decode's sampler then reads about ten times a second
+instead of a hundred; a stretch of pure Python, or an op longer than a switch interval, is read at
+every period as before. The join gives a sample far from every read its last op's caller.
+
 A read's stack holds until the next read's: a change seen at read i happened after read i-1, so
 it is placed halfway between the two (off by at most half their distance either way, like
-py-spy's). The times are CLOCK_MONOTONIC, the op timeline's clock: no alignment.
+py-spy's), and no earlier than half a period before the tick read i was due at. The times are
+CLOCK_MONOTONIC, the op timeline's clock: no alignment.
 """
 
 from __future__ import annotations
@@ -86,13 +96,26 @@ class InProcessPythonSampler:
         from .. import native
 
         self.hz = hz
-        self._period_s = 1.0 / hz
         self._stopping = False  # read after each sleep: stop() waits at most MAX_SLEEP_S
         nat = native.load()
         # CPython 3.11 to 3.13: the frames read natively, with a table of its own (see
         # csrc/python/python_stacks.h); elsewhere through sys._current_frames(), a few times slower.
         self._reader = nat.PythonFrameReader() if nat.python_stacks_supported() else None
         self._nat = nat if self._reader is not None and nat.python_callers_supported() else None
+        # Where op callers are recorded, ticks they cover are waited out without the GIL (see
+        # csrc/python/python_read_pacer.h): a thread that began an op within a switch interval
+        # (no read lands in a shorter stretch of Python anyway), or ran too little CPU in the
+        # period for a sample (a tenth of it), needs no read.
+        self._pacer = None
+        if self._nat is not None:
+            period_ns = 1_000_000_000 // hz
+            self._pacer = nat.PythonReadPacer(period_ns=period_ns,
+                                              window_ns=min(period_ns, int(sys.getswitchinterval() * 1e9)),
+                                              min_cpu_share=0.1, fill_limit=DRAIN_AT_FILL)
+        self.ticks_covered = 0  # ticks the pacer waited out: the op callers said every stack
+        # The tick each read was due at and the read's time, in pairs: the join takes the reads'
+        # stacks near these only. The oldest go past MAX_CHANGES_PER_THREAD reads, as the changes do.
+        self._read_spans = array.array("q")
         # OS thread id -> the drained records, (op begin ns, chain id, 0) each, oldest first
         self._callers: dict[int, deque[np.ndarray]] = {}
         self._caller_count: dict[int, int] = {}
@@ -114,7 +137,7 @@ class InProcessPythonSampler:
             try:
                 self._nat.start_python_callers()
             except RuntimeError:  # another profile in this process records them: the reads alone
-                self._nat = None
+                self._nat = self._pacer = None
         try:
             self._thread.start()
         except RuntimeError:
@@ -136,36 +159,42 @@ class InProcessPythonSampler:
     def _run(self) -> None:
         _name_this_thread(b"cpuprof-python")
         me = threading.get_ident()
-        period = self._period_s
-        wake = time.monotonic() + period
+        period_ns = 1_000_000_000 // self.hz
         read = self._read_natively if self._reader is not None else self._read_frames
         nothing: object = b"" if self._reader is not None else ()
         drained = time.monotonic_ns()
+        wake = drained + period_ns
         try:
             while True:
-                # A plain sleep, in slices of at most MAX_SLEEP_S so that stop() waits little at low
-                # rates: Event.wait cost about 40 µs of CPU more per period (a lock made each time).
-                while not self._stopping and (left := wake - time.monotonic()) > 0:
-                    time.sleep(min(left, MAX_SLEEP_S))
-                if self._stopping:
-                    break
-                now = time.monotonic_ns()
+                if self._pacer is not None:  # the covered ticks waited out natively, the GIL released
+                    wake, covered, stopping = self._pacer.wait(wake, drained + DRAIN_EVERY_NS)
+                    self.ticks_covered += covered
+                    if stopping:
+                        break
+                else:
+                    self._sleep_until(wake)
+                    if self._stopping:
+                        break
+                due, now = wake, time.monotonic_ns()
                 seen = set()
                 for key, stack in read(me):
-                    self._note(key, now, stack)
+                    self._note(key, now, stack, due)
                     seen.add(key)
                 for key in self._last.keys() - seen:  # gone, or no longer running Python: no stack
-                    self._note(key, now, nothing)
+                    self._note(key, now, nothing, due)
                 self.samples += 1
+                self._read_spans.extend((due, now))
+                if len(self._read_spans) > 2 * MAX_CHANGES_PER_THREAD + 20_000:
+                    del self._read_spans[:len(self._read_spans) - 2 * MAX_CHANGES_PER_THREAD]
                 if self._nat is not None and (
                     now - drained >= DRAIN_EVERY_NS or self._nat.python_callers_fill() >= DRAIN_AT_FILL
                 ):
                     self._drain_callers()
                     drained = now
-                wake += period
-                now_s = time.monotonic()
-                if wake < now_s:  # the GIL was held long: no burst of catch-up reads after it
-                    wake = now_s + period
+                wake += period_ns
+                now = time.monotonic_ns()
+                if wake < now:  # the GIL was held long: no burst of catch-up reads after it
+                    wake = now + period_ns
         except Exception as exc:  # noqa: BLE001 - a sampler fault ends Python stacks, never the program
             self.error = f"the in-process Python sampler stopped: {type(exc).__name__}: {exc}"
             now = time.monotonic_ns()
@@ -173,6 +202,12 @@ class InProcessPythonSampler:
                 self._note(key, now, nothing)
         finally:
             self.cpu_ns = time.thread_time_ns()
+
+    def _sleep_until(self, wake_ns: int) -> None:
+        """A plain sleep, in slices of at most MAX_SLEEP_S so that stop() waits little at low rates:
+        Event.wait cost about 40 µs of CPU more per period (a lock made each time)."""
+        while not self._stopping and (left := wake_ns - time.monotonic_ns()) > 0:
+            time.sleep(min(left / 1e9, MAX_SLEEP_S))
 
     def _read_natively(self, me: int) -> list[tuple[int, object]]:
         assert self._reader is not None
@@ -225,14 +260,18 @@ class InProcessPythonSampler:
         if thread is not None and thread.native_id is not None:
             self._os_ids[ident] = thread.native_id
 
-    def _note(self, key: int, now: int, stack: object) -> None:
-        """A read's stack; a change since the last read is placed halfway between the two."""
+    def _note(self, key: int, now: int, stack: object, due: int | None = None) -> None:
+        """A read's stack; a change since the last read is placed halfway between the two, but no
+        earlier than half a period before the tick this read was due at: where the pacer skipped
+        ticks between, the thread was covered by its op begins at each of them, so the change is
+        likelier late than early (a guess of the same precision as the halfway one)."""
         stack = self._stacks.setdefault(stack, stack)
         last = self._last.get(key)
         if last is None:
             self._changes.setdefault(key, deque(maxlen=MAX_CHANGES_PER_THREAD)).append((now, stack))
         elif last[1] is not stack:
-            self._changes[key].append(((last[0] + now) // 2, stack))
+            due = now if due is None else min(due, now)
+            self._changes[key].append((max((last[0] + now) // 2, due - 500_000_000 // self.hz), stack))
         self._last[key] = (now, stack)
 
     def _resolve(self) -> dict[int, list[tuple[int, Stack]]]:
@@ -264,13 +303,20 @@ class InProcessPythonSampler:
         """Called once the native session has stopped, so that no op hook runs any more and the
         last drain of op callers is complete."""
         self._stopping = True
+        if self._pacer is not None:
+            self._pacer.stop()
         try:
             self._thread.join()
             self._stop_callers()
             self._drain_callers()
             op_callers, chains = self._resolve_callers()
-        finally:  # even when interrupted: else no later profile could record them
-            if self._nat is not None:
+        finally:
+            if self._nat is not None and self._thread.is_alive():
+                # Interrupted while the sampler thread still runs: its pacer may be reading the
+                # callers' records with the GIL released, so they are stopped and left, not freed
+                # (later profiles in this process then go without op callers).
+                self._nat.stop_python_callers()
+            elif self._nat is not None:  # even when interrupted: else no later profile could record them
                 self._nat.release_python_callers()
         if self._reader is None:
             self._remember_threads()
@@ -279,7 +325,9 @@ class InProcessPythonSampler:
         return PythonTrace(version=f"{SOURCE} (Python {sys.version.split()[0]})", hz=self.hz,
                            samples=self.samples, errors=1 if self.error else 0, clock_error_ns=0,
                            changes=changes, idents=dict(self._os_ids), cpu_ns=self.cpu_ns, stopped=self.error,
-                           op_callers=op_callers, op_caller_chains=chains, op_callers_lost=self.op_callers_lost)
+                           op_callers=op_callers, op_caller_chains=chains, op_callers_lost=self.op_callers_lost,
+                           read_spans=np.frombuffer(self._read_spans, dtype=np.int64).reshape(-1, 2).copy(),
+                           ticks_covered=self.ticks_covered)
 
 
 __all__ = ["MAX_CHANGES_PER_THREAD", "MAX_OP_CALLER_CHANGES", "SOURCE", "InProcessPythonSampler"]

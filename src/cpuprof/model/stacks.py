@@ -100,6 +100,10 @@ class PythonSampling:
     op_callers: int = 0
     op_caller_changes: int = 0  # changes of op caller the op hook recorded
     op_callers_lost: int = 0  # changes it could not record (a full ring): the reads cover them
+    # Samples between ops given the caller of their thread's last op, where no read of the sampler
+    # was within a period (its pacer skipped them: the op callers covered the thread), of `joined`
+    op_callers_between: int = 0
+    ticks_covered: int = 0  # periods the in-process sampler did not read: the op callers said every stack
     # Worker samples inside ops given the caller of the op their dispatching thread ran (where the
     # profile has one dispatching thread that runs Python and its op callers were recorded)
     workers_joined: int = 0
