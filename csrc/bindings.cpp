@@ -234,7 +234,9 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("run_delay_ns_at_stop", &ThreadSnapshot::run_delay_ns_at_stop)
       .def_readonly("samples", &ThreadSnapshot::samples)
       .def_readonly("samples_lost", &ThreadSnapshot::samples_lost)
-      .def_readonly("sample_errno", &ThreadSnapshot::sample_errno);
+      .def_readonly("sample_errno", &ThreadSnapshot::sample_errno)
+      .def_readonly("ring_pages", &ThreadSnapshot::ring_pages)
+      .def_readonly("ring_pages_asked", &ThreadSnapshot::ring_pages_asked);
   py::class_<SamplingSnapshot>(m, "SamplingSnapshot")
       .def_readonly("enabled", &SamplingSnapshot::enabled)
       .def_readonly("sample_hz", &SamplingSnapshot::sample_hz)

@@ -177,6 +177,8 @@ class SampledCounting final : public CountingStrategy {
       }
       const ThreadSlot& t = ctx_.registry->slot(static_cast<int>(slot));
       out->threads[slot].sample_errno = t.counters.sampled() ? 0 : (t.counters.sampling_errno() ? t.counters.sampling_errno() : -1);
+      out->threads[slot].ring_pages = static_cast<uint32_t>(t.counters.ring_pages());
+      out->threads[slot].ring_pages_asked = static_cast<uint32_t>(t.counters.ring_pages_asked());
     }
   }
 

@@ -57,6 +57,9 @@ struct ThreadSnapshot {
   // full), and why it could not be sampled at all (0: it was).
   uint64_t samples = 0, samples_lost = 0;
   int sample_errno = 0;
+  // Its sample ring's data pages, as mapped and as asked for (fewer mapped: the locked-memory
+  // budget refused the asked size; 0 mapped: not sampled).
+  uint32_t ring_pages = 0, ring_pages_asked = 0;
 };
 
 // Sampled mode's samples, stacks and how they were obtained.

@@ -42,6 +42,7 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
   *first_errno = 0;
   sampling_errno_ = 0;
   sampled_ = false;
+  ring_pages_asked_ = ring_pages_mapped_ = 0;
   int opened = 0;
   SampleSpec spec_sample;
   if (sampling != nullptr) {
@@ -92,6 +93,8 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
       // Past the user's locked-memory budget (perf_event_mlock_kb per CPU, then RLIMIT_MEMLOCK)
       // a smaller ring still samples. Below a collector period of samples it overflows at every
       // pass while its thread is busy; what it drops is counted as lost, which beats no samples.
+      ring_pages_asked_ = 1;  // what map() makes of it: the power of two at or below
+      while (ring_pages_asked_ * 2 <= sampling->ring_pages) ring_pages_asked_ *= 2;
       int err = ring_.map(fd, sampling->ring_pages);
       for (size_t pages = sampling->ring_pages / 2; (err == EPERM || err == ENOMEM) && pages >= kMinRingPages;
            pages /= 2) {
@@ -118,6 +121,7 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
       if (samples_here && ring_.mapped()) {
         sample_group_ = group_index;
         sampled_ = true;
+        ring_pages_mapped_ = ring_.data_size() / static_cast<size_t>(sysconf(_SC_PAGESIZE));
       }
     }
     Group& group = groups_[group_index];

@@ -88,6 +88,11 @@ class ThreadCounters {
   // Whether this thread was sampled since it was opened (still true after close), or why not.
   bool sampled() const { return sampled_; }
   int sampling_errno() const { return sampling_errno_; }
+  // The sample ring's data pages as mapped (0: not sampled), and as asked for: fewer where the
+  // locked-memory budget refused the asked size (open()'s retry at half the size).
+  // Kept after close(): the snapshot that reports them is taken once the rings are gone.
+  size_t ring_pages() const { return ring_pages_mapped_; }
+  size_t ring_pages_asked() const { return ring_pages_asked_; }
   SampleRing& ring() { return ring_; }
   int sample_value_event(int i) const { return groups_[sample_group_].event_index[i]; }
   int sample_values() const { return sample_group_ >= 0 ? groups_[sample_group_].n : 0; }
@@ -128,6 +133,8 @@ class ThreadCounters {
   SampleRing ring_;
   int sample_group_ = -1;
   int sampling_errno_ = 0;
+  size_t ring_pages_asked_ = 0;
+  size_t ring_pages_mapped_ = 0;
   bool sampled_ = false;
   Group groups_[kMaxEvents];
   int n_groups_ = 0;

@@ -374,6 +374,9 @@ def test_sampling_faults_are_one_line_and_the_profile_is_made(tmp_path: Path, fa
         assert p.sampling.samples == 0
     else:
         assert p.sampling.lost > 0 and p.sampling.samples > 0
+        # a ring as small as asked: lost samples, but no shrunk ring
+        assert me.sample_ring_pages == me.sample_ring_pages_asked == 1 and not me.sample_ring_shrunk, me
+        assert "mapped smaller than asked" not in result.stderr + result.stdout
 
 
 def test_a_ring_over_the_locked_memory_budget_is_mapped_smaller_and_still_samples(tmp_path: Path):
@@ -395,6 +398,12 @@ def test_a_ring_over_the_locked_memory_budget_is_mapped_smaller_and_still_sample
     cpu_in_spin = int((tmp_path / "cpu_in_spin").read_text())
     expected = cpu_in_spin * SAMPLE_HZ / 1e9
     assert p.sampling.samples + p.sampling.lost >= 0.7 * expected and p.sampling.samples > 0, (p.sampling, expected)
+    # The profile keeps the ring's size, mapped and asked for, and the warning and the report's
+    # note name the thread
+    assert me.sample_ring_pages == budget < me.sample_ring_pages_asked and me.sample_ring_shrunk, me
+    warnings = [line for line in result.stderr.splitlines() if "sample ring mapped smaller than asked" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("cpuprof: warning: T0"), result.stderr
+    assert f"T0 {budget} of {me.sample_ring_pages_asked} pages" in " ".join(result.stdout.split()), result.stdout
 
 
 # libgomp's default team keeps its workers spinning between parallel regions (OMP_WAIT_POLICY

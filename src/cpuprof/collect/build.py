@@ -187,6 +187,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             uncounted=[n for n, c in zip(names, t.counted, strict=True) if not c],
             opened_ns=t.opened_ns, run_delay_ns=run_delay, sched_cpu_ns=sched_cpu,
             samples=t.samples, samples_lost=t.samples_lost,
+            sample_ring_pages=t.ring_pages, sample_ring_pages_asked=t.ring_pages_asked,
             sampling_error=_sampling_error(t.sample_errno) if snap.sampling.enabled else None,
             counting_error=_counting_error(t.open_errno) if not all(t.counted) else None,
         ))

@@ -123,6 +123,12 @@ def sampling_warnings(p: Profile) -> list[str]:
     for reason, labels in by_reason.items():
         out.append(f"{', '.join(labels)} {reason}: their per-op CPU time and stacks are missing; their totals are "
                    "still counted")
+    shrunk = [f"T{i}" for i, t in enumerate(p.threads) if t.sample_ring_shrunk]
+    if shrunk:
+        lost = sum(t.samples_lost for t in p.threads if t.sample_ring_shrunk)
+        out.append(f"{', '.join(shrunk)}: sample ring mapped smaller than asked (over the locked-memory budget: "
+                   f"kernel.perf_event_mlock_kb, RLIMIT_MEMLOCK); {lost:,} of {'its' if len(shrunk) == 1 else 'their'} "
+                   "samples lost")
     if p.sampling is not None and p.sampling.lost:
         out.append(f"{p.sampling.lost:,} samples lost (a sample ring filled before the collector drained it): "
                    "per-op CPU time is short by as many sampling periods")

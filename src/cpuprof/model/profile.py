@@ -122,11 +122,20 @@ class ThreadStat:
     samples: int = 0  # sampled mode: samples of this thread joined to ops
     samples_lost: int = 0  # dropped by the kernel (its ring was full)
     sampling_error: str | None = None  # why this thread could not be sampled
+    # Its sample ring's data pages as mapped, and as asked for: fewer where the locked-memory budget
+    # (perf_event_mlock_kb, RLIMIT_MEMLOCK) refused the asked size (0: not sampled, or not known)
+    sample_ring_pages: int = 0
+    sample_ring_pages_asked: int = 0
     counting_error: str | None = None  # why the events in ``uncounted`` could not be opened on it
 
     @property
     def cpu_ns(self) -> int | None:
         return self.counters.get(CPU_EVENT)
+
+    @property
+    def sample_ring_shrunk(self) -> bool:
+        """Its sample ring was mapped smaller than asked (over the locked-memory budget)."""
+        return 0 < self.sample_ring_pages < self.sample_ring_pages_asked
 
 
 @dataclass
