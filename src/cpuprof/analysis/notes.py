@@ -49,11 +49,11 @@ def limit_notes(profile: Profile) -> list[str]:
         if not_sampled:
             notes.append("threads not sampled, so their per-op CPU time and stacks are missing (their totals are "
                          "counted): " + "; ".join(not_sampled))
-        shrunk = [f"{thread_label(i)} {t.sample_ring_pages} of {t.sample_ring_pages_asked} pages, "
-                  f"{t.samples_lost:,} samples lost" for i, t in enumerate(profile.threads) if t.sample_ring_shrunk]
+        shrunk = [f"{thread_label(i)} {t.sample_ring_pages} of {t.sample_ring_pages_asked} pages "
+                  f"({t.samples_lost:,} samples lost)" for i, t in enumerate(profile.threads) if t.sample_ring_shrunk]
         if shrunk:
-            notes.append("sample rings mapped smaller than asked, the locked-memory budget (kernel.perf_event_mlock_kb "
-                         "per CPU for all of the user's processes, then RLIMIT_MEMLOCK) refusing the asked size: "
+            notes.append("sample rings the locked-memory budget (kernel.perf_event_mlock_kb per CPU for all of the "
+                         "user's processes, then RLIMIT_MEMLOCK) or memory mapped smaller than asked: "
                          + "; ".join(shrunk) + ". A ring that holds less than a collector period of samples drops "
                          "some at every pass while its thread is busy: raise the budget, or profile fewer threads")
         if s.lost:

@@ -123,12 +123,15 @@ def sampling_warnings(p: Profile) -> list[str]:
     for reason, labels in by_reason.items():
         out.append(f"{', '.join(labels)} {reason}: their per-op CPU time and stacks are missing; their totals are "
                    "still counted")
-    shrunk = [f"T{i}" for i, t in enumerate(p.threads) if t.sample_ring_shrunk]
+    # A shrunk ring that lost nothing fell short of nothing: the report's note still lists it.
+    shrunk = [(f"T{i}", t.samples_lost) for i, t in enumerate(p.threads) if t.sample_ring_shrunk and t.samples_lost]
     if shrunk:
-        lost = sum(t.samples_lost for t in p.threads if t.sample_ring_shrunk)
-        out.append(f"{', '.join(shrunk)}: sample ring mapped smaller than asked (over the locked-memory budget: "
-                   f"kernel.perf_event_mlock_kb, RLIMIT_MEMLOCK); {lost:,} of {'its' if len(shrunk) == 1 else 'their'} "
-                   "samples lost")
+        more = f" and {len(shrunk) - 8} more" if len(shrunk) > 8 else ""
+        named = ", ".join(label for label, _ in shrunk[:8]) + more
+        one = len(shrunk) == 1
+        out.append(f"{named}: sample ring{'' if one else 's'} mapped smaller than asked (over the locked-memory "
+                   f"budget, kernel.perf_event_mlock_kb and RLIMIT_MEMLOCK, or out of memory); "
+                   f"{'it' if one else 'they'} lost {sum(lost for _, lost in shrunk):,} samples")
     if p.sampling is not None and p.sampling.lost:
         out.append(f"{p.sampling.lost:,} samples lost (a sample ring filled before the collector drained it): "
                    "per-op CPU time is short by as many sampling periods")

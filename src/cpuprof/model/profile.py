@@ -122,8 +122,9 @@ class ThreadStat:
     samples: int = 0  # sampled mode: samples of this thread joined to ops
     samples_lost: int = 0  # dropped by the kernel (its ring was full)
     sampling_error: str | None = None  # why this thread could not be sampled
-    # Its sample ring's data pages as mapped, and as asked for: fewer where the locked-memory budget
-    # (perf_event_mlock_kb, RLIMIT_MEMLOCK) refused the asked size (0: not sampled, or not known)
+    # Its sample ring's data pages as mapped, and as asked for (after the 32-page cap on threads past
+    # the 64th): fewer where the locked-memory budget (perf_event_mlock_kb, RLIMIT_MEMLOCK) or memory
+    # refused the asked size (0: not sampled, or not known)
     sample_ring_pages: int = 0
     sample_ring_pages_asked: int = 0
     counting_error: str | None = None  # why the events in ``uncounted`` could not be opened on it
