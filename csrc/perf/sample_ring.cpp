@@ -15,10 +15,15 @@ std::atomic<size_t> g_injected_page_budget{0};
 
 void inject_ring_page_budget(size_t pages) { g_injected_page_budget.store(pages); }
 
-int SampleRing::map(int fd, size_t data_pages) {
-  unmap();
+size_t SampleRing::pages_for(size_t data_pages) {
   size_t pages = 1;
   while (pages * 2 <= data_pages) pages *= 2;
+  return pages;
+}
+
+int SampleRing::map(int fd, size_t data_pages) {
+  unmap();
+  const size_t pages = pages_for(data_pages);
   const size_t budget = g_injected_page_budget.load(std::memory_order_relaxed);
   if (budget != 0 && pages > budget) return EPERM;
   const size_t page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));

@@ -28,6 +28,8 @@ class SampleRing {
   // Maps the ring of `fd` with 2^k data pages (`data_pages` rounded down to a power of two);
   // returns 0 or an errno (EPERM: over perf_event_mlock_kb for an unprivileged user).
   int map(int fd, size_t data_pages);
+  // The data pages map() maps for `data_pages`: the power of two at or below it (at least one).
+  static size_t pages_for(size_t data_pages);
   void unmap();
   bool mapped() const { return base_ != nullptr; }
   size_t bytes() const { return mapped_bytes_; }

@@ -93,8 +93,7 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
       // Past the user's locked-memory budget (perf_event_mlock_kb per CPU, then RLIMIT_MEMLOCK)
       // a smaller ring still samples. Below a collector period of samples it overflows at every
       // pass while its thread is busy; what it drops is counted as lost, which beats no samples.
-      ring_pages_asked_ = 1;  // what map() makes of it: the power of two at or below
-      while (ring_pages_asked_ * 2 <= sampling->ring_pages) ring_pages_asked_ *= 2;
+      ring_pages_asked_ = SampleRing::pages_for(sampling->ring_pages);
       int err = ring_.map(fd, sampling->ring_pages);
       for (size_t pages = sampling->ring_pages / 2; (err == EPERM || err == ENOMEM) && pages >= kMinRingPages;
            pages /= 2) {

@@ -106,11 +106,11 @@ class InProcessPythonSampler:
         # csrc/python/python_read_pacer.h): a thread that began an op within a switch interval
         # (no read lands in a shorter stretch of Python anyway), or ran too little CPU in the
         # period for a sample (a tenth of it), needs no read.
+        self._period_ns = 1_000_000_000 // hz
         self._pacer = None
         if self._nat is not None:
-            period_ns = 1_000_000_000 // hz
-            self._pacer = nat.PythonReadPacer(period_ns=period_ns,
-                                              window_ns=min(period_ns, int(sys.getswitchinterval() * 1e9)),
+            self._pacer = nat.PythonReadPacer(period_ns=self._period_ns,
+                                              window_ns=min(self._period_ns, int(sys.getswitchinterval() * 1e9)),
                                               min_cpu_share=0.1, fill_limit=DRAIN_AT_FILL)
         self.ticks_covered = 0  # ticks the pacer waited out: the op callers said every stack
         # The tick each read was due at and the read's time, in pairs: the join takes the reads'
@@ -159,7 +159,7 @@ class InProcessPythonSampler:
     def _run(self) -> None:
         _name_this_thread(b"cpuprof-python")
         me = threading.get_ident()
-        period_ns = 1_000_000_000 // self.hz
+        period_ns = self._period_ns
         read = self._read_natively if self._reader is not None else self._read_frames
         nothing: object = b"" if self._reader is not None else ()
         drained = time.monotonic_ns()
@@ -271,7 +271,7 @@ class InProcessPythonSampler:
             self._changes.setdefault(key, deque(maxlen=MAX_CHANGES_PER_THREAD)).append((now, stack))
         elif last[1] is not stack:
             due = now if due is None else min(due, now)
-            self._changes[key].append((max((last[0] + now) // 2, due - 500_000_000 // self.hz), stack))
+            self._changes[key].append((max((last[0] + now) // 2, due - self._period_ns // 2), stack))
         self._last[key] = (now, stack)
 
     def _resolve(self) -> dict[int, list[tuple[int, Stack]]]:
