@@ -47,7 +47,7 @@ def test_decode_measures_the_roofs_and_keeps_them_in_the_profile(decoded: dict) 
     # the calibration to that); here, on a shared host, the bandwidth can stay disturbed through every
     # measurement, and then the report must say so
     assert 0 < roofs.kernel_gb_per_s("bf16")  # type: ignore[operator]
-    if roofs.kernel_gb_per_s("bf16") >= 1.5 * bw:  # type: ignore[operator]
+    if roofs.kernel_gb_per_s("bf16") > 1.5 * bw:  # type: ignore[operator]
         assert any("more than this memory roof allows" in line for line in section(decoded["report"], "roofs")["lines"])
 
 

@@ -298,17 +298,17 @@ def test_quantized_kernel_roofs_read_weights_out_of_the_caches(full_roofs: dict)
     assert any("int4 (group 128) GEMV kernel roof" in line for line in result["progress"])
 
 
-def _disturbed_bandwidth(monkeypatch: pytest.MonkeyPatch, disturbed: int) -> list[float]:
+def _disturbed_bandwidth(monkeypatch: pytest.MonkeyPatch, disturbed: int) -> list[tuple[str, float]]:
     """The first ``disturbed`` bandwidth measurements read a third of what they measured, as when
-    another process's memory traffic shares the bus; returns every figure the calibration got."""
+    another process's memory traffic shares the bus; returns each kernel and figure measured."""
     measure, got = machine_roofs._bandwidth, []
 
-    def bandwidth(*args, **kwargs):
-        roof = measure(*args, **kwargs)
+    def bandwidth(kernel, *args, **kwargs):
+        roof = measure(kernel, *args, **kwargs)
         if len(got) < disturbed:
             g = roof.gb_per_s
             roof.gb_per_s = machine_roofs.Repeated(g.best / 3, g.median / 3, g.spread, g.repetitions)
-        got.append(roof.gb_per_s.best)
+        got.append((kernel, roof.gb_per_s.best))
         return roof
 
     monkeypatch.setattr(machine_roofs, "_bandwidth", bandwidth)
@@ -317,16 +317,19 @@ def _disturbed_bandwidth(monkeypatch: pytest.MonkeyPatch, disturbed: int) -> lis
 
 def test_a_bandwidth_below_what_a_gemv_read_is_measured_again(monkeypatch: pytest.MonkeyPatch):
     """Copy and triad disturbed once: the f32 GEMV then reads memory faster than the triad allows,
-    so both are measured again and the undisturbed figures kept."""
+    so both are measured again (twice, if this shared host disturbed them again) and each kernel
+    keeps its best measurement, in the order measured."""
     got = _disturbed_bandwidth(monkeypatch, disturbed=2)
     lines: list[str] = []
     roofs = machine_roofs.calibrate(2, [0, 1], dtypes=("f32",), progress=lines.append, repetitions=5)
     assert not roofs.errors, roofs.errors
-    assert len(got) == 4 and [b.kernel for b in roofs.bandwidth] == ["copy", "triad"]
-    assert [b.gb_per_s.best for b in roofs.bandwidth] == got[2:]
-    assert roofs.kernel_above_memory() is None
-    (again,) = [line for line in lines if "measuring them again" in line]
-    assert "f32 GEMV read" in again and "above the" in again
+    again = [line for line in lines if "measuring them again" in line]
+    assert 4 <= len(got) == 2 + 2 * len(again) and [b.kernel for b in roofs.bandwidth] == ["copy", "triad"]
+    for kept in roofs.bandwidth:
+        assert kept.gb_per_s.best == max(figure for kernel, figure in got if kernel == kept.kernel)
+    assert "f32 GEMV read" in again[0] and "above the" in again[0]
+    if len(again) < machine_roofs.BANDWIDTH_REMEASURES:  # stopped measuring: the GEMV is within the triad's reach
+        assert roofs.kernel_above_memory() is None
 
 
 def test_a_bandwidth_disturbed_every_time_is_said_and_not_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -343,9 +346,10 @@ def test_a_bandwidth_disturbed_every_time_is_said_and_not_cached(monkeypatch: py
     assert len(got) == 2 * (machine_roofs.BANDWIDTH_REMEASURES + 1)
     above = roofs.kernel_above_memory()
     assert above is not None and above.dtype == "f32"
-    (warning,) = warnings
-    assert "measured 3 times" in warning and "not cached" in warning and "python -m cpuprof calibrate" in warning
+    warning = warnings[-1]
+    assert warning == machine_roofs.not_cached_because(roofs)
+    assert "stayed at" in warning and "not cached" in warning and "python -m cpuprof calibrate" in warning
     assert not (tmp_path / "roofs.json").exists()
     lines = roofs_lines(roofs)
-    assert "(not cached: memory was busy)" in lines[0]
+    assert "memory was busy" in lines[0] and lines[0].startswith("measured for this run")
     assert any("more than this memory roof allows" in line for line in lines)

@@ -242,6 +242,11 @@ def test_roofs_without_memory_bandwidth_are_not_cached(cache_dir: Path, measure:
     assert measured.memory_gb_per_s() is None
     assert warnings == ["roofs without a memory bandwidth are not cached; they will be measured again next time"]
     assert not (cache_dir / "roofs.json").exists()
+    from cpuprof.analysis.roofs import roofs_lines
+
+    lines = roofs_lines(measured)
+    assert "(not cached: no memory bandwidth)" in lines[0]
+    assert lines[-1] == "triad bandwidth not measured: 3 arrays of 128 MiB need more than half of ..."
 
 
 def test_roofs_measured_on_a_busy_machine_are_used_said_and_not_cached(cache_dir: Path, measure: FakeMeasure,
@@ -337,3 +342,36 @@ def test_a_cached_memory_roof_below_its_gemv_is_measured_again(cache_dir: Path, 
     measured, warnings = roofs.ensure(2, [0, 1])
     assert warnings == [reason] and len(measure.calls) == 2 and not measured.from_cache
     assert measured.kernel_above_memory() is None and roofs.cached(2, [0, 1])[0] is not None
+
+
+def test_only_the_triad_is_held_to_what_a_gemv_read(measure: FakeMeasure):
+    """copy's counting leaves out half of what it moves: a GEMV reading 1.6 times copy's figure is
+    healthy, and a calibration whose triad failed is not flagged for it; against the triad it is."""
+    r = measure(2, [0, 1])
+    r.bandwidth[0].kernel = "copy"
+    r.bandwidth[0].gb_per_s = Repeated(best=26.0, median=25.0, spread=0.05, repetitions=7)
+    assert r.kernel[0].gb_per_s.best > 1.6 * 26.0 and r.kernel_above_memory() is None
+    r.bandwidth[0].kernel = "triad"
+    assert r.kernel_above_memory() is r.kernel[0]
+    r.kernel[0].weights = "i8"  # a quantized kernel counts its scales and may be bound by unpacking
+    assert r.kernel_above_memory() is None
+
+
+def test_a_programs_run_says_why_the_cached_roofs_were_not_used(cache_dir: Path, measure: FakeMeasure):
+    """`cpuprof run` never measures roofs: it uses the cached ones, and when the cache's entry cannot be
+    used it says why (not that there is none) and measures nothing."""
+    from types import SimpleNamespace
+
+    from cpuprof.launch.script_child import launch_context
+
+    low = measure(2, [0, 1])
+    low.bandwidth[0].gb_per_s = Repeated(best=14.0, median=13.5, spread=0.05, repetitions=7)
+    assert roofs.store(low) is None
+    said: list[str] = []
+    run = SimpleNamespace(read_settings=lambda: None, roofs=None, progress=SimpleNamespace(done=said.append),
+                          settings=SimpleNamespace(requested=SimpleNamespace(threads=2, cpus=[0, 1])))
+    launch_context(run)  # type: ignore[arg-type]
+    assert run.roofs is None and len(measure.calls) == 1
+    (note,) = said
+    assert note.startswith("note: the cached memory roof (14.0 GB/s) is below what its bf16 GEMV read from memory "
+                           "(42.0 GB/s), so GEMMs are not judged against them"), note

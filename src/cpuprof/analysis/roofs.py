@@ -64,8 +64,9 @@ def roofs_table(roofs: MachineRoofs) -> Table:
 def roofs_lines(roofs: MachineRoofs) -> list[str]:
     busy = roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE
     above = roofs.kernel_above_memory()
-    kept = ("not cached: the machine was busy" if busy
-            else "not cached: memory was busy" if above is not None else "now cached")
+    refused = [why for why, held in (("no memory bandwidth", roofs.memory_gb_per_s() is None),
+                                     ("memory was busy", above is not None), ("the machine was busy", busy)) if held]
+    kept = f"not cached: {' and '.join(refused)}" if refused else "now cached"
     origin = (f"from the cache (measured {roofs.measured[:16].replace('T', ' ')} UTC in {roofs.seconds:.1f} s)"
               if roofs.from_cache else f"measured for this run in {roofs.seconds:.1f} s ({kept})")
     fp = roofs.fingerprint
@@ -83,7 +84,7 @@ def roofs_lines(roofs: MachineRoofs) -> list[str]:
         lines.append(f"while measuring, its threads waited for a CPU {fmt_percent(roofs.run_queue_share)} of the time "
                      "(run-queue delay: another process on these CPUs)"
                      + ("; these roofs are low: measure them again on a quiet machine" if busy else ""))
-    lines += [f"not measured: {e}" for e in roofs.errors]
+    lines += roofs.errors  # each line names what was not measured, or what the cache said
     return lines
 
 

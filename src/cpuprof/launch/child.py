@@ -254,7 +254,8 @@ class DecodeRun(ChildRun):
                                        quant_kernels=kernels)
         for note in notes:
             self.progress.done(f"note: {note}")
-        measured.errors.extend(notes)
+        # Kept for the report, but for why the roofs were not cached: the report says that from the roofs.
+        measured.errors.extend(note for note in notes if note != roofs.not_cached_because(measured))
         self.roofs = measured
         if measured.from_cache:
             self.progress.done(f"machine roofs from the cache (measured {measured.measured[:10]}, "

@@ -295,11 +295,13 @@ def launch_context(run: ChildRun, note: bool = True) -> None:
 
     run.read_settings()
     cpus = sorted(run.settings.requested.cpus or os.sched_getaffinity(0))
-    run.roofs, _ = roofs.cached(run.settings.requested.threads, cpus)
+    run.roofs, why = roofs.cached(run.settings.requested.threads, cpus)
     if run.roofs is None and note:
-        run.progress.done("note: the cache has no roofs measured for this machine, torch and launch, so GEMMs "
-                          "are not judged against them (measure them with: python -m cpuprof calibrate and "
-                          "the same launch options)")
+        missing = why or "the cache has no roofs measured for this machine, torch and launch"
+        for measured_next in ("; measuring again", ": measuring again"):  # a program's run measures none
+            missing = missing.removesuffix(measured_next)
+        run.progress.done(f"note: {missing}, so GEMMs are not judged against "
+                          "them (measure them with: python -m cpuprof calibrate and the same launch options)")
 
 
 def interrupted_ending(signum: int, before_start: bool = False) -> Ending:

@@ -484,10 +484,11 @@ def _measure_bandwidths(roofs: MachineRoofs, kernels: Iterable[str], array_bytes
             if not any(b.kernel == kernel for b in roofs.bandwidth):
                 roofs.errors.append(f"{kernel} bandwidth not measured: {exc}")
             continue
-        before = [b for b in roofs.bandwidth if b.kernel == kernel]
-        if before and before[0].gb_per_s.best >= measured.gb_per_s.best:
-            continue
-        roofs.bandwidth = [b for b in roofs.bandwidth if b.kernel != kernel] + [measured]
+        before = [i for i, b in enumerate(roofs.bandwidth) if b.kernel == kernel]
+        if not before:
+            roofs.bandwidth.append(measured)
+        elif roofs.bandwidth[before[0]].gb_per_s.best < measured.gb_per_s.best:
+            roofs.bandwidth[before[0]] = measured
 
 
 def _busy_share(delay_before: int | None, seconds: float, threads: int) -> float | None:
@@ -616,6 +617,25 @@ def store(roofs: MachineRoofs) -> str | None:
     return None
 
 
+def not_cached_because(roofs: MachineRoofs) -> str | None:
+    """Why roofs this run measured are used for it but kept out of the cache; None: they are cached."""
+    above = roofs.kernel_above_memory()
+    if roofs.memory_gb_per_s() is None:
+        return "roofs without a memory bandwidth are not cached; they will be measured again next time"
+    if above is not None:
+        return (f"the memory bandwidth stayed at {roofs.memory_gb_per_s():.1f} GB/s when measured again, below the "
+                f"{above.gb_per_s.best:.1f} GB/s the {above.dtype} GEMV read from memory: something else used "
+                "memory while it was measured; the roofs are used for this run but not cached, and the memory roof "
+                "is low; measure them again on a quiet machine (python -m cpuprof calibrate)")
+    if roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE:
+        # A roof measured while another process held the CPUs is low, and every later verdict would
+        # be judged against it: used for this run, said, never kept.
+        return (f"the machine was busy while the roofs were measured (their threads waited for a CPU "
+                f"{roofs.run_queue_share:.0%} of the time): they are used for this run but not cached, and are "
+                "low; measure them again on a quiet machine (python -m cpuprof calibrate)")
+    return None
+
+
 def ensure(
     threads: int, cpus: list[int], force: bool = False, progress: Progress | None = None,
     quant_kernels: Sequence[QuantKernel] = (),
@@ -657,21 +677,9 @@ def ensure(
     roofs = calibrate(threads, cpus, progress=progress)
     if quant_kernels:
         measure_quant_kernels(roofs, quant_kernels, progress)
-    above = roofs.kernel_above_memory()
-    if roofs.memory_gb_per_s() is None:
-        warnings.append("roofs without a memory bandwidth are not cached; they will be measured again next time")
-    elif above is not None:
-        warnings.append(f"the memory bandwidth, measured {BANDWIDTH_REMEASURES + 1} times, stayed at "
-                        f"{roofs.memory_gb_per_s():.1f} GB/s, below the {above.gb_per_s.best:.1f} GB/s the "
-                        f"{above.dtype} GEMV read from memory: something else used memory while it was measured; "
-                        "the roofs are used for this run but not cached, and the memory roof is low; measure them "
-                        "again on a quiet machine (python -m cpuprof calibrate)")
-    elif roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE:
-        # A roof measured while another process held the CPUs is low, and every later verdict would
-        # be judged against it: used for this run, said, never kept.
-        warnings.append(f"the machine was busy while the roofs were measured (their threads waited for a CPU "
-                        f"{roofs.run_queue_share:.0%} of the time): they are used for this run but not cached, and "
-                        "are low; measure them again on a quiet machine (python -m cpuprof calibrate)")
+    reason = not_cached_because(roofs)
+    if reason:
+        warnings.append(reason)
     else:
         problem = store(roofs)
         if problem:
