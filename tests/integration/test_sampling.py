@@ -646,3 +646,44 @@ def test_unwinding_stops_at_the_python_interpreter():
     ended_there = [s for s in outside if s and interpreter.match(s[-1])]
     assert len(ended_there) >= 0.8 * len(outside) > 0, outside[:5]
     assert all(sum(bool(interpreter.match(m)) for m in s) == 1 for s in ended_there), ended_there[:5]
+
+
+# GEMMs from Python: a sample in the kernel lies below oneDNN's and torch's dispatch frames, far more
+# than 512 bytes of stack above the kernel before the interpreter, and far less than 64 KiB.
+CUT_STACKS_DRIVER = textwrap.dedent("""
+    import json, sys, time, torch
+    import cpuprof
+    from cpuprof.analysis.native import native_section, native_summary
+
+    torch.set_num_threads(1)
+    a = torch.randn(512, 512)
+    with cpuprof.profile("task-clock", warn=False, stack_bytes=int(sys.argv[1])) as prof:
+        deadline = time.monotonic() + 0.4
+        while time.monotonic() < deadline:
+            a @ a
+    p = prof.profile
+    section = native_section(native_summary(p, top=10))
+    print(json.dumps({"unwind": p.sampling.unwind, "notes": section.notes}))
+""")
+
+
+@pytest.mark.parametrize("stack_bytes", [512, 65528])
+def test_stacks_cut_at_the_copied_stacks_end_are_counted_and_explained(stack_bytes: int):
+    """512 bytes cannot hold the frames between a GEMM's kernel and Python: most samples end at the
+    copy's end, and the report's note says what they lost and names --stack-bytes with the size
+    copied. 64 KiB holds them all: the walks end at the interpreter, and there is no such note."""
+    result = run_python(CUT_STACKS_DRIVER, {"OMP_NUM_THREADS": "1"}, args=(str(stack_bytes),))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    unwind, notes = data["unwind"], data["notes"]
+    cut = unwind.get("end of the copied stack", 0)
+    hinted = [n for n in notes if "--stack-bytes above the" in n]
+    if stack_bytes == 512:
+        assert cut >= 0.8 * sum(unwind.values()) > 0, unwind
+        (hint,) = hinted
+        assert f"above the {stack_bytes:,} copied now" in hint and "lost only its outer frames" in hint
+    else:
+        assert cut <= 0.05 * sum(unwind.values()) and unwind.get("Python interpreter", 0) > 0, unwind
+        assert hinted == [], notes
+        if set(unwind) <= {"outermost frame", "Python interpreter"}:  # every walk whole: no other ending listed
+            assert notes[0].startswith("user stacks unwound") and notes[0].endswith("100% of samples"), notes

@@ -107,6 +107,8 @@ class NativeSummary:
 # How an unwind ends when nothing was missed: the thread's first frame, or the Python interpreter,
 # where the walk stops on purpose (rootward is the evaluation loop calling itself; py-spy reads it).
 WHOLE_WALKS = ("outermost frame", "Python interpreter")
+# Stacks cut at the copied stack's end above this share get a note on what they lost and the remedy.
+CUT_STACKS_WORTH_A_HINT = 0.1
 
 
 def native_summary(profile: Profile, top: int) -> NativeSummary | None:
@@ -197,17 +199,23 @@ def native_section(summary: NativeSummary | None) -> Section | None:
                          f"Python frames{kept}")
     notes = []
     if summary.outermost_share is not None:
+        others = ", ".join(f"{reason}: {fmt_percent(share)}" for reason, share in summary.unwind_shares.items())
         notes.append(f"user stacks unwound to their outermost frame or the Python interpreter in "
-                     f"{fmt_percent(summary.outermost_share)} of "
-                     "samples; " + ", ".join(f"{reason}: {fmt_percent(share)}"
-                                             for reason, share in summary.unwind_shares.items()))
+                     f"{fmt_percent(summary.outermost_share)} of samples" + (f"; {others}" if others else ""))
+        if summary.unwind_shares.get("end of the copied stack", 0) >= CUT_STACKS_WORTH_A_HINT:
+            notes.append(f"a stack that ends at the copied stack's end lost only its outer frames (nearer the thread's "
+                         f"start; on a dispatching thread, torch's dispatch between the op and Python): the op a "
+                         f"sample ran in comes from the op hook, not from its stack. --stack-bytes above the "
+                         f"{summary.sampling.stack_bytes:,} copied now (stack_bytes= in cpuprof.profile) reaches "
+                         "further, at more locked memory per thread")
     if summary.unnamed_jit:
         notes.append("some code generated at run time is unnamed: no perf map names it. cpuprof's launches (decode, "
                      "run) set ONEDNN_JIT_PROFILE=2, so the kernels of torch's own oneDNN are named; unnamed ones come "
                      "from another JIT (MKL's, or a library's own copy of oneDNN, as vLLM's), or from a profile made "
                      "without a cpuprof launch (then set ONEDNN_JIT_PROFILE=2 before the first matmul)")
     if s.unresolved_frames:
-        notes.append(f"{s.unresolved_frames:,} addresses had no symbol (stripped libraries): shown as library+offset")
+        notes.append(f"{s.unresolved_frames:,} {'address' if s.unresolved_frames == 1 else 'addresses'} had no "
+                     "symbol (stripped libraries): shown as library+offset")
     return Section("native", "Native code (from the samples' stacks)", lines,
                    [Table(columns, rows, caption="ops by sampled CPU time: what kind of code it was in"),
                     Table(tcols, trows, caption="threads: what kind of code their CPU time was in")], notes)
