@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..model import CATEGORIES, NativeFrame, OpStat, Profile, Sampling, StackCount
 from ..units import fmt_ns, fmt_percent
 from .labels import inputs_text, team_order, thread_label
@@ -203,11 +204,14 @@ def native_section(summary: NativeSummary | None) -> Section | None:
         notes.append(f"user stacks unwound to their outermost frame or the Python interpreter in "
                      f"{fmt_percent(summary.outermost_share)} of samples" + (f"; {others}" if others else ""))
         if summary.unwind_shares.get("end of the copied stack", 0) >= CUT_STACKS_WORTH_A_HINT:
-            notes.append(f"a stack that ends at the copied stack's end lost only its outer frames (nearer the thread's "
-                         f"start; on a dispatching thread, torch's dispatch between the op and Python): the op a "
-                         f"sample ran in comes from the op hook, not from its stack. --stack-bytes above the "
-                         f"{summary.sampling.stack_bytes:,} copied now (stack_bytes= in cpuprof.profile) reaches "
-                         "further, at more locked memory per thread")
+            copied = summary.sampling.stack_bytes
+            remedy = ("it is the most a sample can copy" if copied >= defaults.MAX_STACK_BYTES else
+                      "--stack-bytes (stack_bytes= in cpuprof.profile) above it reaches further, at more locked "
+                      "memory per thread")
+            notes.append(f"a stack truncated at the {copied:,}-byte user-stack copy (perf's dump size for DWARF "
+                         "unwinding) lost only its callers nearest the thread's start (on a dispatching thread, the "
+                         "frames between the kernel and Python, such as torch's dispatch): each sample's op comes "
+                         f"from the op hook, not from its stack; {remedy}")
     if summary.unnamed_jit:
         notes.append("some code generated at run time is unnamed: no perf map names it. cpuprof's launches (decode, "
                      "run) set ONEDNN_JIT_PROFILE=2, so the kernels of torch's own oneDNN are named; unnamed ones come "
