@@ -172,3 +172,47 @@ def test_the_torch_the_message_names_is_the_one_readme_installs():
     from cpuprof import native
 
     assert f"pip install {native.TORCH_REQUIREMENT} " in readme
+
+
+def test_outputs_write_into_devices_and_link_targets_and_refuse_what_they_cannot_write(tmp_path: Path,
+                                                                                     saved: dict[str, Path]):
+    """`-o /dev/null` once turned the device into a regular file: a device node (made here, never the
+    system's) and a link are written through, each command's file is whole, and a directory or a
+    read-only mount is one line and exit 2 with nothing replaced."""
+    import os
+    import stat
+
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod is not permitted here (needs CAP_MKNOD)")
+    real = tmp_path / "real.svg"
+    real.write_text("old")
+    link = tmp_path / "flame.svg"
+    link.symlink_to(real)
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(readonly)],
+                             capture_output=True).returncode == 0
+    sampled = str(saved["sampled"])
+    try:
+        results = run_viewer(tmp_path,
+                             ["flamegraph", sampled, "--format", "svg", "-o", str(null)],
+                             ["trace", sampled, "-o", str(null)],
+                             ["report", sampled, "--format", "html", "-o", str(null)],
+                             ["flamegraph", sampled, "-o", str(link)],
+                             ["report", sampled, "-o", str(tmp_path)],
+                             ["trace", sampled, "-o", str(readonly / "trace.json")])
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(readonly)], capture_output=True)
+    device, trace, html, through_link, directory, read_only = results
+    assert [device["rc"], trace["rc"], html["rc"], through_link["rc"]] == [0, 0, 0, 0], results
+    assert stat.S_ISCHR(null.stat().st_mode) and os.major(null.stat().st_rdev) == 1
+    assert link.is_symlink() and ET.parse(real).getroot().tag == "{http://www.w3.org/2000/svg}svg"
+    assert directory["rc"] == 2 and directory["stderr"].count("\n") == 1 and "is a directory" in directory["stderr"]
+    assert tmp_path.is_dir()
+    if mounted:
+        assert read_only["rc"] == 2 and read_only["stderr"].count("\n") == 1
+        assert "read-only file system" in read_only["stderr"] and "Traceback" not in read_only["stderr"]

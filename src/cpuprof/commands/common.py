@@ -15,6 +15,7 @@ from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.options import ProfileOptions
 from ..model import SAMPLED, Profile
+from ..output_file import write_file
 from ..safe_text import cpuprof_command
 
 # Argument types that reject bad input with argparse's one-line error (declared with the options).
@@ -45,23 +46,12 @@ def load_profiled(path: str, what: str) -> Profile:
 
 
 def write_output(output: str, write: Callable[[TextIO], int]) -> int:
-    """Runs ``write`` on standard output ('-') or on a file that appears whole or not at all;
-    returns what ``write`` returned. An unwritable path is a one-line UsageError."""
+    """Runs ``write`` on standard output ('-') or on the file ``output`` by
+    :func:`~cpuprof.output_file.write_file`'s rules (a regular file appears whole or not at all; a
+    device or FIFO is written into); returns what ``write`` returned. An unwritable path is one line."""
     if output == "-":
         return write(sys.stdout)
-    target = Path(output)
-    if target.is_dir():
-        raise UsageError(f"{output} is a directory; give a file name")
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        with open(tmp, "w") as f:
-            result = write(f)
-        tmp.replace(target)
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return result
+    return write_file(output, write)
 
 
 def add_profiling_arguments(group: argparse._ArgumentGroup, program: str) -> None:

@@ -40,6 +40,7 @@ from .. import exit_codes
 from ..errors import CpuprofError, FileFormatError
 from ..model import PROFILE_FILENAME, MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
+from ..output_file import write_text
 from ..safe_text import printable
 from . import child_signals
 from .child_signals import SignalReceived
@@ -241,7 +242,7 @@ class ChildRun:
             svg = roofline_svg.render(gemm_groups(profile), profile.roofs, title=f"{title}GEMMs against the roofs")
             chart = self.out / ROOFLINE_FILENAME
             try:
-                chart.write_text(svg)
+                write_text(chart, svg)
             except OSError as exc:  # the profile is saved and holds what the chart shows: not a failure
                 chart.unlink(missing_ok=True)
                 print(f"cpuprof: warning: {chart} could not be written ({exc.strerror or exc}); "

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..errors import FileFormatError, NativeModuleError
 from ..model.codec import DecodeError, from_json, to_json
 from ..model.io import parse_json, read_regular_file
 from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
+from ..output_file import write_text
 from .openmp import openmp_in_process
 from .topology import _meminfo, _model_name
 
@@ -596,24 +596,12 @@ def store(roofs: MachineRoofs) -> str | None:
     cache.entries = sorted(entries, key=lambda e: e.measured)[-MAX_CACHE_ENTRIES:]
     cache.version = CACHE_VERSION
     text = json.dumps(to_json(cache), indent=1) + "\n"
-    tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written beside the file and renamed over it: a reader never sees half a file, and two
-        # runs storing at once leave one whole file (the last one's).
-        fd, tmp = tempfile.mkstemp(prefix=".roofs-", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-        tmp = None
+        # A regular file is written beside itself and renamed over: a reader never sees half a
+        # file, and two runs storing at once leave one whole file (the last one's).
+        write_text(path, text, make_parents=True)
     except OSError as exc:
         return f"cannot write the roofs cache {path} ({exc.strerror or exc}); they will be measured again next time"
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     return None
 
 

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 
 from .. import defaults
 from ..errors import FileFormatError
+from ..output_file import write_text
 from . import codec
 from .migrate import MIGRATIONS
 from .profile import Profile
@@ -67,35 +67,20 @@ PROFILE_FILENAME = PROFILE.filename
 
 # -- writing --------------------------------------------------------------------------------------
 def write_versioned(path: str | os.PathLike[str], kind: FileKind, body: Any) -> Path:
-    """Writes ``{"format", "version", **body}`` atomically (temp file + rename): a crash mid-write
-    never leaves half a file, and a reader never sees one. ``body``: a dataclass or a JSON object;
-    a dataclass's own ``format``/``version`` fields are replaced by the kind's."""
+    """Writes ``{"format", "version", **body}`` by :func:`~cpuprof.output_file.write_file`'s rules
+    (a regular file atomically: a crash mid-write never leaves half a file, and a reader never sees
+    one). ``body``: a dataclass or a JSON object; a dataclass's own ``format``/``version`` fields
+    are replaced by the kind's."""
     data = codec.to_json(body)
     if not isinstance(data, dict):
         raise TypeError(f"a {kind.name} file holds an object, not {type(data).__name__}")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     document = {"format": kind.format, "version": kind.version,
                 **{k: v for k, v in data.items() if k not in HEADER}}
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=".tmp")
-    try:
-        # mkstemp creates the file 0600; cpuprof's files are as readable as any file the user writes.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w") as out:
-            # dumps, not dump: json.dump streams through the pure-Python encoder, several times
-            # slower, and a running decode saves its profile every few seconds on its own thread.
-            if kind.indent is None:
-                out.write(json.dumps(document, separators=(",", ":")))
-            else:
-                out.write(json.dumps(document, indent=kind.indent))
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
+    # dumps, not dump: json.dump streams through the pure-Python encoder, several times slower,
+    # and a running decode saves its profile every few seconds on its own thread.
+    text = (json.dumps(document, separators=(",", ":")) if kind.indent is None
+            else json.dumps(document, indent=kind.indent))
+    return write_text(path, text, make_parents=True)
 
 
 # -- reading --------------------------------------------------------------------------------------
