@@ -1,4 +1,4 @@
-"""Every option of the commands that launch a workload (decode, run, compare, calibrate), declared once.
+"""Every option and argument of every command, declared once.
 
 An :class:`Option` says the flag, its help, how its text is checked and parsed, and where its value
 goes: a field of an options dataclass (:class:`~cpuprof.launch.options.WorkloadOptions`,
@@ -7,6 +7,12 @@ goes: a field of an options dataclass (:class:`~cpuprof.launch.options.WorkloadO
 default is the option's default and, when the field is a ``Literal``, its values are the option's
 choices. From these tables come the argparse arguments of every command, the options built from
 the parsed flags, and compare's sweep axes (an option with an :class:`Axis` takes a comma list there).
+
+The commands that read saved files (report, diff, flamegraph, trace) and the small ones (signal,
+doctor) take their arguments from tables here too, so a flag shared by several commands (``--top``,
+``--format``, ``-o``, ``--out``, ``--html``) is one :class:`Option` with one check, one default and
+help that names its choices from the registry they come from. No command file calls
+``add_argument``: a test holds them to it.
 
 Adding an option: a field in its options dataclass, an entry in its group below, and the code that
 uses the value. Nothing here imports torch or the native module: the CLI builds its parsers from it
@@ -24,7 +30,7 @@ from typing import Any, TypeVar
 
 from . import defaults
 from .errors import UsageError
-from .launch import environment
+from .launch import environment, program
 from .launch.options import DecodeOptions, ProfileOptions, WorkloadOptions
 from .launch.ranks import BACKENDS, DEFAULT_TIMEOUT_S
 from .launch.window import WindowPlan
@@ -81,17 +87,26 @@ class Option:
     type: Callable[[str], Any] | None = None  # argparse's check of the text (one-line error, exit 2)
     # The text to the field's value after parsing, where the check needs its own words or the
     # machine (UsageError, one line, before anything starts).
-    parse: Callable[[str], Any] | None = None
+    parse: Callable[[Any], Any] | None = None  # the text (a positional with nargs: the list of words)
     choices: Sequence[str] | None = None  # by default the target field's Literal values
     metavar: str | None = None
     action: str | None = None  # "store_true" / "store_false"
     dest: str | None = None
     short: str | None = None
     sweep: Axis | None = None
+    nargs: str | None = None  # argparse's: "?", argparse.REMAINDER
+    required: bool = False
+
+    @property
+    def positional(self) -> bool:
+        """A positional argument: its ``flag`` is its name, with no dashes."""
+        return not self.flag.startswith("-")
 
     @property
     def name(self) -> str:
         """The argparse destination."""
+        if self.positional:
+            return self.flag
         if self.dest is not None:
             return self.dest
         if self.target is not None:
@@ -123,7 +138,13 @@ class Option:
     def add_to(self, group: argparse._ActionsContainer, sweep: bool = False) -> None:
         """The flag on a parser; with ``sweep``, as compare's comma list when the option has an axis."""
         names = [n for n in (self.short, self.flag) if n]
-        kwargs: dict[str, Any] = {"dest": self.name, "help": self.help}
+        kwargs: dict[str, Any] = {"help": self.help}
+        if not self.positional:
+            kwargs["dest"] = self.name
+        if self.required:
+            kwargs["required"] = True
+        if self.nargs is not None:
+            kwargs["nargs"] = self.nargs
         if sweep and self.sweep is not None:
             # A list is text until compare checks each value, so argparse holds no default or choices
             # to expand in the help: they are written in here.
@@ -135,8 +156,9 @@ class Option:
         if self.action is not None:
             kwargs["action"] = self.action
         else:
-            kwargs.update(default=self.default_value, type=self.type, choices=self.choice_values,
-                          metavar=self.metavar)
+            kwargs.update(type=self.type, choices=self.choice_values, metavar=self.metavar)
+            if not (self.positional and self.default_value is None):  # a positional's default is its absence
+                kwargs["default"] = self.default_value
         group.add_argument(*names, **kwargs)
 
     def value(self, args: argparse.Namespace) -> Any:
@@ -208,7 +230,7 @@ def build(cls: type[T], table: Iterable[Option], args: argparse.Namespace, **ext
 # -- the workload: decode, and compare (where --dtype, --batch and --compile take lists) -------------
 def _override(field: str) -> Option:
     return Option(f"--{field.replace('_', '-')}", f"override the preset's {field.replace('_', ' ')}", dest=field,
-                  type=int, metavar="N", default=None)
+                  type=positive_int, metavar="N", default=None)
 
 
 WORKLOAD: tuple[Option, ...] = (
@@ -218,12 +240,12 @@ WORKLOAD: tuple[Option, ...] = (
     Option("--dtype", "%(choices)s (default %(default)s)", (WorkloadOptions, "dtype"), choices=DTYPE_NAMES,
            sweep=Axis("a comma list sweeps them")),
     Option("--prompt-len", "prompt tokens for prefill (default %(default)s)", (WorkloadOptions, "prompt_len"),
-           type=int),
-    Option("--new-tokens", "decode steps (default %(default)s)", (WorkloadOptions, "new_tokens"), type=int),
+           type=positive_int),
+    Option("--new-tokens", "decode steps (default %(default)s)", (WorkloadOptions, "new_tokens"), type=positive_int),
     Option("--batch", "sequences decoded together (default %(default)s)", (WorkloadOptions, "batch"),
            type=positive_int, sweep=Axis("a list or range sweeps them", numeric=True)),
-    Option("--warmup", "decode steps left out of tokens/s (default %(default)s)", (WorkloadOptions, "warmup"),
-           type=int),
+    Option("--warmup", "decode steps left out of tokens/s, fewer than --new-tokens (default %(default)s)",
+           (WorkloadOptions, "warmup"), type=non_negative_int),
     Option("--sampling", "how the next token is chosen: %(choices)s (default %(default)s)",
            (WorkloadOptions, "sampling")),
     Option("--top-k", "with --sampling topk: sample among the k most likely tokens (default %(default)s)",
@@ -366,16 +388,34 @@ ROOFS = Option("--roofs", "the machine's measured roofs (memory bandwidth, compu
 
 
 # -- the output -------------------------------------------------------------------------------------
-def _formats() -> tuple[str, ...]:
-    from .reports import FORMATS  # the output registry's names: a new format appears here by itself
+def _formats(reads: str = "profile", roles: tuple[str, ...] | None = ("report",)) -> tuple[str, ...]:
+    """The output registry's names of what reads ``reads`` (in ``roles``; None: any): a new format
+    appears in every --format that can take it by itself."""
+    from .reports import output_names
+    from .reports.registry import ALL_ROLES
 
-    return tuple(FORMATS)
+    return output_names(reads, roles=ALL_ROLES if roles is None else roles)  # type: ignore[arg-type]
 
 
-def format_option() -> Option:
-    formats = _formats()
-    return Option("--format", f"the report on stdout: {', '.join(formats)} (default %(default)s)",
-                  choices=formats, default="terminal")
+def format_option(formats: tuple[str, ...] | None = None, what: str = "the report on stdout") -> Option:
+    """--format, its choices from the output registry (by default the report formats)."""
+    return Option("--format", f"{what}: %(choices)s (default %(default)s)",
+                  choices=formats if formats is not None else _formats(), default="terminal")
+
+
+TOP = Option("--top", "rows of the op, GEMM and region tables (default %(default)s)", type=positive_int,
+             default=defaults.TOP_OPS)
+
+
+def out_dir_option(what: str, command: str) -> Option:
+    """--out DIR: where a launched command's results go."""
+    return Option("--out", f"where {what} (default cpuprof-out/{command}-<time>)", metavar="DIR")
+
+
+def output_file(help: str, required: bool = True) -> Option:
+    """-o FILE of the commands that write one file ('-': standard output)."""
+    return Option("--output", help, short="-o", metavar="FILE", required=required,
+                  default=None if required else "-")
 
 
 # Every command that writes a run's directory takes it: an --out holding an earlier run's files is
@@ -387,22 +427,102 @@ OVERWRITE = Option("--overwrite", "replace the files of an earlier, finished run
 def output_options(command: str) -> tuple[Option, ...]:
     """Where the profile goes and how its report is shown: the flags decode and run share."""
     return (
-        Option("--out", f"where the profile is saved (default cpuprof-out/{command}-<time>)", metavar="DIR"),
+        out_dir_option("the profile is saved", command),
         OVERWRITE,
         format_option(),
         Option("--json", "same as --format json", action="store_true"),
         Option("--flamegraph", "also write flame.svg (merged Python, op and native stacks of every thread, by "
                                "samples) and trace.json (Chrome/Perfetto) next to the profile", action="store_true"),
-        Option("--top", "ops listed in the report (default %(default)s)", type=positive_int, default=defaults.TOP_OPS),
+        with_help(TOP, "ops listed in the report (default %(default)s)"),
     )
 
 
-HTML = Option("--html", "also write report.html beside the profile: the report with its charts, one "
+HTML_FILENAME = "report.html"
+HTML = Option("--html", f"also write {HTML_FILENAME} beside the profile: the report with its charts, one "
                         "self-contained page that opens offline", action="store_true")
 CHECKPOINT = Option("--checkpoint-s", "save the profile so far every S seconds while decoding (default %(default)g)",
                     (DecodeOptions, "checkpoint_s"), type=positive_float, metavar="S")
 
 ALL: tuple[Option, ...] = (*WORKLOAD, *LAUNCH, *RANKS, *PROFILING, NO_PROFILE, ROOFS, CHECKPOINT)
+
+# -- compare: its runs, and where they go ------------------------------------------------------------
+COMPARE_RUNS: tuple[Option, ...] = (
+    Option("--repetitions", "runs per configuration, each a fresh process (default %(default)s; 2 or more to test "
+                            "for noise)", short="-r", type=positive_int, default=3),
+    with_help(NO_PROFILE, "runs without the profiler: throughput only, no spin/sleep/switch/roofline figures"),
+    with_help(options("--events")[0], "events of each run's profile (default: %(default)s)"),
+    with_help(options("--mode")[0], "each run's profiling mode (default %(default)s, the cheaper)"),
+    with_help(ROOFS, "the machine roofs for the bandwidth-roof share: auto (cached, else measured once per "
+                     "launch), remeasure, off"),
+    Option("--from", "sweep what a saved decode profile's verdicts propose, each against that profile's own "
+                     "settings, and say which proposals held", dest="from_dir", metavar="DIR"),
+    Option("--resume", "run what an interrupted compare in DIR did not finish", metavar="DIR"),
+)
+
+
+def compare_output() -> tuple[Option, ...]:
+    return (out_dir_option("compare.json and each run's profile go", "compare"), OVERWRITE, format_option(),
+            Option("--html", f"also write {HTML_FILENAME} (charts and tables) in DIR", action="store_true"))
+
+
+def calibrate_output() -> tuple[Option, ...]:
+    return (out_dir_option("the result is saved", "calibrate"), OVERWRITE, format_option())
+
+
+# -- run: the program, after -- -----------------------------------------------------------------------
+PROGRAM = Option("command", f"the program, after --: {program.FORMS}", nargs=argparse.REMAINDER,
+                 metavar="-- python script.py [args]", parse=program.script_target)
+
+# -- the readers of saved files -----------------------------------------------------------------------
+SAVED_PROFILE = "directory written by cpuprof, or a profile.json"
+
+
+def report_options() -> tuple[Option, ...]:
+    return (
+        Option("path", "directory written by cpuprof (decode, decode --tp/--instances, run, or compare), a "
+                       "profile.json, a compare.json or a ranks.json"),
+        format_option(_formats(roles=("report", "page")), "the format"),
+        output_file("write to FILE (default: standard output)", required=False),
+        with_help(TOP, "how many ops to list (default %(default)s)"),
+    )
+
+
+def diff_options() -> tuple[Option, ...]:
+    return (
+        Option("before", "the profile before: a " + SAVED_PROFILE, metavar="A"),
+        Option("after", "the profile after", metavar="B"),
+        format_option(what="the format"),
+        TOP,
+    )
+
+
+def flamegraph_options() -> tuple[Option, ...]:
+    return (
+        Option("path", SAVED_PROFILE),
+        output_file("where to write: .svg (flame graph), .folded or .txt (flamegraph.pl's input), .json "
+                    "(speedscope); '-' for standard output"),
+        Option("--format", "override the format the suffix implies: %(choices)s",
+               choices=_formats("stacks", roles=None)),
+        Option("--weight", "samples (default), cpu (CPU time) or a counted event's name (e.g. page-faults)",
+               default="samples"),
+        Option("--thread", "one thread: its label (T1) or tid; default all, merged", metavar="T"),
+        Option("--no-python", "leave the Python frames out", dest="python", action="store_false", default=True),
+    )
+
+
+TRACE: tuple[Option, ...] = (
+    Option("path", SAVED_PROFILE + "; a decode --tp/--instances directory gives one process per rank, on one "
+                                   "clock"),
+    output_file("the trace file ('-': standard output)"),
+)
+
+SIGNAL_ACTIONS = tuple(program.WINDOW_SIGNALS)
+SIGNAL: tuple[Option, ...] = (
+    Option("pid", "the pid of the `cpuprof run --on-demand` launcher", type=int, metavar="PID"),
+    Option("action", "start: open a window; stop: close and save it", choices=SIGNAL_ACTIONS),
+)
+
+DOCTOR: tuple[Option, ...] = (Option("--json", "print the findings as JSON", action="store_true"),)
 
 # -- compare's sweep axes, in the order a configuration's label names them ---------------------------
 _AXIS_ORDER = ("--tp", "--instances", "--threads", "--omp", "--bind", "--blocktime", "--allocator", "--numa",

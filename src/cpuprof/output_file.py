@@ -25,7 +25,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 from . import exit_codes
 from .errors import CpuprofError
@@ -45,20 +45,21 @@ class OutputError(CpuprofError, OSError):
     could not take the bytes (a full disk, an I/O error) is a failure. An OSError too, so that a
     caller that keeps going when a save fails (a checkpoint, a chart) catches it as before."""
 
-    def __init__(self, message: str, exit_code: int = exit_codes.USAGE) -> None:
+    def __init__(self, message: str, reason: str, exit_code: int = exit_codes.USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-        self.reason = message
+        # The reason alone, where OSError keeps it: a caller's `exc.strerror or exc` names it as before.
+        self.strerror = reason
 
 
 def _refusal(path: Path, what: str) -> OutputError:
-    return OutputError(f"cannot write {path}: it is {what}; give a file name")
+    return OutputError(f"cannot write {path}: it is {what}; give a file name", f"it is {what}")
 
 
 def _failure(path: Path | str, exc: OSError) -> OutputError:
-    reason = exc.strerror or str(exc)
+    reason = exc.strerror or str(exc) or "failed"
     code = exit_codes.USAGE if exc.errno in _PATH_ERRORS else exit_codes.FAILED
-    return OutputError(f"cannot write {path}: {reason.lower() if reason else 'failed'}", code)
+    return OutputError(f"cannot write {path}: {reason[:1].lower()}{reason[1:]}", reason, code)
 
 
 def _kind_of(mode: int) -> str | None:
@@ -74,7 +75,7 @@ def _kind_of(mode: int) -> str | None:
     return "not a regular file"
 
 
-def write_file(path: str | os.PathLike[str], write: Callable[[IO[Any]], T], *, binary: bool = False,
+def write_file(path: str | os.PathLike[str], write: Callable[[Any], T], *, binary: bool = False,
                make_parents: bool = False) -> T:
     """Runs ``write`` on a file object for ``path`` and returns what it returned, by the rules
     above. ``binary``: the file object takes bytes. ``make_parents``: directories missing above a
@@ -107,7 +108,7 @@ def _open_mode(binary: bool) -> str:
     return "wb" if binary else "w"
 
 
-def _write_in_place(given: Path, target: Path, write: Callable[[IO[Any]], T], binary: bool, truncate: bool) -> T:
+def _write_in_place(given: Path, target: Path, write: Callable[[Any], T], binary: bool, truncate: bool) -> T:
     flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY | (os.O_TRUNC | os.O_CREAT if truncate else 0)
     try:
         fd = os.open(target, flags, 0o666)
@@ -122,7 +123,7 @@ def _write_in_place(given: Path, target: Path, write: Callable[[IO[Any]], T], bi
 
 
 def _write_replacing(given: Path, target: Path, existing: os.stat_result | None,
-                     write: Callable[[IO[Any]], T], binary: bool) -> T:
+                     write: Callable[[Any], T], binary: bool) -> T:
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
     except OSError as exc:

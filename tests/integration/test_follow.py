@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from tests.cli_runs import cpuprof, one_line_error
 
-from cpuprof.analysis.processes import load_processes
 from cpuprof.launch.followed_run import followed_alive
 from cpuprof.model import format_cpulist
+from cpuprof.model.run_layout import load_processes
 
 MM_PER_TASK = 25
 TASKS = 4

@@ -188,14 +188,14 @@ def test_comparison_report_in_a_browser(browser: Any, tmp_path: Path):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two ranks need two usable CPUs")
 def test_tensor_parallel_group_report_in_a_browser(browser: Any, tmp_path: Path):
-    from cpuprof.analysis.ranks import group_figures, load_profiles
+    from cpuprof.analysis.ranks import group_figures
     from cpuprof.model.ranks import MultiRun
 
     out = tmp_path / "tp"
     result = cpuprof("decode", *TINY, "--new-tokens", "12", "--tp", "2", "--threads", "1", "--html", "--out", str(out))
     assert f"HTML report of the group: {out / 'report.html'}" in result.stdout
     run = MultiRun.load(out)
-    group = group_figures(run, load_profiles(run, out))
+    group = group_figures(run, run.profiles(out))
     opened = Opened(browser, out / "report.html")
     try:
         opened.check_clean()

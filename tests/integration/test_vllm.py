@@ -27,8 +27,9 @@ import pytest
 from tests.cli_runs import cpuprof
 
 from cpuprof.analysis.gemm import gemm_work
-from cpuprof.analysis.processes import busiest, load_processes
+from cpuprof.analysis.processes import busiest
 from cpuprof.launch.followed_run import followed_alive
+from cpuprof.model.run_layout import load_processes
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM's CPU backend is not installed here (README command 2 installs it)")

@@ -12,7 +12,7 @@ import pytest
 
 from cpuprof.errors import UsageError
 from cpuprof.launch import environment as launcher
-from cpuprof.launch import followed
+from cpuprof.launch import follow_env
 from cpuprof.launch.environment import (
     GOMP_SPINS_PER_MS,
     LAUNCH_ENV_VAR,
@@ -23,7 +23,7 @@ from cpuprof.launch.environment import (
     parse_threads,
     validate,
 )
-from cpuprof.launch.followed import give_back_the_programs_env
+from cpuprof.launch.follow_env import give_back_the_programs_env
 from cpuprof.machine import libraries, openmp
 from cpuprof.machine.topology import Topology, format_cpulist, read_topology
 from cpuprof.model import MemPolicy, Requested
@@ -330,7 +330,7 @@ def test_places_are_threads_when_cores_run_out(fake: Topology) -> None:
 
 
 def test_child_env_owns_threads_binding_and_preloads(fake: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(followed, "before_launch", None)
+    monkeypatch.setattr(follow_env, "before_launch", None)
     base = {
         "PATH": "/usr/bin",
         "OMP_PROC_BIND": "true",
@@ -353,7 +353,7 @@ def test_child_env_owns_threads_binding_and_preloads(fake: Topology, monkeypatch
                                                        "KMP_AFFINITY": "compact"}
     assert program_env["OMP_NUM_THREADS"] == "64" and program_env["MKL_NUM_THREADS"] == "3"
     assert LAUNCH_ENV_VAR not in program_env  # the processes it starts inherit what it has now
-    assert followed.before_launch is not None and followed.before_launch["OMP_NUM_THREADS"] == "64"
+    assert follow_env.before_launch is not None and follow_env.before_launch["OMP_NUM_THREADS"] == "64"
 
 
 @pytest.mark.parametrize("said", ["not json", "[1, 2]", '{"LD_PRELOAD": ["a", "b"]}', '{"OMP_NUM_THREADS": [1, 2]}',
@@ -367,7 +367,7 @@ def test_an_unreadable_launch_account_changes_nothing(said: str) -> None:
 
 
 def test_the_boot_side_knows_the_launchs_variables() -> None:
-    assert followed.LAUNCH_OWNED_VARS == launcher.OWNED_VARS
+    assert follow_env.LAUNCH_OWNED_VARS == launcher.OWNED_VARS
 
 
 def test_child_env_preloads(fake: Topology) -> None:

@@ -100,3 +100,69 @@ def test_abbreviated_flags_are_refused(command: str, capsys: pytest.CaptureFixtu
         build_parser().parse_args([command, flag, "2"])
     assert exit.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_no_command_declares_a_flag_of_its_own():
+    """Every command's flags come from the spec: a flag typed again in a command file drifts (report's
+    hand-written --format help once left csv out)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(spec.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "options_spec.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument"):
+                offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert offenders == [], "declare these in cpuprof.options_spec"
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+def test_format_choices_are_the_registrys(command: str):
+    from cpuprof.reports import REPORT_FORMATS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "subcommand").choices[command]  # type: ignore[union-attr]
+    action = next(a for a in sub._actions if "--format" in a.option_strings)
+    expected = REPORT_FORMATS if command == "report" else FORMATS
+    assert tuple(action.choices) == expected and "csv" in expected  # type: ignore[arg-type]
+    help_text = " ".join(sub.format_help().split())
+    assert f"{', '.join(expected)} (default terminal)" in help_text
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["decode", "--prompt-len", "0"], "argument --prompt-len: expected a positive whole number, not 0"),
+    (["decode", "--new-tokens", "-3"], "argument --new-tokens: expected a positive whole number, not -3"),
+    (["decode", "--batch", "0"], "argument --batch: expected a positive whole number, not 0"),
+    (["decode", "--warmup", "-1"], "argument --warmup: expected 0 or more, not -1"),
+    (["decode", "--layers", "0"], "argument --layers: expected a positive whole number, not 0"),
+    (["decode", "--new-tokens", "x"], "argument --new-tokens: expected a positive whole number, not 'x'"),
+    (["diff", "a", "b", "--top", "0"], "argument --top: expected a positive whole number, not 0"),
+    (["report", "a", "--top", "0"], "argument --top: expected a positive whole number, not 0"),
+    (["compare", "--repetitions", "0"], "argument -r/--repetitions: expected a positive whole number, not 0"),
+])
+def test_each_numbers_range_is_checked_once_by_its_option(argv: list[str], words: str,
+                                                         capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(argv)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_what_ties_two_numbers_is_checked_before_the_child_starts(tmp_path):
+    """--warmup against --new-tokens, --top-k against the preset's vocabulary: refused by
+    launch.parent.prepare in one line, before a child or an output directory exists."""
+    from cpuprof.errors import UsageError
+    from cpuprof.launch import parent
+
+    args = build_parser().parse_args(["decode", "--preset", "tiny", "--new-tokens", "4", "--warmup", "4"])
+    with pytest.raises(UsageError, match=r"--warmup 4: expected 0 to 3 \(fewer than --new-tokens 4\)"):
+        parent.prepare(decode.options_from_args(args), tmp_path / "out")
+    args = build_parser().parse_args(["decode", "--preset", "tiny", "--sampling", "topk", "--top-k", "100000"])
+    with pytest.raises(UsageError, match="--top-k 100000: the model's vocabulary has 256 tokens"):
+        parent.prepare(decode.options_from_args(args), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

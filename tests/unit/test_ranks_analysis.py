@@ -75,7 +75,7 @@ def test_a_rank_without_a_profile_leaves_the_group_figure_unknown(tmp_path: Path
                    ranks=[RankOutcome(rank=r, dir=f"rank-{r}", cpus=[r], node=None, threads=1,
                                       returncode=0 if r == 0 else -9, failure=None if r == 0 else "rank 1 was killed")
                           for r in range(2)])
-    report = ranks_report(run, tmp_path)  # nothing on disk: every rank's profile is missing
+    report = ranks_report(run, run.profiles(tmp_path), tmp_path)  # nothing on disk: every rank's profile is missing
     assert report.warnings == ["PARTIAL: rank 1 was killed"]
     rows = report.section("ranks").tables[0].rows
     assert [row["status"] for row in rows] == ["ok", "failed"]

@@ -362,7 +362,7 @@ def test_a_programs_run_says_why_the_cached_roofs_were_not_used(cache_dir: Path,
     used it says why (not that there is none) and measures nothing."""
     from types import SimpleNamespace
 
-    from cpuprof.launch.script_child import launch_context
+    from cpuprof.launch.child_run import program_context
 
     low = measure(2, [0, 1])
     low.bandwidth[0].gb_per_s = Repeated(best=14.0, median=13.5, spread=0.05, repetitions=7)
@@ -370,7 +370,7 @@ def test_a_programs_run_says_why_the_cached_roofs_were_not_used(cache_dir: Path,
     said: list[str] = []
     run = SimpleNamespace(read_settings=lambda: None, roofs=None, progress=SimpleNamespace(done=said.append),
                           settings=SimpleNamespace(requested=SimpleNamespace(threads=2, cpus=[0, 1])))
-    launch_context(run)  # type: ignore[arg-type]
+    program_context(run)  # type: ignore[arg-type]
     assert run.roofs is None and len(measure.calls) == 1
     (note,) = said
     assert note.startswith("note: the cached memory roof (14.0 GB/s) is below what its bf16 GEMV read from memory "

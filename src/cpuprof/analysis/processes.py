@@ -8,26 +8,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import defaults
-from ..model import CPU_EVENT, PROFILE_FILENAME, Profile
+from ..model import CPU_EVENT, Profile
+from ..model.run_layout import ProcessProfile
 from ..safe_text import cpuprof_command
 from .decode import changes_since_start
 from .report_model import Column, Report, Section, Table
 
 CHECKPOINT_PREFIX = "checkpoint"
-PROCESSES_DIRNAME = "processes"  # DIR/processes/<pid>/profile.json: one profile per followed process
-
-
-@dataclass
-class ProcessProfile:
-    """One process's saved profile and where it is: the program's own (``directory`` is the run's)
-    or a followed one's (``processes/<pid>``)."""
-
-    directory: Path
-    profile: Profile
-    followed: bool
 
 
 @dataclass
@@ -41,35 +30,6 @@ class ProcessRow:
     op_ns: int | None
     ended: str
     directory: str
-
-
-def has_followed(directory: str | Path) -> bool:
-    """Whether a run directory holds profiles of processes its program started."""
-    base = Path(directory) / PROCESSES_DIRNAME
-    return base.is_dir() and any((entry / PROFILE_FILENAME).is_file() for entry in base.iterdir()
-                                 if entry.name.isdigit())
-
-
-def load_processes(directory: str | Path, warn: bool = True) -> list[ProcessProfile]:
-    """The program's profile (if it saved one) and every followed process's, in pid order. A
-    followed profile that cannot be read is one warning line; the others still count."""
-    import sys
-
-    root = Path(directory)
-    found = []
-    if (root / PROFILE_FILENAME).exists():
-        found.append(ProcessProfile(root, Profile.load(root), followed=False))
-    base = root / PROCESSES_DIRNAME
-    entries = [e for e in base.iterdir() if e.name.isdigit()] if base.is_dir() else []
-    for entry in sorted(entries, key=lambda e: int(e.name)):
-        if not (entry / PROFILE_FILENAME).exists():
-            continue
-        try:
-            found.append(ProcessProfile(entry, Profile.load(entry), followed=True))
-        except Exception as exc:
-            if warn:
-                print(f"cpuprof: warning: process {entry.name}'s profile is left out: {exc}", file=sys.stderr)
-    return found
 
 
 def op_time_ns(profile: Profile) -> int:
@@ -152,14 +112,6 @@ def processes_section(processes: list[ProcessProfile], shown: ProcessProfile | N
         lines.append(f"{len(unsaved)} more process{'es' if len(unsaved) != 1 else ''} started profiling but saved "
                      f"nothing (killed before its first checkpoint): pid {', '.join(str(p) for p in unsaved)}")
     return Section("processes", "Processes", lines=lines, tables=[table])
-
-
-def unsaved_processes(directory: str | Path) -> list[int]:
-    """The followed processes that started a profile (their directory exists) but saved none."""
-    base = Path(directory) / PROCESSES_DIRNAME
-    if not base.is_dir():
-        return []
-    return sorted(int(e.name) for e in base.iterdir() if e.name.isdigit() and not (e / PROFILE_FILENAME).exists())
 
 
 def processes_report(processes: list[ProcessProfile], top: int = defaults.TOP_OPS,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..machine.openmp import find_intel_openmp
 from ..model import Profile
 from ..units import fmt_percent
 from .compare import run_metrics
@@ -40,8 +39,10 @@ class Proposal:
     reason: str  # the measured figure behind it
 
 
-def proposals(profile: Profile) -> list[Proposal]:
-    """One-setting changes the profile's figures suggest; empty when nothing stands out."""
+def proposals(profile: Profile, intel_openmp: bool = False) -> list[Proposal]:
+    """One-setting changes the profile's figures suggest; empty when nothing stands out.
+    ``intel_openmp``: Intel's runtime is installed here (the caller looks; analysis reads no files),
+    so switching to it can be proposed."""
     if profile.settings is None or profile.workload is None:
         return []
     requested = profile.settings.requested
@@ -49,7 +50,7 @@ def proposals(profile: Profile) -> list[Proposal]:
     out: list[Proposal] = []
     spin = metrics.spin_share if metrics else None
     if spin is not None and spin >= SPIN_PROPOSAL_SHARE:
-        if requested.omp == "gnu" and find_intel_openmp() is not None:
+        if requested.omp == "gnu" and intel_openmp:
             out.append(Proposal({"omp": "intel"},
                                 f"threads spin {fmt_percent(spin)} of the op time in libgomp: Intel's runtime "
                                 "waits differently (and sleeps after KMP_BLOCKTIME)"))

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model import PROFILE_FILENAME, Profile, format_cpulist
-from ..model.io import present
+from ..model import Profile, format_cpulist
 from ..model.ranks import MultiRun
+from ..model.run_layout import rank_dirname
 from ..model.workload import Collectives
 from ..safe_text import cpuprof_command
 from ..units import fmt_bytes, fmt_ns, fmt_percent
@@ -78,14 +78,6 @@ class GroupFigures:
     ranks: list[RankFigures]
     tokens_per_s: float | None  # tp: the group's (the slowest rank's); instances: their sum
     complete: bool
-
-
-def load_profiles(run: MultiRun, directory: Path) -> list[Profile | None]:
-    profiles: list[Profile | None] = []
-    for r in run.ranks:
-        path = directory / r.dir / PROFILE_FILENAME
-        profiles.append(Profile.load(path) if present(path) else None)
-    return profiles
 
 
 def arrival_waits(collectives: list[Collectives | None]) -> list[list[int]]:
@@ -250,8 +242,9 @@ SPLIT_COLUMNS = [
 ]
 
 
-def ranks_report(run: MultiRun, directory: Path) -> Report:
-    profiles = load_profiles(run, directory)
+def ranks_report(run: MultiRun, profiles: list[Profile | None], directory: Path) -> Report:
+    """The group's report; ``profiles``: each rank's, in ``run.ranks`` order (None: saved none), as
+    loaded from ``directory`` (named in the report, never read here)."""
     g = group_figures(run, profiles)
     first = next((p for p in profiles if p is not None and p.workload is not None), None)
     model = ""
@@ -305,7 +298,7 @@ def ranks_report(run: MultiRun, directory: Path) -> Report:
     section.notes.extend(run.failures)
     for f in g.ranks:
         section.notes.extend(f"rank {f.rank}: {w}" for w in f.warnings)
-    section.notes.append(f"each rank's own report: {cpuprof_command('report', directory / 'rank-N')}")
+    section.notes.append(f"each rank's own report: {cpuprof_command('report', directory / rank_dirname('N'))}")
     report.sections.append(section)
     if run.mode == "tp":
         split_rows = []

@@ -28,9 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "bandwidth torch reaches; each with its spread over repetitions. The result is cached per "
                     "machine, torch, OpenMP runtime, thread count and CPUs, and `decode` uses it.")
     add_launch_arguments(p)
-    p.add_argument("--out", metavar="DIR", help="where the result is saved (default cpuprof-out/calibrate-<time>)")
-    spec.OVERWRITE.add_to(p)
-    spec.format_option().add_to(p)
+    spec.add_arguments(p, spec.calibrate_output())
     p.set_defaults(run=run)
 
 

@@ -15,6 +15,7 @@ from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.options import ProfileOptions
 from ..model import SAMPLED, Profile
+from ..model.run_layout import processes_dir, windows_of
 from ..output_file import write_file
 from ..safe_text import cpuprof_command
 
@@ -31,13 +32,13 @@ def load_profiled(path: str, what: str) -> Profile:
     if profile.profiled:
         return profile
     directory = Path(path) if Path(path).is_dir() else Path(path).parent
-    windows = sorted(p.name for p in directory.glob("window-*") if p.is_dir())
+    windows = [p.name for p in windows_of(directory)]
     if windows:
         raise UsageError(f"{path}: its windows were profiled, each into its own directory ({', '.join(windows[:3])}"
                          f"{', ...' if len(windows) > 3 else ''}): give one of those")
-    if (directory / "processes").is_dir():
+    if processes_dir(directory).is_dir():
         raise UsageError(f"{path}: the program's own process was not profiled (it never imported torch); the "
-                         f"processes it started were: give {directory / 'processes' / 'PID'}")
+                         f"processes it started were: give {processes_dir(directory) / 'PID'}")
     if not profile.status.complete:
         raise UsageError(f"{path}: nothing was profiled ({profile.status.reason or 'the run did not finish'}), so "
                          f"it has no {what}")
@@ -103,13 +104,23 @@ def show_results(profile: Profile, out_dir: Path, fmt: str, top: int, flamegraph
         stream.write(write_flamegraph(profile, out_dir) + "\n")
 
 
+def write_stacks(profile: Profile, out: TextIO, fmt: str, weight: str = "samples", thread: str | None = None,
+                 python: bool = True, title: str | None = None) -> int:
+    """Writes the profile's merged stacks in ``fmt`` (svg, folded, speedscope); returns how many
+    distinct stacks."""
+    from ..analysis.flame import flame_graph
+    from ..reports import OutputOptions, StacksSource, get_output
+
+    graph = flame_graph(profile, weight=weight, thread=thread, python_stacks=python, title=title)
+    return get_output(fmt, "stacks").write(StacksSource(graph), out, OutputOptions())
+
+
 def write_flamegraph(profile: Profile, out_dir: Path) -> str:
     """flame.svg and trace.json beside the profile; returns the line that says where."""
     from ..exports import trace
-    from .flamegraph import write
 
     svg, trace_file = out_dir / "flame.svg", out_dir / "trace.json"
-    write_output(str(svg), lambda out: write(profile, out, "svg"))
+    write_output(str(svg), lambda out: write_stacks(profile, out, "svg"))
     write_output(str(trace_file), lambda out: trace.write(profile, out))
     return (f"flame graph: {svg} (open in a browser: click to zoom, Ctrl-F to search); "
             f"trace: {trace_file} (https://ui.perfetto.dev)")

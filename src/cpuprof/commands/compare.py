@@ -17,9 +17,9 @@ from ..launch.options import DecodeOptions
 from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
 from ..safe_text import cpuprof_command
 from . import decode
-from .common import positive_int, write_output
+from .common import write_output
 
-HTML_FILENAME = "report.html"
+HTML_FILENAME = spec.HTML_FILENAME
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,30 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     decode.add_workload_arguments(p, sweep=True)
     launch = p.add_argument_group("launch (comma lists sweep a setting)")
     spec.add_arguments(launch, (*spec.LAUNCH, *spec.options("--tp", "--instances")), sweep=True)
-    c = p.add_argument_group("runs and profiling")
-    c.add_argument("-r", "--repetitions", type=positive_int, default=3,
-                   help="runs per configuration, each a fresh process (default 3; 2 or more to test for noise)")
-    profiling = (
-        spec.with_help(spec.NO_PROFILE, "runs without the profiler: throughput only, no spin/sleep/switch/roofline "
-                                        "figures"),
-        spec.with_help(spec.options("--events")[0], "events of each run's profile (default: %(default)s)"),
-        spec.with_help(spec.options("--mode")[0], "each run's profiling mode (default %(default)s, the cheaper)"),
-        spec.with_help(spec.ROOFS, "the machine roofs for the bandwidth-roof share: auto (cached, else measured once "
-                                   "per launch), remeasure, off"),
-    )
-    spec.add_arguments(c, profiling)
-    c.add_argument("--from", dest="from_dir", metavar="DIR",
-                   help="sweep what a saved decode profile's verdicts propose, each against that profile's own "
-                        "settings, and say which proposals held")
-    c.add_argument("--resume", metavar="DIR", help="run what an interrupted compare in DIR did not finish")
-    o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", help="where compare.json and each run's profile go "
-                                                "(default cpuprof-out/compare-<time>)")
-    spec.OVERWRITE.add_to(o)
-    spec.format_option().add_to(o)
-    o.add_argument("--html", action="store_true", help=f"also write {HTML_FILENAME} (charts and tables) in DIR")
+    spec.add_arguments(p.add_argument_group("runs and profiling"), spec.COMPARE_RUNS)
+    spec.add_arguments(p.add_argument_group("output"), spec.compare_output())
     # What decode's options read that compare does not ask: each run takes decode's defaults.
-    taken = {option.name for option in profiling}
+    taken = {option.name for option in spec.COMPARE_RUNS}
     p.set_defaults(run=run, flamegraph=False, **{option.name: option.default_value
                                                  for option in (*spec.PROFILING, spec.CHECKPOINT)
                                                  if option.name not in taken})
@@ -120,7 +100,9 @@ def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
                          "a single-process profile's proposals (sweep processes with --tp 1,N or --instances 1,N)")
     base = dataclasses.replace(config.options, out=None, launch=dataclasses.replace(
         config.options.launch, threads=config.threads))
-    found = proposals(profile)
+    from ..machine.openmp import find_intel_openmp
+
+    found = proposals(profile, intel_openmp=find_intel_openmp() is not None)
     if not found:
         raise UsageError(f"--from {source}: its figures propose nothing to try (no high spin, run-queue delay, "
                          "migrations or idle CPUs); sweep settings yourself with --threads, --omp, ...")

@@ -103,7 +103,6 @@ def run_in(args: argparse.Namespace, options: DecodeOptions, out_dir: Path) -> i
 
 def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, fmt: str) -> int:
     """decode --tp N / --instances N: every rank launched, profiled and saved; one merged report."""
-    from ..analysis.ranks import load_profiles
     from ..launch import ranks
     from .group import group_exit, show_group
 
@@ -119,7 +118,7 @@ def run_ranks(args: argparse.Namespace, options: DecodeOptions, out_dir: Path, f
 
         page = write_page(RanksSource(run, out_dir), out_dir, args.top)
         stream.write(f"HTML report of the group: {page}; each rank's is beside its profile\n")
-    for rank, profile in zip(run.ranks, load_profiles(run, out_dir), strict=True):
+    for rank, profile in zip(run.ranks, run.profiles(out_dir), strict=True):
         if profile is None:
             continue
         if args.flamegraph and profile.stacks is not None:

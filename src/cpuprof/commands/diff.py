@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import defaults
+from .. import options_spec as spec
 from ..model import Profile
-from ..reports import FORMATS, DiffSource, OutputOptions, get_output
-from .common import positive_int
+from ..reports import DiffSource, OutputOptions, get_output
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "inputs and region (self time, per generated token when both are decodes; ops on one side only "
                     "are added or removed), GEMM shapes, regions, threads (CPU, run-queue delay), counters, the "
                     "settings that differ, and throughput and latency when both are decodes.")
-    p.add_argument("before", metavar="A", help="the profile before: a directory written by cpuprof, or a profile.json")
-    p.add_argument("after", metavar="B", help="the profile after")
-    p.add_argument("--format", default="terminal", choices=FORMATS,
-                   help="terminal (default), markdown (GitHub tables) or json (the tables as data)")
-    p.add_argument("--top", type=positive_int, default=defaults.TOP_OPS,
-                   help=f"rows of the ops, GEMM and region tables (default {defaults.TOP_OPS})")
+    spec.add_arguments(p, spec.diff_options())
     p.set_defaults(run=run)
 
 

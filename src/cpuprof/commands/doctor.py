@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import options_spec as spec
 from ..machine.capabilities import doctor
 from ..reports.doctor import render_json, render_terminal
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="what this machine can measure, and why not")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    spec.add_arguments(p, spec.DOCTOR)
     p.set_defaults(run=run)
 
 

@@ -20,7 +20,7 @@ def show_group(run: MultiRun, out_dir: Path, fmt: str, also: str = "") -> TextIO
     from ..analysis.ranks import ranks_report
     from ..reports import get_renderer
 
-    get_renderer(fmt).render(ranks_report(run, out_dir), sys.stdout)
+    get_renderer(fmt).render(ranks_report(run, run.profiles(out_dir), out_dir), sys.stdout)
     stream = sys.stdout if fmt == "terminal" else sys.stderr
     stream.write(("\n" if fmt == "terminal" else "") + f"{run.world_size} profiles saved in {out_dir}/rank-*; "
                  f"re-render the merged report with: {cpuprof_command('report', out_dir)}; a trace with one process "

@@ -6,14 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import defaults
-from ..analysis.processes import has_followed
+from .. import options_spec as spec
 from ..model import Profile
 from ..model.compare import COMPARE_FILENAME
 from ..model.io import PROFILE_FILENAME, is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
+from ..model.run_layout import has_followed
 from ..reports import (
-    REPORT_FORMATS,
     OutputOptions,
     ProcessesSource,
     ProfileSource,
@@ -22,20 +21,13 @@ from ..reports import (
     SweepSource,
     get_output,
 )
-from .common import positive_int, write_output
+from .common import write_output
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="re-render a saved profile or comparison (a directory, profile.json or "
                                       "compare.json)")
-    p.add_argument("path", help="directory written by cpuprof (decode, decode --tp/--instances, or compare), a "
-                                "profile.json, a compare.json or a ranks.json")
-    p.add_argument("--format", default="terminal", choices=REPORT_FORMATS,
-                   help="terminal (default), markdown (GitHub tables), json (the report's tables as data) or html "
-                        "(one self-contained page with charts, opens offline)")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="write to FILE (default: standard output)")
-    p.add_argument("--top", type=positive_int, default=defaults.TOP_OPS,
-                   help=f"how many ops to list (default {defaults.TOP_OPS})")
+    spec.add_arguments(p, spec.report_options())
     p.set_defaults(run=run)
 
 

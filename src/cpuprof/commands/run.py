@@ -1,10 +1,11 @@
-"""``cpuprof run -- python script.py [args]``: any PyTorch program, launched and profiled like decode."""
+"""``cpuprof run -- python script.py [args]``: any PyTorch program, unchanged, launched like decode's
+child and profiled the same way. The flags become :class:`~cpuprof.launch.program.ProgramOptions` here,
+at the door; :mod:`cpuprof.launch.program` runs the program, and this shows what it returns.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -12,15 +13,12 @@ from typing import Any
 
 from .. import exit_codes
 from .. import options_spec as spec
-from ..analysis.processes import has_followed, unsaved_processes
-from ..errors import ChildFailed, CpuprofError, UsageError
-from ..launch import environment, parent, run_dir
-from ..launch.followed_run import end_followed
-from ..launch.options import ProfileOptions
-from ..launch.script_child import MODULE, ScriptConfig, ScriptTarget
-from ..launch.window import WindowControl, WindowPlan, window_dir, windows_of, write_control
-from ..machine.topology import read_topology
+from ..errors import ChildFailed, CpuprofError
+from ..launch import parent, program, run_dir
+from ..launch.program import ProgramOptions
+from ..launch.window import WindowPlan
 from ..model import PROFILE_FILENAME, Profile
+from ..model.run_layout import has_followed, unsaved_processes, windows_of
 from ..safe_text import cpuprof_command
 from .common import (
     add_output_arguments,
@@ -30,12 +28,6 @@ from .common import (
     show_results,
 )
 from .decode import add_launch_arguments, launch_from_args
-
-FORMS = "python script.py [args] or python -m module [args]"
-# Names that mean "a Python": python, python3, python3.11. The program runs under the Python that
-# runs cpuprof, since that is where torch and cpuprof's native module are installed.
-PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
-MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,172 +50,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     spec.add_arguments(p.add_argument_group("a window of a long-running program (a server)"), spec.WINDOW)
     add_profiling_arguments(p.add_argument_group("profiling"), "the program")
     add_output_arguments(p.add_argument_group("output"), "run")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python script.py [args]",
-                   help=f"the program, after --: {FORMS}")
+    spec.PROGRAM.add_to(p)
     p.set_defaults(run=run)
 
 
-def script_target(command: list[str]) -> ScriptTarget:
-    """The program after ``--``; UsageError, one line, for anything but the two forms python takes here."""
-    if not command:
-        raise UsageError(f"nothing to run: give the program after --, as {FORMS}")
-    if command[0] != "--":
-        raise UsageError(f"put -- between cpuprof's options and the program: python -m cpuprof run [options] -- "
-                         f"{' '.join(command)}")
-    words = command[1:]
-    if not words:
-        raise UsageError(f"nothing to run after --: expected {FORMS}")
-    python, rest = words[0], words[1:]
-    if not PYTHON_NAME.fullmatch(os.path.basename(python)):
-        raise UsageError(f"{python}: cpuprof runs Python programs: expected {FORMS} after --")
-    if os.sep in python and (os.path.dirname(os.path.abspath(python))
-                             != os.path.dirname(os.path.abspath(sys.executable))):
-        raise UsageError(f"{python}: the program runs under cpuprof's own Python ({sys.executable}), where torch "
-                         "and cpuprof are installed: write python")
-    if not rest:
-        raise UsageError(f"{python} with no script: expected {FORMS} after --")
-    if rest[0] == "-m":
-        if len(rest) < 2 or not MODULE_NAME.fullmatch(rest[1]):
-            given = f" {rest[1]}" if len(rest) > 1 else ""
-            raise UsageError(f"python -m{given}: expected a module name, as in python -m module [args]")
-        return ScriptTarget(path=None, module=rest[1], args=rest[2:])
-    script = rest[0]
-    if script.startswith("-"):
-        raise UsageError(f"python {script}: Python's own options are not supported here; expected {FORMS}")
-    if not os.path.exists(script):
-        raise UsageError(f"{script}: no such script")
-    if not os.path.isfile(script):
-        raise UsageError(f"{script}: not a file; give the script to run")
-    if not os.access(script, os.R_OK):
-        raise UsageError(f"{script}: not readable")
-    return ScriptTarget(path=os.path.abspath(script), module=None, args=rest[1:])
-
-
-def window_plan(args: argparse.Namespace) -> WindowPlan:
-    """--delay, --duration and --on-demand as one plan; UsageError for the pairs that contradict."""
-    plan = spec.build(WindowPlan, spec.WINDOW, args)
-    if plan.on_demand and (plan.delay_s or plan.duration_s is not None):
-        raise UsageError("--on-demand windows open and close with `cpuprof signal`: --delay and --duration do not "
-                         "apply to them")
-    if plan.on_demand and args.nproc is not None:
-        raise UsageError("--on-demand with --nproc is not supported: give --delay and --duration, which every "
-                         "process applies from its own import of torch")
-    return plan
-
-
-def prepare(target: ScriptTarget, launch: environment.LaunchSettings, profile: ProfileOptions,
-            out_dir: Path, follow: bool = True,
-            window: WindowPlan | None = None) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
-    """Checks the launch against this machine and the output directory before anything starts."""
-    topology = read_topology()
-    resolved = environment.validate(launch, topology)
-    parent.check_out_dir(out_dir)
-    config = ScriptConfig(target=target, profile=profile, launch=resolved.settings, requested=resolved.requested(),
-                          cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir.resolve()),
-                          follow=follow, window=window or WindowPlan())
-    return resolved, config
+def program_options(args: argparse.Namespace) -> ProgramOptions:
+    """The flags, typed and checked, before anything starts."""
+    options = ProgramOptions(target=spec.PROGRAM.value(args), launch=launch_from_args(args),
+                             profile=profile_options(args), follow=args.follow,
+                             window=spec.build(WindowPlan, spec.WINDOW, args), nproc=args.nproc,
+                             ranks_per_node=args.ranks_per_node, rank_timeout_s=args.rank_timeout)
+    check_profile_options(options.profile, args.flamegraph)
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
-    target = script_target(args.command)
-    launch = launch_from_args(args)
-    profile = profile_options(args)
-    check_profile_options(profile, args.flamegraph)
-    window_plan(args)  # its contradictions, before anything starts
-    with run_dir.claimed(args.out, "run", overwrite=args.overwrite) as out_dir:
-        return run_in(args, target, launch, profile, out_dir)
-
-
-def run_in(args: argparse.Namespace, target: ScriptTarget, launch: environment.LaunchSettings,
-           profile: ProfileOptions, out_dir: Path) -> int:
+    options = program_options(args)
     fmt = "json" if args.json else args.format
-    if args.nproc is not None:
-        return run_processes(args, target, launch, profile, out_dir, fmt)
-    if args.ranks_per_node is not None:
-        raise UsageError("--ranks-per-node places the processes of --nproc N; give --nproc")
-    plan = window_plan(args)
-    resolved, config = prepare(target, launch, profile, out_dir, follow=args.follow, window=plan)
-    try:
-        outcome = run_program(resolved, config, out_dir, args.follow)
-    finally:
-        if args.follow:
-            end_followed(out_dir.resolve())  # none outlives the run, however it ended
-    if plan.on_demand and outcome.profile is not None:
-        show_windows(out_dir, fmt, args.top)
+    with run_dir.claimed(args.out, "run", overwrite=args.overwrite) as out_dir:
+        if options.nproc is not None:
+            return show_processes_group(options, out_dir, fmt)
+        outcome = program.run_program(options, out_dir)
+        if options.window.on_demand and outcome.profile is not None:
+            show_windows(out_dir, fmt, args.top)
+        elif options.follow and (has_followed(out_dir) or unsaved_processes(out_dir)):
+            show_processes(out_dir, fmt, args.top)
+        elif outcome.profile is not None:
+            show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
         return exit_code(outcome)
-    if args.follow and (has_followed(out_dir) or unsaved_processes(out_dir)):
-        show_processes(out_dir, fmt, args.top)
-        return exit_code(outcome)
-    if outcome.profile is not None:
-        show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
-    return exit_code(outcome)
-
-
-# After a SIGINT or SIGTERM sent to the launcher alone (a terminal's Ctrl-C reaches every process of
-# the program), how long the program gets to end its followed processes itself before they are asked
-# to: a program that joins a worker that never ends would otherwise wait forever.
-FOLLOWED_STOP_AFTER_S = 2.0
-
-
-def run_program(resolved: environment.ResolvedLaunch, config: ScriptConfig, out_dir: Path,
-                follow: bool) -> parent.DecodeOutcome:
-    """The script child, supervised; once a signal was passed on to it, and it has not ended within
-    FOLLOWED_STOP_AFTER_S, the followed processes are stopped too (they save their profiles)."""
-    import math
-    import threading
-    import time
-
-    stopping: list[threading.Thread] = []
-    first_signal: list[float] = []
-
-    def on_poll() -> None:
-        if not follow or not group.forwarded or stopping:
-            return
-        if not first_signal:
-            first_signal.append(time.monotonic())
-        elif time.monotonic() - first_signal[0] > FOLLOWED_STOP_AFTER_S:
-            stopping.append(threading.Thread(target=end_followed, args=(out_dir.resolve(),), daemon=True))
-            stopping[0].start()
-
-    with parent.Supervision() as group, WindowSignals(out_dir.resolve(), config.window.on_demand):
-        group.add(parent.start_child(resolved, config, out_dir, profiled=True, module=MODULE))
-        (ended,) = group.wait(timeout_s=math.inf, on_poll=on_poll)
-    return parent.finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
-
-
-class WindowSignals:
-    """run --on-demand: SIGUSR1 (``cpuprof signal PID start``) opens the next window and SIGUSR2
-    (``stop``) closes it, by rewriting the control file every profiled process polls."""
-
-    def __init__(self, root: Path, on_demand: bool) -> None:
-        self.root = root
-        self.on_demand = on_demand
-        self.control = WindowControl()
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> WindowSignals:
-        if self.on_demand:
-            write_control(self.root, self.control)
-            self._previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGUSR1, signal.SIGUSR2)}
-            print(f"cpuprof: the program runs unprofiled; open a window with: python -m cpuprof signal {os.getpid()} "
-                  "start (and close it with ... stop)", file=sys.stderr, flush=True)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        opening = signum == signal.SIGUSR1
-        if opening == self.control.open:
-            state = "open" if opening else "closed"
-            print(f"cpuprof: window {self.control.window} is already {state}", file=sys.stderr, flush=True)
-            return
-        window = self.control.window + 1 if opening else self.control.window
-        self.control = WindowControl(window=window, open=opening)
-        write_control(self.root, self.control)
-        what = "opening" if opening else "closing"
-        print(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})", file=sys.stderr, flush=True)
 
 
 def show_windows(out_dir: Path, fmt: str, top: int) -> None:
@@ -257,21 +111,11 @@ def show_processes(out_dir: Path, fmt: str, top: int) -> None:
                  f"re-render this report with: {cpuprof_command('report', str(out_dir))}\n")
 
 
-def run_processes(args: argparse.Namespace, target: ScriptTarget, launch: environment.LaunchSettings,
-                  profile: ProfileOptions, out_dir: Path, fmt: str) -> int:
-    """run --nproc N: the program N times, torchrun-style, each pinned and profiled; one merged report."""
-    from ..launch import ranks
+def show_processes_group(options: ProgramOptions, out_dir: Path, fmt: str) -> int:
+    """run --nproc N: the merged report of the copies, and one exit code."""
     from .group import group_exit, show_group
 
-    def prepare_rank(_place: ranks.RankPlacement, rank_launch: environment.LaunchSettings,
-                     rank_dir: Path) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
-        return prepare(target, rank_launch, profile, rank_dir, follow=args.follow, window=window_plan(args))
-
-    run = ranks.run_group(launch, out_dir, args.nproc, args.ranks_per_node, prepare_rank, mode="nproc", backend=None,
-                          timeout_s=args.rank_timeout, profiled=True, module=MODULE)
-    if args.follow:
-        for rank in run.ranks:  # none of a rank's followed processes outlives the run
-            end_followed((out_dir / rank.dir).resolve())
+    run = program.run_processes(options, out_dir)
     show_group(run, out_dir, fmt, also=f"; each process's own output (rank 0's is above): {out_dir}/rank-N/child.log")
     return group_exit(run, out_dir, member="process")
 

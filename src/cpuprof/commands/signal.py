@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 from pathlib import Path
 
+from .. import options_spec as spec
 from ..errors import UsageError
-
-ACTIONS = {"start": signal.SIGUSR1, "stop": signal.SIGUSR2}
+from ..launch.program import WINDOW_SIGNALS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Asks a `cpuprof run --on-demand` launcher (PID: the one it printed as it started) to open a "
                     "profiling window in every process it profiles (start), or to close and save it (stop). Each "
                     "window is saved as its own run in DIR/window-N. The program keeps running either way.")
-    p.add_argument("pid", type=int, metavar="PID", help="the pid of the `cpuprof run --on-demand` launcher")
-    p.add_argument("action", choices=tuple(ACTIONS), help="start: open a window; stop: close and save it")
+    spec.add_arguments(p, spec.SIGNAL)
     p.set_defaults(run=run)
 
 
@@ -53,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"process {args.pid} is not a `cpuprof run --on-demand` launcher (it runs: {shown}); give the "
                          "pid that `cpuprof run --on-demand` printed as it started")
     try:
-        os.kill(args.pid, ACTIONS[args.action])
+        os.kill(args.pid, WINDOW_SIGNALS[args.action])
     except ProcessLookupError:
         raise UsageError(f"process {args.pid} ended") from None
     except PermissionError:

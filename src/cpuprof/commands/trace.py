@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import options_spec as spec
 from ..model.io import is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
@@ -18,9 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Op spans need the run to keep them (decode --timeline N); every sampled run has the slices "
                     "of what each thread's samples worked for and its CPU use over time. Open the file in "
                     "https://ui.perfetto.dev or chrome://tracing.")
-    p.add_argument("path", help="directory written by cpuprof, or a profile.json; a decode --tp/--instances "
-                                "directory gives one process per rank, on one clock")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace file ('-': standard output)")
+    spec.add_arguments(p, spec.TRACE)
     p.set_defaults(run=run)
 
 

@@ -369,3 +369,20 @@ def child_main(argv: list[str], config_type: type[C], make_run: Callable[[C], Ch
     if code == exit_codes.OK and child_signals.take_pending() is not None:
         return exit_codes.INTERRUPTED
     return code
+
+
+def program_context(run: ChildRun, note: bool = True) -> None:
+    """The settings in force as the program ends, and the roofs a decode or `cpuprof calibrate`
+    measured under this same launch, if any: a program's run is its own, so they are never
+    measured here. ``note``: say so when there are none."""
+    from ..machine import roofs
+
+    run.read_settings()
+    cpus = sorted(run.settings.requested.cpus or os.sched_getaffinity(0))
+    run.roofs, why = roofs.cached(run.settings.requested.threads, cpus)
+    if run.roofs is None and note:
+        missing = why or "the cache has no roofs measured for this machine, torch and launch"
+        for measured_next in ("; measuring again", ": measuring again"):  # a program's run measures none
+            missing = missing.removesuffix(measured_next)
+        run.progress.done(f"note: {missing}, so GEMMs are not judged against "
+                          "them (measure them with: python -m cpuprof calibrate and the same launch options)")

@@ -66,7 +66,7 @@ OWNED_VARS = (
 
 # In the program's environment: {variable: [the launch's value, the value before the launch]} for
 # each owned variable set either way (None: unset; one not named was unset both ways). Named in
-# launch/followed.py too, which imports only the standard library.
+# launch/follow_env.py too, which imports only the standard library.
 LAUNCH_ENV_VAR = "CPUPROF_LAUNCH_ENV"
 
 # Preloaded libraries whose choice belongs to --omp / --allocator.
@@ -133,7 +133,7 @@ class ResolvedLaunch:
             result.pop("PYTHONPATH", None)
         result.update(self.env)
         # The launch's own variables and what they were before it: a process the program starts gets
-        # those back (launch/followed.py), so the launch's thread count and OpenMP binding are the
+        # those back (launch/follow_env.py), so the launch's thread count and OpenMP binding are the
         # program's process's, not its workers' (its CPU set and memory policy are inherited by all).
         values = {key: [result.get(key), source.get(key)] for key in OWNED_VARS if key in result or key in source}
         result[LAUNCH_ENV_VAR] = json.dumps(values, sort_keys=True)

@@ -25,106 +25,36 @@ A process that multiprocessing forks from a followed one starts a profile of its
 core stops the parent's copy in a forked child). A plain ``os.fork`` child is not followed: it
 has no point where it could start outside the fork itself.
 
-This module is imported as every followed Python starts, so it imports only the standard library;
-the rest (:mod:`.followed_run`) once torch is imported.
+This module is imported as every followed Python starts, so it imports only the standard library
+(and :mod:`.follow_env`, which shares what it knows with :mod:`.followed_run`); the rest once torch
+is imported.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from typing import Any
 
+from . import follow_env
 from .torch_import import TorchImportHook
 
-FOLLOW_ENV = "CPUPROF_FOLLOW"  # names the follow file (followed_run.FollowConfig) a followed process reads
-LAUNCH_ENV = "CPUPROF_LAUNCH_ENV"  # environment.LAUNCH_ENV_VAR: the launch's variables, and what they were
-
-
-# environment.OWNED_VARS, the variables the launch decides (this module imports only the standard
-# library; a unit test keeps the two the same).
-LAUNCH_OWNED_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY",
-                     "KMP_AFFINITY")
-
-# -- in a followed process ----------------------------------------------------------------------
 _hook: TorchImportHook | None = None
-_run: Any = None  # the FollowedRun of this process, once torch is imported
-# The launch's variables as they were before the launch, once this process has been given them back
-# (None: it was not: a process forked from a followed one inherits its parent's as they are).
-before_launch: dict[str, str | None] | None = None
-
-
-def launch_env_values(environ: Any = os.environ) -> dict[str, tuple[str | None, str | None]]:
-    """The launch's own variables, as the launcher left them in the program's environment: {variable:
-    (the launch's value, the value before the launch)}, None for unset, for every one of them; empty
-    when not said, or when what is said is not that (it is read as untrusted input: only the launch's
-    variables, only strings, all or nothing)."""
-    raw = environ.get(LAUNCH_ENV)
-    if not raw:
-        return {}
-    try:
-        said = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(said, dict) or set(said) - set(LAUNCH_OWNED_VARS):
-        return {}
-    values: dict[str, tuple[str | None, str | None]] = {}
-    for key in LAUNCH_OWNED_VARS:
-        pair = said.get(key, [None, None])
-        if not (isinstance(pair, list) and len(pair) == 2
-                and all(v is None or (isinstance(v, str) and "\0" not in v) for v in pair)):
-            return {}
-        values[key] = (pair[0], pair[1])
-    return values
-
-
-def give_back_the_programs_env(environ: Any = os.environ) -> dict[str, str | None]:
-    """The launch's variables are for the program's own process: a process it starts gets the
-    values it would have had without cpuprof (the OpenMP runtime reads them as torch loads, so this
-    runs first of all). A variable the program set itself (vLLM's OMP_NUM_THREADS for its worker) is
-    kept; one it set to the very value the launch gave cannot be told from it, and is given back too.
-    The processes this one starts inherit what it has then: the launch's account is removed. Returns
-    what was given back."""
-    global before_launch
-    values = launch_env_values(environ)
-    environ.pop(LAUNCH_ENV, None)
-    if not values:
-        return {}
-    given: dict[str, str | None] = {}
-    for key, (launched, before) in values.items():
-        if launched != before and environ.get(key) == launched:
-            if before is None:
-                environ.pop(key, None)
-            else:
-                environ[key] = before
-            given[key] = before
-    before_launch = {key: before for key, (_, before) in values.items()}
-    return given
 
 
 def follow(path: str) -> None:
     """Called as a followed Python starts: profile it from its first ``import torch``."""
     global _hook
-    give_back_the_programs_env()
+    follow_env.give_back_the_programs_env()
     if _hook is not None or "torch" in sys.modules:
         return
     _hook = TorchImportHook(lambda: _start(path))
     _hook.install()
 
 
-def warn(message: str) -> None:
-    from ..safe_text import printable
-
-    print(f"cpuprof: warning: process {os.getpid()}: {printable(message)}", file=sys.stderr)
-
-
 def _start(path: str) -> None:
     """Runs inside the process's first ``import torch``; never fails the program's import."""
-    global _run
     try:
         from .followed_run import start_followed
 
-        _run = start_followed(path)
+        follow_env.current_run = start_followed(path)
     except Exception as exc:  # the follow file unreadable, cpuprof's modules broken
-        warn(f"not profiled: {type(exc).__name__}: {exc}")
+        follow_env.warn(f"not profiled: {type(exc).__name__}: {exc}")

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import defaults
-from ..analysis.processes import PROCESSES_DIRNAME
 from ..model import Profile, Requested, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
-from . import followed
-from .child_run import CHECKPOINT_REASON, ChildRun, remove_perf_map
+from ..model.run_layout import PROCESSES_DIRNAME, process_dir, process_place, processes_dir
+from . import follow_env
+from .child_run import CHECKPOINT_REASON, ChildRun, program_context, remove_perf_map
 from .environment import OWNED_VARS
-from .followed import FOLLOW_ENV, warn
+from .follow_env import FOLLOW_ENV, warn
 from .options import ProfileOptions
 from .window import WindowPlan, Windows
 
@@ -57,10 +57,6 @@ class FollowConfig:
 
 def boot_dir() -> str:
     return str(Path(__file__).resolve().parent / BOOT_DIRNAME)
-
-
-def processes_dir(root: str | os.PathLike[str]) -> Path:
-    return Path(root) / PROCESSES_DIRNAME
 
 
 def enable(config: FollowConfig, environ: Any = os.environ) -> Path:
@@ -112,7 +108,7 @@ class FollowedRun(ChildRun):
 
     def __init__(self, config: FollowConfig) -> None:
         pid = os.getpid()
-        out = processes_dir(config.root) / str(pid)
+        out = process_dir(config.root, pid)
         super().__init__(out, config.profile, config.requested, config.cpu_set, config.topology,
                          checkpoint_s=defaults.CHECKPOINT_S)
         self.config = config
@@ -159,7 +155,7 @@ class FollowedRun(ChildRun):
             prof.start()
         else:
             self.prof = None  # each window makes its own
-            self.windows = Windows(self, plan, self.config.root, f"{PROCESSES_DIRNAME}/{self.pid}", lock=self._lock)
+            self.windows = Windows(self, plan, self.config.root, process_place(self.pid), lock=self._lock)
             self.windows.begin()
         atexit.register(self.end)
         self._at_multiprocessing_exit()
@@ -293,7 +289,7 @@ class FollowedRun(ChildRun):
         set, memory policy and preloads it inherits: their warnings stay."""
         super().read_settings(tensors)
         self.settings.warnings = [w for w in self.settings.warnings if not w.startswith(_THREAD_WARNINGS)]
-        before = followed.before_launch
+        before = follow_env.before_launch
         began = self.settings.at_start or self.settings.in_force
         if before is None or began is None:
             return  # forked from a followed process: its parent's variables, inherited as they were
@@ -303,9 +299,7 @@ class FollowedRun(ChildRun):
         ]
 
     def contribute(self, profile: Profile, complete: bool) -> None:
-        from .script_child import launch_context
-
-        launch_context(self, note=False)
+        program_context(self, note=False)
         profile.meta.role = process_role()
 
     def end(self) -> None:
@@ -380,10 +374,10 @@ def _after_fork_in_child() -> None:
     start its profile when multiprocessing runs its after-fork hooks (in ``Process._bootstrap``).
     Nothing is imported here (another thread may have held the import lock at fork); a child that
     execs (subprocess) never gets there and is followed, if it is a Python, by its environment."""
-    from . import followed
+    from . import follow_env
 
-    inherited = followed._run
-    followed._run = None  # the parent's, copied: the native core has stopped it in this child
+    inherited = follow_env.current_run
+    follow_env.current_run = None  # the parent's, copied: the native core has stopped it in this child
     if inherited is not None and signal.getsignal(signal.SIGTERM) == inherited._on_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until this child's own profile sets it again
     if inherited is not None and inherited._wakeup_fds is not None:
@@ -406,11 +400,11 @@ def _after_fork_in_child() -> None:
 
 
 def _start_in_forked_child(forks: _ForkFollower) -> None:
-    from . import followed
+    from . import follow_env
 
-    current = followed._run
+    current = follow_env.current_run
     if forks.config is not None and (current is None or current.pid != os.getpid()):
-        followed._run = FollowedRun.start_new(forks.config)
+        follow_env.current_run = FollowedRun.start_new(forks.config)
 
 
 # -- in the launcher, once the program has ended ------------------------------------------------------
@@ -473,7 +467,7 @@ def _preload_saving() -> None:
     from ..analysis import roofline  # noqa: F401
     from ..exports import roofline_svg  # noqa: F401
     from ..machine import roofs  # noqa: F401
-    from . import in_force, script_child  # noqa: F401
+    from . import in_force  # noqa: F401
 
 
 def _signal(pid: int, signum: int) -> None:

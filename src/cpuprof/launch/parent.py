@@ -172,6 +172,8 @@ def check_context(wl: WorkloadOptions) -> tuple[ModelConfig, int]:
         spare = " + 1 (--compile)" if wl.compile else ""
         raise UsageError(f"--prompt-len + --new-tokens{spare} = {max_seq} exceeds the model's context of "
                          f"{model.max_seq}")
+    if wl.sampling == "topk" and wl.top_k > model.vocab:
+        raise UsageError(f"--top-k {wl.top_k}: the model's vocabulary has {model.vocab} tokens")
     return model, max_seq
 
 
@@ -181,10 +183,9 @@ def prepare(options: DecodeOptions, out_dir: Path) -> tuple[environment.Resolved
 
     wl = options.workload
     topology = read_topology()
-    for flag, value in (("--prompt-len", wl.prompt_len), ("--new-tokens", wl.new_tokens), ("--batch", wl.batch)):
-        if value < 1:
-            raise UsageError(f"{flag} {value}: expected a positive whole number")
-    if wl.warmup < 0 or wl.warmup >= wl.new_tokens:
+    # Each number's own range is its option's type (options_spec); what ties two of them is checked here.
+    assert min(wl.prompt_len, wl.new_tokens, wl.batch) >= 1 and wl.warmup >= 0, "options_spec checks each range"
+    if wl.warmup >= wl.new_tokens:
         raise UsageError(f"--warmup {wl.warmup}: expected 0 to {wl.new_tokens - 1} "
                          f"(fewer than --new-tokens {wl.new_tokens})")
     check_dtype(wl.dtype)

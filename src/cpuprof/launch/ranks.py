@@ -26,7 +26,7 @@ from pathlib import Path
 from .. import exit_codes
 from ..errors import ChildFailed, UsageError
 from ..machine.topology import read_topology
-from ..model import Topology, format_cpulist
+from ..model import Topology, format_cpulist, run_layout
 from ..model.ranks import MultiRun, RankOutcome
 from . import environment, parent
 from .options import DecodeOptions, RankConfig
@@ -153,7 +153,7 @@ def rank_launches(settings: environment.LaunchSettings, out_dir: Path, n: int,
         launch = dataclasses.replace(settings, cpus=place.cpus, numa=place.node)
         if launch.threads is None:
             launch = dataclasses.replace(launch, threads=len(place.cpus))
-        out.append((place, launch, out_dir / f"rank-{place.rank}"))
+        out.append((place, launch, run_layout.rank_dir(out_dir, place.rank)))
     return out
 
 

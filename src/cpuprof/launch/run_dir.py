@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UsageError
+from ..model.run_layout import run_trees
 
 DEFAULT_ROOT = Path("cpuprof-out")
 LOCK_FILENAME = ".cpuprof.lock"
@@ -95,7 +96,7 @@ def previous_run_files(directory: Path) -> list[str]:
 
 def _remove_previous_run(directory: Path, flag: str) -> None:
     # What `run` leaves beside its profile: the followed processes' profiles and the windows.
-    for tree in (directory / "processes", *directory.glob("window-*")):
+    for tree in run_trees(directory):
         if tree.is_dir() and not tree.is_symlink():
             shutil.rmtree(tree, ignore_errors=True)
     for name in (*RUN_FILES, *DERIVED_FILES):

@@ -40,7 +40,7 @@ from .. import exit_codes
 from ..errors import CpuprofError
 from ..model import Profile, Requested, Topology
 from . import child_signals
-from .child_run import ChildRun, child_main, error_line
+from .child_run import ChildRun, child_main, error_line, program_context
 from .environment import LaunchSettings
 from .followed_run import FollowConfig, enable
 from .options import ProfileOptions
@@ -128,10 +128,10 @@ class ScriptRun(ChildRun):
         if os.getpid() != self.pid:
             # A child the program forked before it imported torch: profiled as a followed process.
             if self.config.follow:
-                from . import followed
+                from . import follow_env
                 from .followed_run import FollowedRun
 
-                followed._run = FollowedRun.start_new(self.follow_config())
+                follow_env.current_run = FollowedRun.start_new(self.follow_config())
             return
         import torch
 
@@ -250,14 +250,14 @@ class ScriptRun(ChildRun):
         return ending.status
 
     def followed_any(self) -> bool:
-        from .followed_run import processes_dir
+        from ..model.run_layout import processes_dir
 
         # Started, not saved: a followed process saves its profile when it ends, maybe after this one.
         base = processes_dir(self.config.out)
         return self.config.follow and base.is_dir() and any(p.name.isdigit() for p in base.iterdir())
 
     def contribute(self, profile: Profile, complete: bool) -> None:
-        launch_context(self)
+        program_context(self)
 
     def execute(self) -> int:
         hook = TorchImportHook(self.start_profile)
@@ -285,23 +285,6 @@ class ScriptRun(ChildRun):
             error_line(f"saving the profile failed ({type(exc).__name__}: {exc}) (set CPUPROF_DEBUG=1 for the "
                        "traceback)")
             return exit_codes.FAILED
-
-
-def launch_context(run: ChildRun, note: bool = True) -> None:
-    """The settings in force as the program ends, and the roofs a decode or `cpuprof calibrate`
-    measured under this same launch, if any: a program's run is its own, so they are never
-    measured here. ``note``: say so when there are none."""
-    from ..machine import roofs
-
-    run.read_settings()
-    cpus = sorted(run.settings.requested.cpus or os.sched_getaffinity(0))
-    run.roofs, why = roofs.cached(run.settings.requested.threads, cpus)
-    if run.roofs is None and note:
-        missing = why or "the cache has no roofs measured for this machine, torch and launch"
-        for measured_next in ("; measuring again", ": measuring again"):  # a program's run measures none
-            missing = missing.removesuffix(measured_next)
-        run.progress.done(f"note: {missing}, so GEMMs are not judged against "
-                          "them (measure them with: python -m cpuprof calibrate and the same launch options)")
 
 
 def interrupted_ending(signum: int, before_start: bool = False) -> Ending:

@@ -35,6 +35,7 @@ from ..model.compare import (
     SweepRun,
 )
 from ..model.io import file_in
+from ..model.run_layout import rank_dir
 from ..options_spec import SWEEPS, Option
 from ..safe_text import printable
 from . import parent
@@ -240,7 +241,6 @@ def _run_group(options: DecodeOptions, layout: tuple[str, int], run_dir: Path, r
     """One run of a configuration of several processes, as ``decode --tp N`` / ``--instances N`` runs
     it: each rank's profile and log in run_dir/rank-K, and ranks.json."""
     from ..analysis.compare import group_metrics
-    from ..analysis.ranks import load_profiles
     from . import ranks
 
     mode, n = layout
@@ -258,7 +258,7 @@ def _run_group(options: DecodeOptions, layout: tuple[str, int], run_dir: Path, r
     if run.failures:
         record.error = run.failures[0]
         return record
-    return _measured(record, group_metrics(run, load_profiles(run, run_dir)), "a rank")
+    return _measured(record, group_metrics(run, run.profiles(run_dir)), "a rank")
 
 
 def _measured(record: SweepRun, metrics: RunMetrics | None, who: str) -> SweepRun:
@@ -341,7 +341,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):
-            said = last_progress_line([self.run_dir / CHILD_LOG, self.run_dir / "rank-0" / CHILD_LOG])
+            said = last_progress_line([self.run_dir / CHILD_LOG, rank_dir(self.run_dir, 0) / CHILD_LOG])
             self.report(f"cpuprof: {self.what}: {said or 'starting'} ({time.monotonic() - self._started:.0f} s)")
 
 

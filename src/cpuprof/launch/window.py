@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.io import FileKind, read_versioned, write_versioned
+from ..model.run_layout import window_dir
 
 CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
                         written_by="cpuprof run --on-demand")
@@ -68,17 +69,6 @@ def control_path(root: str | os.PathLike[str]) -> Path:
 
 def write_control(root: str | os.PathLike[str], control: WindowControl) -> None:
     write_versioned(control_path(root), CONTROL_FILE, control)
-
-
-def window_dir(root: str | os.PathLike[str], window: int) -> Path:
-    return Path(root) / f"window-{window}"
-
-
-def windows_of(root: str | os.PathLike[str]) -> list[Path]:
-    """The window directories of an --on-demand run, in order."""
-    base = Path(root)
-    found = [p for p in base.glob("window-*") if p.is_dir() and p.name.removeprefix("window-").isdigit()]
-    return sorted(found, key=lambda p: int(p.name.removeprefix("window-")))
 
 
 class Windows:

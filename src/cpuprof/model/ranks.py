@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import FileFormatError
 from .io import FileKind, read_versioned, write_versioned
+from .profile import Profile
 
 RANKS_FILE = FileKind(name="ranks file", format="cpuprof-ranks", version=1, filename="ranks.json",
                       written_by="cpuprof decode --tp/--instances or run --nproc")
@@ -75,6 +76,12 @@ class MultiRun:
     def failures(self) -> list[str]:
         """How each failed rank ended, the first to fail first."""
         return [r.failure for r in self.failed() if r.failure]
+
+    def profiles(self, directory: str | os.PathLike[str]) -> list[Profile | None]:
+        """Each rank's saved profile, in ``ranks`` order (None: the rank saved none)."""
+        from .run_layout import load_rank_profiles
+
+        return load_rank_profiles([r.dir for r in self.ranks], directory)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """``directory/ranks.json``, atomically."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analysis.ranks import GroupFigures, group_figures, load_profiles, ranks_report
+from ..analysis.ranks import GroupFigures, group_figures, ranks_report
 from ..exports.charts import BLUE, GREY, ORANGE, VERMILION, Chart, esc, linear, tooltip
 from ..model.ranks import MultiRun
 from ..units import fmt_ns
@@ -14,8 +14,9 @@ from .html_page import Drawn, Page, command_text, figure, section_html
 
 
 def ranks_page(run: MultiRun, directory: Path) -> str:
-    report = ranks_report(run, directory)
-    group = group_figures(run, load_profiles(run, directory))
+    profiles = run.profiles(directory)
+    report = ranks_report(run, profiles, directory)
+    group = group_figures(run, profiles)
     page = Page(report.title, f"command: {command_text(run.argv)}" if run.argv else "", list(report.warnings))
     for section in report.sections:
         section_html(page, section)

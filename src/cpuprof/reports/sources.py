@@ -12,12 +12,12 @@ from typing import ClassVar, Literal
 
 from .. import defaults
 from ..analysis.flame import FlameGraph
-from ..analysis.processes import ProcessProfile
 from ..analysis.report_model import Report
 from ..errors import UsageError
 from ..model import Profile
 from ..model.compare import Comparison
 from ..model.ranks import MultiRun
+from ..model.run_layout import ProcessProfile
 
 SourceKind = Literal["profile", "sweep", "ranks", "processes", "diff", "stacks"]
 # The sources a report (sections and tables) is made from; "stacks" is drawn, not reported.
@@ -68,13 +68,11 @@ class RanksSource:
     def report(self, options: OutputOptions) -> Report:
         from ..analysis.ranks import ranks_report
 
-        return ranks_report(self.run, self.directory)
+        return ranks_report(self.run, self.run.profiles(self.directory), self.directory)
 
     def profiles(self) -> list[tuple[int, Profile]]:
         """(rank, profile) of every rank whose profile was saved."""
-        from ..analysis.ranks import load_profiles
-
-        return [(r.rank, p) for r, p in zip(self.run.ranks, load_profiles(self.run, self.directory), strict=True)
+        return [(r.rank, p) for r, p in zip(self.run.ranks, self.run.profiles(self.directory), strict=True)
                 if p is not None]
 
 
@@ -87,13 +85,14 @@ class ProcessesSource:
     kind: ClassVar[SourceKind] = "processes"
 
     def report(self, options: OutputOptions) -> Report:
-        from ..analysis.processes import processes_report, unsaved_processes
+        from ..analysis.processes import processes_report
+        from ..model.run_layout import unsaved_processes
 
         return processes_report(self.processes, top=options.top, unsaved=unsaved_processes(self.directory))
 
     @classmethod
     def load(cls, directory: str | Path) -> ProcessesSource:
-        from ..analysis.processes import load_processes
+        from ..model.run_layout import load_processes
 
         return cls(load_processes(directory), Path(directory))
 

@@ -16,7 +16,6 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ..errors import UsageError
 from ..model import StepFigures
 from ..model.workload import NO_QUANT, PREFILL_REGION
 from .figures import step_figures
@@ -70,25 +69,12 @@ class DecodeResult:
 
 def _validate(cfg: ModelConfig, prompt_len: int, new_tokens: int, batch: int, warmup: int,
               sampling: str, top_k: int) -> None:
-    if prompt_len < 1:
-        raise UsageError(f"--prompt-len must be at least 1, got {prompt_len}")
-    if batch < 1:
-        raise UsageError(f"--batch must be at least 1, got {batch}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    if new_tokens <= warmup:
-        raise UsageError(
-            f"--new-tokens ({new_tokens}) must exceed --warmup ({warmup}) so some steps are measured"
-        )
-    if prompt_len + new_tokens > cfg.max_seq:
-        raise UsageError(
-            f"--prompt-len + --new-tokens = {prompt_len + new_tokens} exceeds the model's "
-            f"maximum sequence length {cfg.max_seq}; choose a total of at most {cfg.max_seq}"
-        )
-    if sampling not in SAMPLING_MODES:
-        raise UsageError(f"unknown sampling {sampling!r}; choose one of: {', '.join(SAMPLING_MODES)}")
-    if sampling == "topk" and not 1 <= top_k <= cfg.vocab:
-        raise UsageError(f"--top-k must be between 1 and the vocabulary size {cfg.vocab}, got {top_k}")
+    # The command line's options are checked once, at the door (options_spec, launch.parent.prepare);
+    # here they are a library call's preconditions.
+    assert prompt_len >= 1 and batch >= 1 and 0 <= warmup < new_tokens, (prompt_len, batch, warmup, new_tokens)
+    assert prompt_len + new_tokens <= cfg.max_seq, f"{prompt_len} + {new_tokens} positions > context {cfg.max_seq}"
+    assert sampling in SAMPLING_MODES, sampling
+    assert sampling != "topk" or 1 <= top_k <= cfg.vocab, f"top_k {top_k} of a vocabulary of {cfg.vocab}"
 
 
 def _sampler(sampling: str, top_k: int, generator: torch.Generator) -> Callable[[Tensor], Tensor]:

@@ -207,10 +207,8 @@ def run_hf_decode(
     each of the ``new_tokens`` decode steps is timed; end-of-sequence never stops a run early, so
     every run does the same work.
     """
-    if sampling not in SAMPLING_MODES:
-        raise UsageError(f"unknown sampling {sampling!r}; choose one of: {', '.join(SAMPLING_MODES)}")
-    if new_tokens <= warmup:
-        raise UsageError(f"--new-tokens ({new_tokens}) must exceed --warmup ({warmup}) so some steps are measured")
+    # Checked at the door (options_spec, launch.parent.prepare): a library call's preconditions here.
+    assert sampling in SAMPLING_MODES and 0 <= warmup < new_tokens, (sampling, warmup, new_tokens)
     generator = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, hf.vocab_size, (batch, prompt_len), generator=generator)
     total = new_tokens + 1  # the prefill's token, then one per decode step

@@ -58,9 +58,8 @@ def resolve_config(preset: str, overrides: dict[str, int]) -> ModelConfig:
         raise UsageError(
             f"cannot override {', '.join(unknown)}; overridable fields: {', '.join(OVERRIDABLE_FIELDS)}"
         )
-    for field, value in overrides.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"--{field.replace('_', '-')} must be a positive integer, got {value!r}")
+    # Each override's range is its option's type (options_spec.positive_int).
+    assert all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in overrides.values()), overrides
     cfg = dataclasses.replace(PRESETS[preset], **overrides)  # type: ignore[arg-type]  # int fields, checked above
     if cfg.hidden % cfg.heads:
         raise UsageError(

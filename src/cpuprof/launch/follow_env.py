@@ -1,0 +1,82 @@
+"""What a followed process knows before torch is imported, shared by the boot side
+(:mod:`.followed`) and the profile side (:mod:`.followed_run`): the variables that name the follow
+file and the launch's account of its variables, the launch's variables given back to the program,
+and the process's run once it has one. Standard library only: imported as every followed Python
+starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+FOLLOW_ENV = "CPUPROF_FOLLOW"  # names the follow file (followed_run.FollowConfig) a followed process reads
+LAUNCH_ENV = "CPUPROF_LAUNCH_ENV"  # environment.LAUNCH_ENV_VAR: the launch's variables, and what they were
+
+
+# environment.OWNED_VARS, the variables the launch decides (this module imports only the standard
+# library; a unit test keeps the two the same).
+LAUNCH_OWNED_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY",
+                     "KMP_AFFINITY")
+
+# -- in a followed process ----------------------------------------------------------------------
+current_run: Any = None  # the FollowedRun of this process, once torch is imported
+# The launch's variables as they were before the launch, once this process has been given them back
+# (None: it was not: a process forked from a followed one inherits its parent's as they are).
+before_launch: dict[str, str | None] | None = None
+
+
+def launch_env_values(environ: Any = os.environ) -> dict[str, tuple[str | None, str | None]]:
+    """The launch's own variables, as the launcher left them in the program's environment: {variable:
+    (the launch's value, the value before the launch)}, None for unset, for every one of them; empty
+    when not said, or when what is said is not that (it is read as untrusted input: only the launch's
+    variables, only strings, all or nothing)."""
+    raw = environ.get(LAUNCH_ENV)
+    if not raw:
+        return {}
+    try:
+        said = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(said, dict) or set(said) - set(LAUNCH_OWNED_VARS):
+        return {}
+    values: dict[str, tuple[str | None, str | None]] = {}
+    for key in LAUNCH_OWNED_VARS:
+        pair = said.get(key, [None, None])
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(v is None or (isinstance(v, str) and "\0" not in v) for v in pair)):
+            return {}
+        values[key] = (pair[0], pair[1])
+    return values
+
+
+def give_back_the_programs_env(environ: Any = os.environ) -> dict[str, str | None]:
+    """The launch's variables are for the program's own process: a process it starts gets the
+    values it would have had without cpuprof (the OpenMP runtime reads them as torch loads, so this
+    runs first of all). A variable the program set itself (vLLM's OMP_NUM_THREADS for its worker) is
+    kept; one it set to the very value the launch gave cannot be told from it, and is given back too.
+    The processes this one starts inherit what it has then: the launch's account is removed. Returns
+    what was given back."""
+    global before_launch
+    values = launch_env_values(environ)
+    environ.pop(LAUNCH_ENV, None)
+    if not values:
+        return {}
+    given: dict[str, str | None] = {}
+    for key, (launched, before) in values.items():
+        if launched != before and environ.get(key) == launched:
+            if before is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = before
+            given[key] = before
+    before_launch = {key: before for key, (_, before) in values.items()}
+    return given
+
+
+def warn(message: str) -> None:
+    from ..safe_text import printable
+
+    print(f"cpuprof: warning: process {os.getpid()}: {printable(message)}", file=sys.stderr)

@@ -1,0 +1,209 @@
+"""``cpuprof run``'s launch, below the command: a Python program, unchanged, in a child launched like a
+decode's (pinned, its OpenMP runtime and allocator set before torch loads), supervised until it ends,
+with every process it starts followed, its windows opened and closed on ``cpuprof signal``, or N
+copies of it torchrun-style (``--nproc``). The command (:mod:`cpuprof.commands.run`) turns its flags
+into :class:`ProgramOptions` at the door and shows what this returns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..machine.topology import read_topology
+from ..model.ranks import MultiRun
+from ..model.run_layout import window_dir
+from . import environment, parent
+from .followed_run import end_followed
+from .options import ProfileOptions
+from .ranks import DEFAULT_TIMEOUT_S
+from .script_child import MODULE, ScriptConfig, ScriptTarget
+from .window import WindowControl, WindowPlan, write_control
+
+FORMS = "python script.py [args] or python -m module [args]"
+# Names that mean "a Python": python, python3, python3.11. The program runs under the Python that
+# runs cpuprof, since that is where torch and cpuprof's native module are installed.
+PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+# `cpuprof signal PID start|stop`: what each asks of the launcher.
+WINDOW_SIGNALS = {"start": signal.SIGUSR1, "stop": signal.SIGUSR2}
+
+
+@dataclass
+class ProgramOptions:
+    """Everything ``cpuprof run`` is asked to do, typed: the program, its launch, the profiler, the
+    processes it starts (followed or not), its windows, and the copies of it (``nproc``)."""
+
+    target: ScriptTarget
+    launch: environment.LaunchSettings = field(default_factory=environment.LaunchSettings)
+    profile: ProfileOptions = field(default_factory=ProfileOptions)
+    follow: bool = True
+    window: WindowPlan = field(default_factory=WindowPlan)
+    nproc: int | None = None  # copies of the program, torchrun-style; None: one, not a group
+    ranks_per_node: int | None = None
+    rank_timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        """What contradicts, refused before anything starts (each flag's own range is its option's)."""
+        plan = self.window
+        if plan.on_demand and (plan.delay_s or plan.duration_s is not None):
+            raise UsageError("--on-demand windows open and close with `cpuprof signal`: --delay and --duration do "
+                             "not apply to them")
+        if plan.on_demand and self.nproc is not None:
+            raise UsageError("--on-demand with --nproc is not supported: give --delay and --duration, which every "
+                             "process applies from its own import of torch")
+        if self.ranks_per_node is not None and self.nproc is None:
+            raise UsageError("--ranks-per-node places the processes of --nproc N; give --nproc")
+
+
+def script_target(command: list[str]) -> ScriptTarget:
+    """The program after ``--``; UsageError, one line, for anything but the two forms python takes here."""
+    if not command:
+        raise UsageError(f"nothing to run: give the program after --, as {FORMS}")
+    if command[0] != "--":
+        raise UsageError(f"put -- between cpuprof's options and the program: python -m cpuprof run [options] -- "
+                         f"{' '.join(command)}")
+    words = command[1:]
+    if not words:
+        raise UsageError(f"nothing to run after --: expected {FORMS}")
+    python, rest = words[0], words[1:]
+    if not PYTHON_NAME.fullmatch(os.path.basename(python)):
+        raise UsageError(f"{python}: cpuprof runs Python programs: expected {FORMS} after --")
+    if os.sep in python and (os.path.dirname(os.path.abspath(python))
+                             != os.path.dirname(os.path.abspath(sys.executable))):
+        raise UsageError(f"{python}: the program runs under cpuprof's own Python ({sys.executable}), where torch "
+                         "and cpuprof are installed: write python")
+    if not rest:
+        raise UsageError(f"{python} with no script: expected {FORMS} after --")
+    if rest[0] == "-m":
+        if len(rest) < 2 or not MODULE_NAME.fullmatch(rest[1]):
+            given = f" {rest[1]}" if len(rest) > 1 else ""
+            raise UsageError(f"python -m{given}: expected a module name, as in python -m module [args]")
+        return ScriptTarget(path=None, module=rest[1], args=rest[2:])
+    script = rest[0]
+    if script.startswith("-"):
+        raise UsageError(f"python {script}: Python's own options are not supported here; expected {FORMS}")
+    if not os.path.exists(script):
+        raise UsageError(f"{script}: no such script")
+    if not os.path.isfile(script):
+        raise UsageError(f"{script}: not a file; give the script to run")
+    if not os.access(script, os.R_OK):
+        raise UsageError(f"{script}: not readable")
+    return ScriptTarget(path=os.path.abspath(script), module=None, args=rest[1:])
+
+
+def prepare(target: ScriptTarget, launch: environment.LaunchSettings, profile: ProfileOptions,
+            out_dir: Path, follow: bool = True,
+            window: WindowPlan | None = None) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
+    """Checks the launch against this machine and the output directory before anything starts."""
+    topology = read_topology()
+    resolved = environment.validate(launch, topology)
+    parent.check_out_dir(out_dir)
+    config = ScriptConfig(target=target, profile=profile, launch=resolved.settings, requested=resolved.requested(),
+                          cpu_set=resolved.cpu_set_description, topology=topology, out=str(out_dir.resolve()),
+                          follow=follow, window=window or WindowPlan())
+    return resolved, config
+
+
+def run_program(options: ProgramOptions, out_dir: Path) -> parent.DecodeOutcome:
+    """The program in one script child, supervised to its end; none of its followed processes
+    outlives it, however it ended."""
+    resolved, config = prepare(options.target, options.launch, options.profile, out_dir, follow=options.follow,
+                               window=options.window)
+    try:
+        return _supervise(resolved, config, out_dir, options.follow)
+    finally:
+        if options.follow:
+            end_followed(out_dir.resolve())
+
+
+def run_processes(options: ProgramOptions, out_dir: Path) -> MultiRun:
+    """``nproc`` copies of the program, torchrun-style, each pinned and profiled in DIR/rank-N."""
+    from . import ranks
+
+    assert options.nproc is not None
+
+    def prepare_rank(_place: ranks.RankPlacement, rank_launch: environment.LaunchSettings,
+                     rank_dir: Path) -> tuple[environment.ResolvedLaunch, ScriptConfig]:
+        return prepare(options.target, rank_launch, options.profile, rank_dir, follow=options.follow,
+                       window=options.window)
+
+    run = ranks.run_group(options.launch, out_dir, options.nproc, options.ranks_per_node, prepare_rank,
+                          mode="nproc", backend=None, timeout_s=options.rank_timeout_s, profiled=True, module=MODULE)
+    if options.follow:
+        for rank in run.ranks:  # none of a rank's followed processes outlives the run
+            end_followed((out_dir / rank.dir).resolve())
+    return run
+
+
+# After a SIGINT or SIGTERM sent to the launcher alone (a terminal's Ctrl-C reaches every process of
+# the program), how long the program gets to end its followed processes itself before they are asked
+# to: a program that joins a worker that never ends would otherwise wait forever.
+FOLLOWED_STOP_AFTER_S = 2.0
+
+
+def _supervise(resolved: environment.ResolvedLaunch, config: ScriptConfig, out_dir: Path,
+               follow: bool) -> parent.DecodeOutcome:
+    """The script child, supervised; once a signal was passed on to it, and it has not ended within
+    FOLLOWED_STOP_AFTER_S, the followed processes are stopped too (they save their profiles)."""
+    stopping: list[threading.Thread] = []
+    first_signal: list[float] = []
+
+    def on_poll() -> None:
+        if not follow or not group.forwarded or stopping:
+            return
+        if not first_signal:
+            first_signal.append(time.monotonic())
+        elif time.monotonic() - first_signal[0] > FOLLOWED_STOP_AFTER_S:
+            stopping.append(threading.Thread(target=end_followed, args=(out_dir.resolve(),), daemon=True))
+            stopping[0].start()
+
+    with parent.Supervision() as group, WindowSignals(out_dir.resolve(), config.window.on_demand):
+        group.add(parent.start_child(resolved, config, out_dir, profiled=True, module=MODULE))
+        (ended,) = group.wait(timeout_s=math.inf, on_poll=on_poll)
+    return parent.finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
+
+
+class WindowSignals:
+    """run --on-demand: SIGUSR1 (``cpuprof signal PID start``) opens the next window and SIGUSR2
+    (``stop``) closes it, by rewriting the control file every profiled process polls."""
+
+    def __init__(self, root: Path, on_demand: bool) -> None:
+        self.root = root
+        self.on_demand = on_demand
+        self.control = WindowControl()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> WindowSignals:
+        if self.on_demand:
+            write_control(self.root, self.control)
+            self._previous = {sig: signal.signal(sig, self._on_signal) for sig in WINDOW_SIGNALS.values()}
+            print(f"cpuprof: the program runs unprofiled; open a window with: python -m cpuprof signal {os.getpid()} "
+                  "start (and close it with ... stop)", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        opening = signum == WINDOW_SIGNALS["start"]
+        if opening == self.control.open:
+            state = "open" if opening else "closed"
+            print(f"cpuprof: window {self.control.window} is already {state}", file=sys.stderr, flush=True)
+            return
+        window = self.control.window + 1 if opening else self.control.window
+        self.control = WindowControl(window=window, open=opening)
+        write_control(self.root, self.control)
+        what = "opening" if opening else "closing"
+        print(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})", file=sys.stderr, flush=True)

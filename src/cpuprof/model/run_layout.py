@@ -1,0 +1,122 @@
+"""The layout of a run's directory, and its loading: the one module that knows where each file of a
+run lives. Launchers write through these names, readers find through them, and analysis never
+opens a file (it is given what is loaded here).
+
+    DIR/profile.json                 the program's (or decode's) profile      io.PROFILE_FILENAME
+    DIR/processes/PID/profile.json   each process the program started          process_dir
+    DIR/window-N/...                 each window of an --on-demand run          window_dir
+    DIR/rank-R/profile.json          each rank of decode --tp/--instances, run --nproc   rank_dir
+    DIR/ranks.json, DIR/compare.json the group's and the sweep's own files      model.ranks, model.compare
+
+A window holds what a whole run does (the program's profile and its processes/).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .io import PROFILE_FILENAME, present
+from .profile import Profile
+
+PROCESSES_DIRNAME = "processes"
+WINDOW_PREFIX = "window-"
+RANK_PREFIX = "rank-"
+
+Where = str | os.PathLike[str]
+
+
+def processes_dir(root: Where) -> Path:
+    return Path(root) / PROCESSES_DIRNAME
+
+
+def process_dir(root: Where, pid: int) -> Path:
+    return processes_dir(root) / str(pid)
+
+
+def process_place(pid: int) -> str:
+    """A followed process's directory relative to its run's (or window's): ``processes/PID``."""
+    return f"{PROCESSES_DIRNAME}/{pid}"
+
+
+def window_dir(root: Where, window: int) -> Path:
+    return Path(root) / f"{WINDOW_PREFIX}{window}"
+
+
+def windows_of(root: Where) -> list[Path]:
+    """The window directories of an --on-demand run, in window order."""
+    found = [p for p in Path(root).glob(f"{WINDOW_PREFIX}*")
+             if p.is_dir() and p.name.removeprefix(WINDOW_PREFIX).isdigit()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix(WINDOW_PREFIX)))
+
+
+def rank_dirname(rank: int | str) -> str:
+    """``rank-R``; R may be a placeholder ("N") in what a report says."""
+    return f"{RANK_PREFIX}{rank}"
+
+
+def rank_dir(root: Where, rank: int) -> Path:
+    return Path(root) / rank_dirname(rank)
+
+
+def run_trees(root: Where) -> list[Path]:
+    """The directories under a run that hold profiles of their own: processes/ and every window."""
+    return [processes_dir(root), *windows_of(root)]
+
+
+# -- the processes a program started ------------------------------------------------------------------
+@dataclass
+class ProcessProfile:
+    """One process's saved profile and where it is: the program's own (``directory`` is the run's)
+    or a followed one's (``processes/<pid>``)."""
+
+    directory: Path
+    profile: Profile
+    followed: bool
+
+
+def _process_entries(root: Where) -> Iterator[Path]:
+    base = processes_dir(root)
+    if base.is_dir():
+        yield from sorted((e for e in base.iterdir() if e.name.isdigit()), key=lambda e: int(e.name))
+
+
+def has_followed(root: Where) -> bool:
+    """Whether a run directory holds profiles of processes its program started."""
+    return any((entry / PROFILE_FILENAME).is_file() for entry in _process_entries(root))
+
+
+def unsaved_processes(root: Where) -> list[int]:
+    """The followed processes that started a profile (their directory exists) but saved none."""
+    return [int(e.name) for e in _process_entries(root) if not (e / PROFILE_FILENAME).exists()]
+
+
+def load_processes(root: Where, warn: bool = True) -> list[ProcessProfile]:
+    """The program's profile (if it saved one) and every followed process's, in pid order. A
+    followed profile that cannot be read is one warning line; the others still count."""
+    found = []
+    if (Path(root) / PROFILE_FILENAME).exists():
+        found.append(ProcessProfile(Path(root), Profile.load(root), followed=False))
+    for entry in _process_entries(root):
+        if not (entry / PROFILE_FILENAME).exists():
+            continue
+        try:
+            found.append(ProcessProfile(entry, Profile.load(entry), followed=True))
+        except Exception as exc:
+            if warn:
+                print(f"cpuprof: warning: process {entry.name}'s profile is left out: {exc}", file=sys.stderr)
+    return found
+
+
+# -- the ranks of a group -----------------------------------------------------------------------------
+def load_rank_profiles(rank_dirs: list[str], root: Where) -> list[Profile | None]:
+    """Each rank's profile (``rank_dirs``: as ranks.json names them, relative to ``root``), None for a
+    rank that saved none."""
+    profiles: list[Profile | None] = []
+    for name in rank_dirs:
+        path = Path(root) / name / PROFILE_FILENAME
+        profiles.append(Profile.load(path) if present(path) else None)
+    return profiles
