@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Not dest="command": run's own positional (the program to run) is called that.
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
-        command.add_parser(sub)
+        command.COMMAND.add_to(sub, command.run)
     return parser
 
 

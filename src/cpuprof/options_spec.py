@@ -200,6 +200,36 @@ class Option:
         return text
 
 
+@dataclass(frozen=True)
+class Group:
+    """Options shown together in --help (``title`` None: the command's own, untitled); with
+    ``sweep``, those with an axis take compare's comma lists."""
+
+    title: str | None
+    options: tuple[Option, ...]
+    sweep: bool = False
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, its help, and every argument it takes, by group. ``defaults``: values
+    its ``run`` reads that no flag of its sets (compare runs decode's options at their defaults)."""
+
+    name: str
+    help: str
+    groups: tuple[Group, ...]
+    description: str | None = None
+    usage: str | None = None
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def add_to(self, sub: argparse._SubParsersAction, run: Callable[[argparse.Namespace], int]) -> None:
+        parser = sub.add_parser(self.name, help=self.help, description=self.description, usage=self.usage)
+        for group in self.groups:
+            where = parser if group.title is None else parser.add_argument_group(group.title)
+            add_arguments(where, group.options, sweep=group.sweep)
+        parser.set_defaults(run=run, **dict(self.defaults))
+
+
 def options(*names: str, among: Iterable[Option] | None = None) -> tuple[Option, ...]:
     """The named options (by flag), in the order given."""
     by_flag = {o.flag: o for o in (ALL if among is None else among)}
@@ -296,6 +326,8 @@ LAUNCH: tuple[Option, ...] = (
     Option("--oversubscribe", "allow more threads than CPUs", (environment.LaunchSettings, "oversubscribe"),
            action="store_true"),
 )
+
+LAUNCH_GROUP = Group("launch: threads, pinning, OpenMP, NUMA", LAUNCH)  # the same flags mean the same launch
 
 # -- several processes ------------------------------------------------------------------------------
 _RANK_TIMEOUT_HELP = ("how long ranks wait for each other in an all-reduce of the model, and how long the others "

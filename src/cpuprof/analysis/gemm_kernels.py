@@ -115,10 +115,6 @@ class UnknownGemm:
     gemm_share: float | None = None  # share of its sampled CPU under GEMM frames; None: no stacks
     kernels: list[tuple[str, int]] = field(default_factory=list)  # "name (isa)", CPU ns; most first
 
-    @property
-    def in_table(self) -> bool:
-        return is_gemm_like(self.op.name)
-
 
 def unknown_gemm_ops(profile: Profile, unreadable: list[OpStat]) -> list[UnknownGemm]:
     """The table's ops with no work (``unreadable``, from ``roofline.counted_gemm_ops``) and the ops

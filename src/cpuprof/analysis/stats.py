@@ -21,11 +21,6 @@ class Summary:
     mean: float
     std: float  # sample standard deviation (n - 1); 0 for one value
 
-    @property
-    def cv(self) -> float:
-        """Coefficient of variation: the spread as a share of the mean."""
-        return self.std / self.mean if self.mean else 0.0
-
 
 def summarize(values: Sequence[float]) -> Summary:
     n = len(values)

@@ -1,1 +1,2 @@
-"""One module per CLI subcommand; each has ``add_parser(subparsers)`` and ``run(args)``."""
+"""One module per CLI subcommand; each has ``COMMAND`` (its arguments, from
+:mod:`cpuprof.options_spec`) and ``run(args)``."""

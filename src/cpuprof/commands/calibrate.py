@@ -16,20 +16,16 @@ from ..errors import CpuprofError
 from ..launch import parent, run_dir
 from ..launch.options import DecodeOptions, ProfileOptions
 from ..reports import render
-from .decode import add_launch_arguments, launch_from_args
+from .decode import launch_from_args
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "calibrate", help="measure the machine's memory bandwidth, peak compute and GEMV kernel roof (cached)",
-        description="Measures, in a child launched like `decode` with the same launch options, the roofs every "
-                    "GEMM and the decode ceiling are judged against: STREAM-style copy and triad bandwidth "
-                    "(native OpenMP kernels), peak GEMM GFLOP/s per dtype and the best decode-shaped GEMV "
-                    "bandwidth torch reaches; each with its spread over repetitions. The result is cached per "
-                    "machine, torch, OpenMP runtime, thread count and CPUs, and `decode` uses it.")
-    add_launch_arguments(p)
-    spec.add_arguments(p, spec.calibrate_output())
-    p.set_defaults(run=run)
+COMMAND = spec.Command(
+    "calibrate", help="measure the machine's memory bandwidth, peak compute and GEMV kernel roof (cached)",
+    description="Measures, in a child launched like `decode` with the same launch options, the roofs every GEMM and "
+                "the decode ceiling are judged against: STREAM-style copy and triad bandwidth (native OpenMP kernels), "
+                "peak GEMM GFLOP/s per dtype and the best decode-shaped GEMV bandwidth torch reaches; each with its "
+                "spread over repetitions. The result is cached per machine, torch, OpenMP runtime, thread count and "
+                "CPUs, and `decode` uses it.",
+    groups=(spec.LAUNCH_GROUP, spec.Group(None, spec.calibrate_output())))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -55,17 +55,6 @@ def write_output(output: str, write: Callable[[TextIO], int]) -> int:
     return write_file(output, write)
 
 
-def add_profiling_arguments(group: argparse._ArgumentGroup, program: str) -> None:
-    """How the profiler runs: the flags decode and run share. ``program`` names what py-spy runs
-    beside ("the decode")."""
-    spec.add_arguments(group, spec.for_program(spec.PROFILING, program))
-
-
-def add_output_arguments(group: argparse._ArgumentGroup, command: str) -> None:
-    """Where the profile goes and how its report is shown: the flags decode and run share."""
-    spec.add_arguments(group, spec.output_options(command))
-
-
 def python_hz(args: argparse.Namespace) -> int:
     if args.python_hz is not None:
         return int(args.python_hz)
@@ -73,7 +62,7 @@ def python_hz(args: argparse.Namespace) -> int:
 
 
 def profile_options(args: argparse.Namespace, enabled: bool = True) -> ProfileOptions:
-    """The profiling flags (add_profiling_arguments) as typed options."""
+    """The profiling flags (options_spec.PROFILING) as typed options."""
     return spec.build(ProfileOptions, [o for o in spec.PROFILING if o.flag != "--python-hz"], args,
                       enabled=enabled, python_hz=python_hz(args))
 
@@ -89,6 +78,14 @@ def check_profile_options(p: ProfileOptions, flamegraph: bool) -> None:
         raise UsageError(f"--python-hz {p.python_hz}: expected 0 (no Python stacks) to {defaults.MAX_PYTHON_HZ}")
 
 
+def after_report(fmt: str) -> tuple[TextIO, str]:
+    """Where the lines a command adds after its report go, and what separates them from it: stdout
+    after a blank line where the report is for a person; stderr where it is data (it owns stdout)."""
+    from ..reports import get_renderer
+
+    return (sys.stdout, "\n") if get_renderer(fmt).for_a_person else (sys.stderr, "")
+
+
 def show_results(profile: Profile, out_dir: Path, fmt: str, top: int, flamegraph: bool) -> None:
     """A launched run's report on stdout, then where its profile (and flame graph) were saved."""
     from ..reports import render
@@ -97,9 +94,8 @@ def show_results(profile: Profile, out_dir: Path, fmt: str, top: int, flamegraph
     what = "profile" if profile.profiled else "results (not profiled)"
     again = ["report", str(out_dir)] + (["--format", "markdown"] if fmt == "markdown" else [])
     where = f"{what} saved in {out_dir}; re-render with: {cpuprof_command(*again)}"
-    # The report owns stdout in the data formats; the location goes to stderr there.
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
-    stream.write(("\n" if fmt == "terminal" else "") + where + "\n")
+    stream, gap = after_report(fmt)
+    stream.write(gap + where + "\n")
     if flamegraph and profile.stacks is not None:
         stream.write(write_flamegraph(profile, out_dir) + "\n")
 

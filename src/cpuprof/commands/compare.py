@@ -17,31 +17,29 @@ from ..launch.options import DecodeOptions
 from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
 from ..safe_text import cpuprof_command
 from . import decode
-from .common import write_output
+from .common import after_report, write_output
 
 HTML_FILENAME = spec.HTML_FILENAME
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare", help="sweep threads, OpenMP runtime, binding, allocator, processes, ... and rank them, beyond the "
-                        "noise",
-        description="Runs decode once per configuration and repetition, each in a fresh process, in interleaved "
-                    "rounds whose order rotates, and ranks the configurations by tokens/s with the spread, "
-                    "latency percentiles, time to first token and the figures that explain the difference "
-                    "(spin, sleep, run-queue delay, switches, migrations, share of the bandwidth roof, share "
-                    "of each step in all-reduces). Lists "
-                    "(1,2,4) and ranges (1-4, 1-8+2, 1-16*2) sweep a setting; every combination is run.")
-    decode.add_workload_arguments(p, sweep=True)
-    launch = p.add_argument_group("launch (comma lists sweep a setting)")
-    spec.add_arguments(launch, (*spec.LAUNCH, *spec.options("--tp", "--instances")), sweep=True)
-    spec.add_arguments(p.add_argument_group("runs and profiling"), spec.COMPARE_RUNS)
-    spec.add_arguments(p.add_argument_group("output"), spec.compare_output())
-    # What decode's options read that compare does not ask: each run takes decode's defaults.
-    taken = {option.name for option in spec.COMPARE_RUNS}
-    p.set_defaults(run=run, flamegraph=False, **{option.name: option.default_value
-                                                 for option in (*spec.PROFILING, spec.CHECKPOINT)
-                                                 if option.name not in taken})
+# What decode's options read that compare does not ask: each run takes decode's defaults.
+_TAKEN = {option.name for option in spec.COMPARE_RUNS}
+COMMAND = spec.Command(
+    "compare", help="sweep threads, OpenMP runtime, binding, allocator, processes, ... and rank them, beyond the noise",
+    description="Runs decode once per configuration and repetition, each in a fresh process, in interleaved rounds "
+                "whose order rotates, and ranks the configurations by tokens/s with the spread, latency percentiles, "
+                "time to first token and the figures that explain the difference (spin, sleep, run-queue delay, "
+                "switches, migrations, share of the bandwidth roof, share of each step in all-reduces). Lists (1,2,4) "
+                "and ranges (1-4, 1-8+2, 1-16*2) sweep a setting; every combination is run.",
+    groups=(
+        spec.Group("workload", spec.WORKLOAD, sweep=True),
+        spec.Group("launch (comma lists sweep a setting)", (*spec.LAUNCH, *spec.options("--tp", "--instances")),
+                   sweep=True),
+        spec.Group("runs and profiling", spec.COMPARE_RUNS),
+        spec.Group("output", spec.compare_output()),
+    ),
+    defaults=(("flamegraph", False), *((option.name, option.default_value)
+                                        for option in (*spec.PROFILING, spec.CHECKPOINT) if option.name not in _TAKEN)))
 
 
 def _axes(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -178,8 +176,8 @@ def run_sweep(comparison: Comparison, out_dir: Path, args: argparse.Namespace) -
 
 def write_reports(comparison: Comparison, out_dir: Path, fmt: str, html: bool) -> None:
     render_comparison(comparison, sys.stdout, fmt, out_dir)
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
-    stream.write(("\n" if fmt == "terminal" else "") + f"comparison saved in {out_dir / COMPARE_FILENAME}; "
+    stream, gap = after_report(fmt)
+    stream.write(gap + f"comparison saved in {out_dir / COMPARE_FILENAME}; "
                  f"re-render with: {cpuprof_command('report', out_dir)}\n")
     if html:
         from ..reports import OutputOptions, SweepSource, get_output

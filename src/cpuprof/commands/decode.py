@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,8 +14,7 @@ from ..launch.options import DecodeOptions, WorkloadOptions
 from ..model import Profile
 from ..workload.presets import OVERRIDABLE_FIELDS
 from .common import (
-    add_output_arguments,
-    add_profiling_arguments,
+    after_report,
     check_profile_options,
     profile_options,
     show_results,
@@ -27,40 +25,20 @@ if TYPE_CHECKING:
     from ..reports import Source
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "decode", help="profile LLM decoding in a child pinned to the threads/CPUs/NUMA node asked for",
-        description="Runs a Llama-architecture decoder (random weights from a seed, or a local HF checkpoint) "
-                    "in a child process configured before torch loads, profiles every ATen op across every "
-                    "thread, and reports throughput, latency, the settings in force and where the time goes.")
-    add_workload_arguments(p)
-    add_launch_arguments(p)
-    add_rank_arguments(p)
-    c = p.add_argument_group("profiling")
-    spec.NO_PROFILE.add_to(c)
-    add_profiling_arguments(c, "the decode")
-    spec.ROOFS.add_to(c)
-    o = p.add_argument_group("output")
-    add_output_arguments(o, "decode")
-    spec.add_arguments(o, (spec.HTML, spec.CHECKPOINT))
-    p.set_defaults(run=run)
-
-
-def add_workload_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
-    """The workload flags decode and compare share; with ``sweep``, those with an axis take lists."""
-    spec.add_arguments(p.add_argument_group("workload"), spec.WORKLOAD, sweep=sweep)
-
-
-def add_launch_arguments(p: argparse.ArgumentParser) -> None:
-    """The launch options decode, run and calibrate share: the same flags mean the same launch."""
-    spec.add_arguments(p.add_argument_group("launch: threads, pinning, OpenMP, NUMA"), spec.LAUNCH)
-
-
-def add_rank_arguments(p: argparse.ArgumentParser) -> None:
-    r = p.add_argument_group(
-        "several processes: tensor-parallel ranks or independent instances, each pinned to its share of the machine "
-        "(the NUMA nodes in order; a node's CPUs split evenly between its ranks) and profiled; one merged report")
-    spec.add_arguments(r, spec.RANKS)
+COMMAND = spec.Command(
+    "decode", help="profile LLM decoding in a child pinned to the threads/CPUs/NUMA node asked for",
+    description="Runs a Llama-architecture decoder (random weights from a seed, or a local HF checkpoint) in a child "
+                "process configured before torch loads, profiles every ATen op across every thread, and reports "
+                "throughput, latency, the settings in force and where the time goes.",
+    groups=(
+        spec.Group("workload", spec.WORKLOAD),
+        spec.LAUNCH_GROUP,
+        spec.Group("several processes: tensor-parallel ranks or independent instances, each pinned to its share of "
+                   "the machine (the NUMA nodes in order; a node's CPUs split evenly between its ranks) and profiled; "
+                   "one merged report", spec.RANKS),
+        spec.Group("profiling", (spec.NO_PROFILE, *spec.for_program(spec.PROFILING, "the decode"), spec.ROOFS)),
+        spec.Group("output", (*spec.output_options("decode"), spec.HTML, spec.CHECKPOINT)),
+    ))
 
 
 def options_from_args(args: argparse.Namespace) -> DecodeOptions:
@@ -95,8 +73,7 @@ def run_in(args: argparse.Namespace, options: DecodeOptions, out_dir: Path) -> i
     if outcome.profile is not None:
         show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
         if args.html:
-            # as show_results: the report owns stdout in the data formats, so the location goes to stderr
-            stream = sys.stdout if fmt == "terminal" else sys.stderr
+            stream, _ = after_report(fmt)
             stream.write(write_html(outcome.profile, outcome.out_dir, args.top) + "\n")
     return parent.check_outcome(outcome)
 

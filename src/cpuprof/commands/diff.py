@@ -9,16 +9,13 @@ from .. import options_spec as spec
 from ..model import Profile
 from ..reports import DiffSource, OutputOptions, get_output
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "diff", help="what changed between two saved profiles: ops, GEMMs, threads, counters, settings, throughput",
+COMMAND = spec.Command(
+    "diff", help="what changed between two saved profiles: ops, GEMMs, threads, counters, settings, throughput",
         description="Compares profile A (before) with profile B (after), most changed first: ops matched by name, "
                     "inputs and region (self time, per generated token when both are decodes; ops on one side only "
                     "are added or removed), GEMM shapes, regions, threads (CPU, run-queue delay), counters, the "
-                    "settings that differ, and throughput and latency when both are decodes.")
-    spec.add_arguments(p, spec.diff_options())
-    p.set_defaults(run=run)
+                    "settings that differ, and throughput and latency when both are decodes.",
+    groups=(spec.Group(None, spec.diff_options()),))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,11 +9,8 @@ from .. import options_spec as spec
 from ..machine.capabilities import doctor
 from ..reports.doctor import render_json, render_terminal
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="what this machine can measure, and why not")
-    spec.add_arguments(p, spec.DOCTOR)
-    p.set_defaults(run=run)
+COMMAND = spec.Command("doctor", help="what this machine can measure, and why not",
+                       groups=(spec.Group(None, spec.DOCTOR),))
 
 
 def run(args: argparse.Namespace) -> int:

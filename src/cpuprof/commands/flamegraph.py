@@ -16,14 +16,12 @@ from .common import load_profiled, write_output, write_stacks
 FORMATS = output_names("stacks")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "flamegraph", help="a sampled profile's stacks as a flame graph (SVG), folded stacks or speedscope JSON",
+COMMAND = spec.Command(
+    "flamegraph", help="a sampled profile's stacks as a flame graph (SVG), folded stacks or speedscope JSON",
         description="Merged stacks of every sampled thread: its Python frames, the regions and ATen ops "
                     "it worked for, and the native frames its CPU was in. OpenMP workers' samples sit under the "
-                    "ops of the thread they worked for, and the Python caller of those ops where it was recorded.")
-    spec.add_arguments(p, spec.flamegraph_options())
-    p.set_defaults(run=run)
+                    "ops of the thread they worked for, and the Python caller of those ops where it was recorded.",
+    groups=(spec.Group(None, spec.flamegraph_options()),))
 
 
 def output_format(output: str, fmt: str | None) -> str:

@@ -12,6 +12,7 @@ from .. import exit_codes
 from ..launch.ranks import group_failure
 from ..model.ranks import MultiRun
 from ..safe_text import cpuprof_command
+from .common import after_report
 
 
 def show_group(run: MultiRun, out_dir: Path, fmt: str, also: str = "") -> TextIO:
@@ -21,8 +22,8 @@ def show_group(run: MultiRun, out_dir: Path, fmt: str, also: str = "") -> TextIO
     from ..reports import get_renderer
 
     get_renderer(fmt).render(ranks_report(run, run.profiles(out_dir), out_dir), sys.stdout)
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
-    stream.write(("\n" if fmt == "terminal" else "") + f"{run.world_size} profiles saved in {out_dir}/rank-*; "
+    stream, gap = after_report(fmt)
+    stream.write(gap + f"{run.world_size} profiles saved in {out_dir}/rank-*; "
                  f"re-render the merged report with: {cpuprof_command('report', out_dir)}; a trace with one process "
                  f"per rank: {cpuprof_command('trace', out_dir, '-o', 'trace.json')}{also}\n")
     return stream

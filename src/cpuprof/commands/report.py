@@ -23,12 +23,8 @@ from ..reports import (
 )
 from .common import write_output
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="re-render a saved profile or comparison (a directory, profile.json or "
-                                      "compare.json)")
-    spec.add_arguments(p, spec.report_options())
-    p.set_defaults(run=run)
+COMMAND = spec.Command("report", help="re-render a saved profile or comparison (a directory, profile.json or "
+                                      "compare.json)", groups=(spec.Group(None, spec.report_options()),))
 
 
 # present(), not is_file(): a FIFO or device named compare.json is read as one and refused in one

@@ -21,37 +21,34 @@ from ..model import PROFILE_FILENAME, Profile
 from ..model.run_layout import has_followed, unsaved_processes, windows_of
 from ..safe_text import cpuprof_command
 from .common import (
-    add_output_arguments,
-    add_profiling_arguments,
+    after_report,
     check_profile_options,
     profile_options,
     show_results,
 )
-from .decode import add_launch_arguments, launch_from_args
+from .decode import launch_from_args
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "run", help="profile any PyTorch program: run [options] -- python script.py [args]",
-        usage="python -m cpuprof run [launch options] [profiling options] [output options] "
-              "-- python script.py [args]  (or -- python -m module [args])",
-        description="Runs a Python program (a transformers generate script, say) unchanged, in a child launched "
-                    "like decode's: pinned to the threads/CPUs/NUMA node asked for, with the OpenMP runtime, "
-                    "allocator and memory policy set before torch loads. Profiling starts when the program first "
-                    "imports torch and covers every ATen op across every thread; torch.profiler.record_function "
-                    "and cpuprof.region blocks are regions. When the program ends (or is interrupted) the profile "
-                    "is saved and the report follows the program's own output on stdout. The exit code is the "
-                    "program's (1 if it raised, 130 if interrupted, 128 + N if signal N ended it, as a shell "
-                    "says).")
-    add_launch_arguments(p)
-    r = p.add_argument_group("several processes, torchrun-style: each pinned to its share of the machine and profiled")
-    spec.add_arguments(r, spec.PROCESSES)
-    spec.add_arguments(p.add_argument_group("the processes the program starts"), spec.FOLLOW)
-    spec.add_arguments(p.add_argument_group("a window of a long-running program (a server)"), spec.WINDOW)
-    add_profiling_arguments(p.add_argument_group("profiling"), "the program")
-    add_output_arguments(p.add_argument_group("output"), "run")
-    spec.PROGRAM.add_to(p)
-    p.set_defaults(run=run)
+COMMAND = spec.Command(
+    "run", help="profile any PyTorch program: run [options] -- python script.py [args]",
+    usage="python -m cpuprof run [launch options] [profiling options] [output options] -- python script.py [args]  "
+          "(or -- python -m module [args])",
+    description="Runs a Python program (a transformers generate script, say) unchanged, in a child launched like "
+                "decode's: pinned to the threads/CPUs/NUMA node asked for, with the OpenMP runtime, allocator and "
+                "memory policy set before torch loads. Profiling starts when the program first imports torch and "
+                "covers every ATen op across every thread; torch.profiler.record_function and cpuprof.region blocks "
+                "are regions. When the program ends (or is interrupted) the profile is saved and the report follows "
+                "the program's own output on stdout. The exit code is the program's (1 if it raised, 130 if "
+                "interrupted, 128 + N if signal N ended it, as a shell says).",
+    groups=(
+        spec.LAUNCH_GROUP,
+        spec.Group("several processes, torchrun-style: each pinned to its share of the machine and profiled",
+                   spec.PROCESSES),
+        spec.Group("the processes the program starts", spec.FOLLOW),
+        spec.Group("a window of a long-running program (a server)", spec.WINDOW),
+        spec.Group("profiling", spec.for_program(spec.PROFILING, "the program")),
+        spec.Group("output", spec.output_options("run")),
+        spec.Group(None, (spec.PROGRAM,)),
+    ))
 
 
 def program_options(args: argparse.Namespace) -> ProgramOptions:
@@ -85,7 +82,7 @@ def show_windows(out_dir: Path, fmt: str, top: int) -> None:
     from ..reports import OutputOptions, ProcessesSource, ProfileSource, get_output
 
     windows = [w for w in windows_of(out_dir) if has_followed(w) or (w / PROFILE_FILENAME).exists()]
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    stream, gap = after_report(fmt)
     if not windows:
         stream.write("no window was opened: nothing was profiled (open one with: python -m cpuprof signal "
                      "<launcher pid> start)\n")
@@ -94,7 +91,7 @@ def show_windows(out_dir: Path, fmt: str, top: int) -> None:
     source: Any = ProcessesSource.load(last) if has_followed(last) else ProfileSource(Profile.load(last))
     get_output(fmt, source.kind, roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
     shown = "; ".join(cpuprof_command("report", str(w)) for w in windows)
-    stream.write(("\n" if fmt == "terminal" else "") + f"{len(windows)} window{'s' if len(windows) != 1 else ''} "
+    stream.write(gap + f"{len(windows)} window{'s' if len(windows) != 1 else ''} "
                  f"saved (the report above is of {last.name}); each window's report: {shown}\n")
 
 
@@ -104,9 +101,9 @@ def show_processes(out_dir: Path, fmt: str, top: int) -> None:
 
     source = ProcessesSource.load(out_dir)
     get_output(fmt, "processes", roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
-    stream = sys.stdout if fmt == "terminal" else sys.stderr
+    stream, gap = after_report(fmt)
     followed = sum(1 for p in source.processes if p.followed)
-    stream.write(("\n" if fmt == "terminal" else "") + f"profiles of {followed} followed process"
+    stream.write(gap + f"profiles of {followed} followed process"
                  f"{'es' if followed != 1 else ''} saved in {out_dir}/processes/PID, the program's in {out_dir}; "
                  f"re-render this report with: {cpuprof_command('report', str(out_dir))}\n")
 

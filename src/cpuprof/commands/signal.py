@@ -11,15 +11,12 @@ from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.program import WINDOW_SIGNALS
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "signal", help="open (start) or close (stop) a profiling window of a running `cpuprof run --on-demand`",
-        description="Asks a `cpuprof run --on-demand` launcher (PID: the one it printed as it started) to open a "
-                    "profiling window in every process it profiles (start), or to close and save it (stop). Each "
-                    "window is saved as its own run in DIR/window-N. The program keeps running either way.")
-    spec.add_arguments(p, spec.SIGNAL)
-    p.set_defaults(run=run)
+COMMAND = spec.Command(
+    "signal", help="open (start) or close (stop) a profiling window of a running `cpuprof run --on-demand`",
+    description="Asks a `cpuprof run --on-demand` launcher (PID: the one it printed as it started) to open a "
+                "profiling window in every process it profiles (start), or to close and save it (stop). Each window "
+                "is saved as its own run in DIR/window-N. The program keeps running either way.",
+    groups=(spec.Group(None, spec.SIGNAL),))
 
 
 def launcher_argv(pid: int) -> list[str]:

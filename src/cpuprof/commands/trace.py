@@ -12,15 +12,12 @@ from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
 from .common import load_profiled, write_output
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "trace", help="a profile as a Chrome/Perfetto trace: a track per thread, op spans, sampled work, CPU counters",
-        description="Op spans need the run to keep them (decode --timeline N); every sampled run has the slices "
-                    "of what each thread's samples worked for and its CPU use over time. Open the file in "
-                    "https://ui.perfetto.dev or chrome://tracing.")
-    spec.add_arguments(p, spec.TRACE)
-    p.set_defaults(run=run)
+COMMAND = spec.Command(
+    "trace", help="a profile as a Chrome/Perfetto trace: a track per thread, op spans, sampled work, CPU counters",
+    description="Op spans need the run to keep them (decode --timeline N); every sampled run has the slices of what "
+                "each thread's samples worked for and its CPU use over time. Open the file in https://ui.perfetto.dev "
+                "or chrome://tracing.",
+    groups=(spec.Group(None, spec.TRACE),))
 
 
 def run(args: argparse.Namespace) -> int:

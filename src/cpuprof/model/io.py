@@ -200,11 +200,6 @@ def file_in(path: str | os.PathLike[str], kind: FileKind) -> Path:
     return source / kind.filename if is_directory(source) else source
 
 
-def read_json(path: str | os.PathLike[str], kind: FileKind) -> Any:
-    """The JSON in ``path`` (or in the kind's file inside the directory ``path``)."""
-    return _read_json_file(file_in(path, kind), kind)
-
-
 def _read_json_file(source: Path, kind: FileKind) -> Any:
     """The JSON in the file ``source`` (already resolved by ``file_in``: a directory there is an error)."""
     try:

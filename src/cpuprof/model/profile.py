@@ -159,10 +159,6 @@ class OpInput:
     strides: list[int] | None = None
     items: list[OpInput] | None = None  # tensor_list: its tensors
 
-    @property
-    def is_tensor(self) -> bool:
-        return self.kind == "tensor"
-
 
 @dataclass
 class OpStat:
@@ -194,10 +190,6 @@ class OpStat:
 
     def self_total(self, event: str) -> int | None:
         values = self.counters_self.get(event)
-        return None if values is None else sum(values)
-
-    def incl_total(self, event: str) -> int | None:
-        values = self.counters_incl.get(event)
         return None if values is None else sum(values)
 
 

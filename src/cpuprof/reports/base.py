@@ -45,6 +45,10 @@ class Renderer:
     other_suffixes: tuple[str, ...] = ()
     reads: tuple[SourceKind, ...] = REPORT_SOURCES
     role: Role = "report"
+    # Whether the report is text for a person, so that the lines a command adds after it (where the
+    # profile was saved, how to re-render it) belong on stdout too; a data format (JSON, CSV,
+    # Markdown) keeps stdout to itself and those lines go to stderr.
+    for_a_person: bool = False
 
     def render(self, report: Report, out: TextIO) -> None:
         raise NotImplementedError

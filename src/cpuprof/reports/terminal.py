@@ -32,6 +32,7 @@ class TerminalRenderer(Renderer):
     name = "terminal"
     suffix = ".txt"
     help = "aligned columns for a terminal (the default)"
+    for_a_person = True
 
     def render(self, report: Report, out: TextIO) -> None:
         w = out.write

@@ -59,10 +59,6 @@ class DecodeResult:
     )
 
     @property
-    def measured_latencies_s(self) -> list[float]:
-        return self.step_latencies_s[self.warmup_steps :]
-
-    @property
     def tokens_per_s(self) -> float:
         return self.figures.tokens_per_s
 
