@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ def _bounded(kind: Callable[[str], float], minimum: float, inclusive: bool, expe
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, not {text!r}") from None
+        if not math.isfinite(value):  # nan, inf, and 1e400 (which float() reads as inf)
+            raise argparse.ArgumentTypeError(f"expected {expected}, not {text} (a finite number)")
         if value < minimum or (not inclusive and value == minimum):
             raise argparse.ArgumentTypeError(f"expected {expected}, not {text}")
         return value

@@ -19,8 +19,9 @@ SHORT = ["--preset", "tiny", "--prompt-len", "8", "--new-tokens", "12", "--warmu
 KERNELS = {"int8": "aten::_weight_int8pack_mm", "int4": "aten::_weight_int4pack_mm_for_cpu"}
 
 
-@pytest.mark.parametrize("quant, extra", [(WeightQuant("int8"), []), (WeightQuant("int4", 32), ["--group-size", "32"])],
-                         ids=["int8", "int4-g32"])
+@pytest.mark.parametrize("quant, extra", [(WeightQuant("int8"), []), (WeightQuant("int4", 32), ["--group-size", "32"]),
+                                          (WeightQuant("int4", 64), [])],
+                         ids=["int8", "int4-g32", "int4-default-on-tiny"])
 def test_a_quantized_decode_runs_its_projections_through_the_kernels_and_counts_their_bytes(
         tmp_path: Path, quant: WeightQuant, extra: list[str]):
     result = cpuprof("decode", *SHORT, "--quant", quant.mode, *extra, "--out", str(tmp_path))
@@ -41,13 +42,17 @@ def test_a_quantized_decode_runs_its_projections_through_the_kernels_and_counts_
     assert f"projections and lm_head quantized weight-only ({quant.describe()}" in report
     assert "their stored size" in report  # the bytes' method says how they were counted
     assert f"quantized the projections and lm_head to {quant.mode} ({quant.describe()}) in" in result.stderr
+    # The default group (128) does not divide tiny's width 64: the largest that does, said once.
+    chose = "--quant int4: groups of 64 inputs (the default 128 does not divide tiny's projection widths"
+    assert (chose in result.stderr) == (quant.mode == "int4" and not extra)
 
 
 @pytest.mark.parametrize("args, words", [
     (["--quant", "int3"], "argument --quant: invalid choice: 'int3'"),
     (["--quant", "int4", "--group-size", "100"], "--group-size 100 is not one torch's CPU int4 kernel takes; "
                                                 "choose one of: 32, 64, 128, 256"),
-    (["--quant", "int4"], "--group-size 128 does not divide the input width 64 of tiny's projections"),
+    (["--quant", "int4", "--group-size", "128"], "--group-size 128 does not divide the input width 64 of tiny's "
+                                                "projections"),
     (["--quant", "int8", "--group-size", "32"], "--group-size sets the groups of int4 weights; it needs --quant int4"),
     (["--quant", "int4", "--group-size", "64", "--tp", "2"], "--tp 2: --group-size 64 does not divide the input "
                                                              "width 32 of tiny's projections per tensor-parallel rank"),

@@ -166,3 +166,14 @@ def test_what_ties_two_numbers_is_checked_before_the_child_starts(tmp_path):
     with pytest.raises(UsageError, match="--top-k 100000: the model's vocabulary has 256 tokens"):
         parent.prepare(decode.options_from_args(args), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400", "NaN"])
+@pytest.mark.parametrize("flag", ["--delay", "--duration", "--rank-timeout"])
+def test_float_options_refuse_what_is_not_a_finite_number(flag: str, text: str, capsys: pytest.CaptureFixture[str]):
+    """--delay nan was once accepted and blamed on launch.json after it was written: refused at the door."""
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(["run", f"{flag}={text}", "--", "python", "x.py"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}:" in err and "a finite number" in err and err.count("\n") == 1

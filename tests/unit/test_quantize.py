@@ -123,3 +123,15 @@ def test_shapes_the_kernels_cannot_take_are_refused_with_what_would_fit(quant: W
         with pytest.raises(UsageError, match="group-size|quantization"):
             quantize_model(model, quant)
     assert TINY.quant_problem(INT8, 2) is None and TINY.quant_problem(WeightQuant("int4", 32), 2) is None
+
+
+@pytest.mark.parametrize("preset, shards, expected", [("llama-3.2-1b", (1,), 128), ("tiny", (1,), 64),
+                                                     ("tiny", (2,), 32), ("tiny", (1, 2), 32)])
+def test_the_default_int4_group_is_the_largest_that_divides_every_width(preset: str, shards: tuple[int, ...],
+                                                                        expected: int):
+    from cpuprof.workload.presets import PRESETS
+
+    cfg = PRESETS[preset]
+    assert cfg.int4_group_size(shards) == expected
+    for n in shards:
+        assert cfg.quant_problem(WeightQuant("int4", expected), n) is None

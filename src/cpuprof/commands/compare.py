@@ -63,7 +63,10 @@ def _base_options(args: argparse.Namespace) -> DecodeOptions:
 def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
     axes = _axes(args)
     base = _base_options(args)
-    parent.check_group_size_used(base.workload.group_size, axes.get("quant", [base.workload.quant]))
+    quant_modes = axes.get("quant", [base.workload.quant])
+    parent.check_group_size_used(base.workload.group_size, quant_modes)
+    shards = tuple(int(n) for n in axes.get("tp", ["1"]))
+    base = dataclasses.replace(base, workload=parent.with_group_size(base.workload, quant_modes, shards))
     # Several processes are not an option of decode's child, so a single --tp 2 stays in every
     # configuration's values (and label) instead of in the base options.
     swept = {axis: values for axis, values in axes.items()

@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     check_profile_options(options.profile, args.flamegraph)
     parent.check_group_size_used(options.workload.group_size, [options.workload.quant])
+    shards = (args.tp,) if args.tp is not None else (1,)
+    options = dataclasses.replace(options, workload=parent.with_group_size(options.workload, [options.workload.quant],
+                                                                            shards))
     # Held until the command ends: no other run writes this directory meanwhile (rank-K/ are inside it).
     with run_dir.claimed(options.out, "decode", overwrite=args.overwrite) as out_dir:
         return run_in(args, dataclasses.replace(options, out=str(out_dir)), out_dir)

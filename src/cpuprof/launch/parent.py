@@ -117,6 +117,23 @@ def check_group_size_used(group_size: int | None, quant_modes: list[str]) -> Non
                          f"{','.join(quant_modes)})")
 
 
+def with_group_size(wl: WorkloadOptions, quant_modes: list[str], shards: tuple[int, ...] = (1,)) -> WorkloadOptions:
+    """``wl`` with int4's group size decided, once, before anything starts: the one given, or the
+    default where it divides the built-in model's widths, or the largest size that does (said in a
+    note: tiny's width 64 takes no group of 128). A checkpoint's widths are the child's to check."""
+    from ..model.workload import DEFAULT_GROUP_SIZE
+    from ..workload.presets import resolve_config
+
+    if "int4" not in quant_modes or wl.group_size is not None or wl.hf:
+        return wl
+    cfg = resolve_config(wl.preset, wl.overrides)
+    chosen = cfg.int4_group_size(shards)
+    if chosen != DEFAULT_GROUP_SIZE:
+        print(f"cpuprof: note: --quant int4: groups of {chosen} inputs (the default {DEFAULT_GROUP_SIZE} does not "
+              f"divide {cfg.name}'s projection widths; --group-size chooses)", file=sys.stderr)
+    return dataclasses.replace(wl, group_size=chosen)
+
+
 # Causal LMs transformers builds with its Conv1D ([in, out] weights) instead of nn.Linear.
 CONV1D_MODEL_TYPES = frozenset({"gpt2", "openai-gpt", "imagegpt"})
 

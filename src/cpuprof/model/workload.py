@@ -144,6 +144,14 @@ class ModelConfig:
         per_sequence = (self.hidden + self.kv_cache_bytes(1, context_len, 1) // shards) * dtype_bytes
         return (streamed + batch * per_sequence) // batch
 
+    def int4_group_size(self, shards: tuple[int, ...] = (1,)) -> int:
+        """The int4 group size to use when none is given: DEFAULT_GROUP_SIZE where it divides every
+        projection's input width (of each rank's slices, for each of ``shards``), else the largest
+        size the kernel takes that does (DEFAULT_GROUP_SIZE when none does: quant_problem says why)."""
+        inputs = {cols for n in shards for _, cols in self.layer_matrices(n)}
+        fits = [size for size in INT4_GROUP_SIZES if all(k % size == 0 for k in inputs)]
+        return DEFAULT_GROUP_SIZE if DEFAULT_GROUP_SIZE in fits or not fits else max(fits)
+
     def quant_problem(self, quant: WeightQuant, shards: int = 1) -> str | None:
         """Why ``quant`` cannot store this shape's projections (with ``shards``), or None if it can."""
         if quant.mode not in QUANT_MODES:
