@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from os import PathLike
+from typing import TextIO
 
 # C0 controls (newline and tab included: a name on one line keeps a table a table), DEL, C1
 # controls (ESC's 8-bit forms among them), the line and paragraph separators, and the
@@ -30,6 +32,15 @@ def printable(text: str) -> str:
     """``text`` with every control character written as an escape (``\\x1b``, ``\\n``, ``\\u202e``),
     so that printing it shows it and does nothing else."""
     return _CONTROL.sub(_escape, text)
+
+
+def say(line: str, stream: TextIO | None = None) -> None:
+    """One line cpuprof prints while it runs (on stderr, or ``stream``), escaped and flushed: such a
+    line can hold a process's name, a script's path or a line of a child's log, none of which may
+    drive the terminal (retitle it, ring it, or forge a line of cpuprof's)."""
+    out = stream if stream is not None else sys.stderr
+    out.write(printable(line) + "\n")
+    out.flush()
 
 
 def cpuprof_command(*args: str | PathLike[str]) -> str:

@@ -465,3 +465,28 @@ def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(
     assert f"1 thread moved from CPUs {format_cpulist(began.affinity)} to CPUs {cpu}" in worker_changes, worker_changes
     assert "launch's variables being the program's process's): OMP_NUM_THREADS=1" in text
     assert "tokens: not known to cpuprof" in text
+
+
+def test_a_process_named_with_escape_sequences_is_shown_not_obeyed(tmp_path: Path):
+    """A script's name is the program's to choose: a terminal-title escape, a colour, BEL and a
+    newline in it reach cpuprof's live lines ("following process PID (NAME)") escaped, never raw."""
+    nasty = "child\x1b]0;pwned\x07\x1b[31mred\nforged.py"
+    child = _write(tmp_path, nasty, """
+        import torch
+
+        torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    """)
+    program = _write(tmp_path, "parent.py", f"""
+        import subprocess, sys
+
+        subprocess.run([sys.executable, {str(child)!r}], check=True)
+    """)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--out", str(out), "--", "python", str(program), timeout=300)
+    assert result.returncode == 0, result.stderr
+    following = [line for line in result.stderr.splitlines() if "following process" in line]
+    assert len(following) == 1, result.stderr
+    assert "child\\x1b]0;pwned\\x07\\x1b[31mred\\nforged.py" in following[0]
+    cpuprof_lines = [line for line in result.stderr.splitlines() if line.startswith("cpuprof")]
+    assert not any(c in line for line in cpuprof_lines for c in "\x1b\x07"), cpuprof_lines
+    assert not any(line.startswith("forged.py") for line in result.stderr.splitlines())

@@ -15,7 +15,7 @@ from ..errors import CpuprofError, Interrupted, UsageError
 from ..launch import parent, run_dir, sweep
 from ..launch.options import DecodeOptions
 from ..model.compare import COMPARE_FILENAME, Comparison, SweepConfig
-from ..safe_text import cpuprof_command
+from ..safe_text import cpuprof_command, say
 from . import decode
 from .common import after_report, write_output
 
@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
         # Locked as a new sweep's directory is: two resumes of one sweep would run its runs twice.
         with run_dir.claimed(args.resume, "compare", resume=True, flag="--resume") as out_dir:
             comparison = sweep.load(out_dir)
-            print(f"cpuprof: resuming {out_dir / COMPARE_FILENAME}: "
-                  f"{sum(1 for c, r in comparison.order if comparison.finished(c, r))} of {len(comparison.order)} "
-                  "runs already finished", file=sys.stderr)
+            say(f"cpuprof: resuming {out_dir / COMPARE_FILENAME}: "
+                f"{sum(1 for c, r in comparison.order if comparison.finished(c, r))} of {len(comparison.order)} "
+                "runs already finished")
             return run_sweep(comparison, out_dir, args)
     comparison = _plan_from_profile(args, argv) if args.from_dir else _plan_from_args(args, argv)
     check_context(comparison)
@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
                          f"{run_dir.OVERWRITE_FLAG}, or choose another directory")
     with run_dir.claimed(args.out, "compare", overwrite=args.overwrite) as out_dir:
         n = len(comparison.configs)
-        print(f"cpuprof: {n} configuration(s) × {comparison.repetitions} run(s) = {len(comparison.order)} runs, "
-              f"in rotated rounds; results in {out_dir}", file=sys.stderr)
+        say(f"cpuprof: {n} configuration(s) × {comparison.repetitions} run(s) = {len(comparison.order)} runs, "
+            f"in rotated rounds; results in {out_dir}")
         return run_sweep(comparison, out_dir, args)
 
 

@@ -4,12 +4,12 @@ folded stacks or speedscope JSON (chosen by -o's suffix or --format)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .. import options_spec as spec
 from ..errors import UsageError
 from ..reports import by_suffix, get_output, output_names
+from ..safe_text import say
 from .common import load_profiled, write_output, write_stacks
 
 # The outputs that draw merged stacks: svg, folded, speedscope.
@@ -40,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
     fmt = output_format(args.output, args.format)
     n = write_output(args.output, lambda out: write_stacks(profile, out, fmt, args.weight, args.thread, args.python))
     if args.output != "-":
-        print(f"wrote {args.output} ({fmt}, {n:,} stacks weighted by {args.weight})", file=sys.stderr)
+        say(f"wrote {args.output} ({fmt}, {n:,} stacks weighted by {args.weight})")
     return 0

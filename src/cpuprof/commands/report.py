@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .. import options_spec as spec
@@ -21,6 +20,7 @@ from ..reports import (
     SweepSource,
     get_output,
 )
+from ..safe_text import say
 from .common import write_output
 
 COMMAND = spec.Command("report", help="re-render a saved profile or comparison (a directory, profile.json or "
@@ -60,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
     output = get_output(args.format, source.kind, roles=("report", "page"))
     write_output(args.output, lambda out: output.write(source, out, OutputOptions(top=args.top)))
     if args.output != "-":
-        print(f"wrote {args.output} ({args.format})", file=sys.stderr)
+        say(f"wrote {args.output} ({args.format})")
     return 0

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .. import options_spec as spec
 from ..model.io import is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
 from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
+from ..safe_text import say
 from .common import load_profiled, write_output
 
 COMMAND = spec.Command(
@@ -30,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
     output = get_output("trace", source.kind)
     n = write_output(args.output, lambda out: output.write(source, out, OutputOptions()))
     if args.output != "-":
-        print(f"wrote {args.output} ({n:,} trace events)", file=sys.stderr)
+        say(f"wrote {args.output} ({n:,} trace events)")
     return 0

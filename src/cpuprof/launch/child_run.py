@@ -41,7 +41,7 @@ from ..errors import CpuprofError, FileFormatError
 from ..model import PROFILE_FILENAME, MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..output_file import write_text
-from ..safe_text import printable
+from ..safe_text import printable, say
 from . import child_signals
 from .child_signals import SignalReceived
 from .options import CRASH_FILENAME, ProfileOptions
@@ -245,8 +245,8 @@ class ChildRun:
                 write_text(chart, svg)
             except OSError as exc:  # the profile is saved and holds what the chart shows: not a failure
                 chart.unlink(missing_ok=True)
-                print(f"cpuprof: warning: {chart} could not be written ({exc.strerror or exc}); "
-                      f"{path} holds what it shows", file=sys.stderr)
+                say(f"cpuprof: warning: {chart} could not be written ({exc.strerror or exc}); {path} holds what it "
+                    "shows")
         return path
 
     def checkpoint_if_due(self) -> None:
@@ -284,8 +284,7 @@ class ChildRun:
 
             render(self.current_profile(complete=True), sys.stderr)
         except Exception as render_exc:  # the error line below matters more than the figures
-            print(f"cpuprof: the figures could not be printed either ({type(render_exc).__name__}: {render_exc})",
-                  file=sys.stderr)
+            say(f"cpuprof: the figures could not be printed either ({type(render_exc).__name__}: {render_exc})")
         left = f"; {target} is an earlier checkpoint, not this result" if target.is_file() else ""
         error_line(f"{self.work} finished {self.where()}, but its profile could not be written to {target}: "
                    f"{exc.strerror or exc}{left}")

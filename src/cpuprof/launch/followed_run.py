@@ -22,6 +22,7 @@ from .. import defaults
 from ..model import Profile, Requested, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..model.run_layout import PROCESSES_DIRNAME, process_dir, process_place, processes_dir
+from ..safe_text import say
 from . import follow_env
 from .child_run import CHECKPOINT_REASON, ChildRun, program_context, remove_perf_map
 from .environment import OWNED_VARS
@@ -165,7 +166,7 @@ class FollowedRun(ChildRun):
         follow_forks(self.config)
         threading.Thread(target=self._checkpoints, name="cpuprof-checkpoint", daemon=True).start()
         when = "every op from its import of torch" if plan.whole else plan.describe().removeprefix("profiling ")
-        print(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}", file=sys.stderr)
+        say(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}")
 
     def _at_multiprocessing_exit(self) -> None:
         """A process multiprocessing started ends with os._exit, after its own exit function

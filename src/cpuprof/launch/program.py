@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..machine.topology import read_topology
 from ..model.ranks import MultiRun
 from ..model.run_layout import window_dir
+from ..safe_text import say
 from . import environment, parent
 from .followed_run import end_followed
 from .options import ProfileOptions
@@ -188,8 +189,8 @@ class WindowSignals:
         if self.on_demand:
             write_control(self.root, self.control)
             self._previous = {sig: signal.signal(sig, self._on_signal) for sig in WINDOW_SIGNALS.values()}
-            print(f"cpuprof: the program runs unprofiled; open a window with: python -m cpuprof signal {os.getpid()} "
-                  "start (and close it with ... stop)", file=sys.stderr, flush=True)
+            say(f"cpuprof: the program runs unprofiled; open a window with: python -m cpuprof signal {os.getpid()} "
+                "start (and close it with ... stop)")
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -200,10 +201,10 @@ class WindowSignals:
         opening = signum == WINDOW_SIGNALS["start"]
         if opening == self.control.open:
             state = "open" if opening else "closed"
-            print(f"cpuprof: window {self.control.window} is already {state}", file=sys.stderr, flush=True)
+            say(f"cpuprof: window {self.control.window} is already {state}")
             return
         window = self.control.window + 1 if opening else self.control.window
         self.control = WindowControl(window=window, open=opening)
         write_control(self.root, self.control)
         what = "opening" if opening else "closing"
-        print(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})", file=sys.stderr, flush=True)
+        say(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})")

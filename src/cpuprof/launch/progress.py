@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from .. import defaults
+from ..safe_text import printable
 
 
 class Progress:
@@ -31,7 +32,7 @@ class Progress:
     def show(self, text: str, phase: str | None = None) -> None:
         """A status update; ``phase`` names the step it belongs to (a new phase always prints)."""
         if self.tty:
-            self.stream.write(f"\r\033[K{text}")
+            self.stream.write(f"\r\033[K{printable(text)}")
             self.stream.flush()
             return
         with self._lock:
@@ -45,7 +46,7 @@ class Progress:
         """Ends the current phase with a line that stays."""
         self._phase = None
         if self.tty:
-            self.stream.write(f"\r\033[K{text}\n" if text else "\r\033[K")
+            self.stream.write(f"\r\033[K{printable(text)}\n" if text else "\r\033[K")
             self.stream.flush()
         elif text:
             with self._lock:
@@ -54,7 +55,7 @@ class Progress:
 
     def _plain(self, text: str) -> None:
         self._last_plain = time.monotonic()
-        self.stream.write(f"cpuprof: {text}\n")
+        self.stream.write(f"cpuprof: {printable(text)}\n")
         self.stream.flush()
 
     @contextlib.contextmanager

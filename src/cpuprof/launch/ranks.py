@@ -28,6 +28,7 @@ from ..errors import ChildFailed, UsageError
 from ..machine.topology import read_topology
 from ..model import Topology, format_cpulist, run_layout
 from ..model.ranks import MultiRun, RankOutcome
+from ..safe_text import printable
 from . import environment, parent
 from .options import DecodeOptions, RankConfig
 
@@ -313,7 +314,7 @@ class LogRelay:
             if line.startswith("cpuprof: "):
                 line = line[len("cpuprof: "):]
             if line.strip():
-                sys.stderr.write(f"cpuprof: [{self.label}] {line}\n")
+                sys.stderr.write(printable(f"cpuprof: [{self.label}] {line}") + "\n")
         sys.stderr.flush()
 
 

@@ -310,7 +310,7 @@ _SAYING = threading.Lock()
 def say(line: str) -> None:
     """A line on stderr in one write: the heartbeat's thread and the sweep's own lines never interleave."""
     with _SAYING:
-        sys.stderr.write(line + "\n")
+        sys.stderr.write(printable(line) + "\n")
         sys.stderr.flush()
 
 

@@ -18,7 +18,6 @@ is measured in the process and said in its progress lines.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..model.run_layout import window_dir
+from ..safe_text import say
 
 CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
                         written_by="cpuprof run --on-demand")
@@ -170,4 +170,4 @@ class Windows:
 
 
 def _say(line: str) -> None:
-    print(f"cpuprof: process {os.getpid()}: {line}", file=sys.stderr, flush=True)
+    say(f"cpuprof: process {os.getpid()}: {line}")

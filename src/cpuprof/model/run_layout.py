@@ -14,11 +14,11 @@ A window holds what a whole run does (the program's profile and its processes/).
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..safe_text import say
 from .io import PROFILE_FILENAME, present
 from .profile import Profile
 
@@ -107,7 +107,7 @@ def load_processes(root: Where, warn: bool = True) -> list[ProcessProfile]:
             found.append(ProcessProfile(entry, Profile.load(entry), followed=True))
         except Exception as exc:
             if warn:
-                print(f"cpuprof: warning: process {entry.name}'s profile is left out: {exc}", file=sys.stderr)
+                say(f"cpuprof: warning: process {entry.name}'s profile is left out: {exc}")
     return found
 
 
