@@ -95,11 +95,11 @@ def empty_callbacks(needs_inputs: bool) -> Iterator[None]:
     from cpuprof import native
 
     nat = native.load()
-    nat.inject_empty_callbacks(True, needs_inputs)
+    nat.testing.inject_empty_callbacks(True, needs_inputs)
     try:
         yield
     finally:
-        nat.inject_empty_callbacks(False)
+        nat.testing.inject_empty_callbacks(False)
 
 
 def _cpuprof_defaults():  # noqa: ANN202
@@ -162,12 +162,12 @@ def context(name: str, args: argparse.Namespace, notes: list[str]) -> contextlib
         def run() -> Iterator[None]:
             try:
                 for hook, value in hooks.items():  # read when the session starts (the period too)
-                    getattr(native.load(), hook)(value)
+                    getattr(native.load().testing, hook)(value)
                 with prof:
                     yield
             finally:
                 for hook in hooks:
-                    getattr(native.load(), hook)(0)
+                    getattr(native.load().testing, hook)(0)
             p = prof.profile
             wall = max(1, p.collection.wall_ns)
             note = (f"hook {p.overhead.per_op_ns / 1e3:.2f} µs/op, {p.overhead.ops / max(1, args.new_tokens + 1):.0f} "

@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built-in llama-3.2-1b shapes, {args.layers} layers, bf16, {args.threads} threads, prompt 32, "
           f"{args.new_tokens} new tokens, exact mode, every carried clock checked")
     for run in range(args.runs):
-        nat.verify_saved_reads(True)
+        nat.testing.verify_saved_reads(True)
         try:
             with cpuprof.profile(mode="exact", warn=False) as prof:
                 run_decode(model, cfg, prompt_len=32, new_tokens=args.new_tokens)
-            s = nat.saved_read_stats()
+            s = nat.testing.saved_read_stats()
         finally:
-            nat.verify_saved_reads(False)
+            nat.testing.verify_saved_reads(False)
         ops = prof.profile.overhead.ops
         checked = s["carried"] - s["carried_unchecked"]
         print(f"  run {run + 1}: {ops:,} ops; {s['carried']:,} clocks carried ({s['carried'] / max(1, ops):.2f} per "

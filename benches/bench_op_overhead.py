@@ -229,8 +229,8 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
         elapsed = timed_loop(args.n, x)
     elif v.kind == "cpuprof":
         # python_stacks=False: py-spy samples from another process; it is not the per-op hook.
-        native.load().inject_read_sleeping_members(v.read_clocks == "all")
-        native.load().inject_read_running_members(v.read_clocks in ("running", "all"))
+        native.load().testing.inject_read_sleeping_members(v.read_clocks == "all")
+        native.load().testing.inject_read_running_members(v.read_clocks in ("running", "all"))
         try:
             with cpuprof.profile(args.events, mode=v.mode, record_shapes=v.record_shapes,
                                  sample_hz=args.sample_hz, python_stacks=False, warn=False) as prof:
@@ -240,8 +240,8 @@ def run_variant(v: Variant, args: argparse.Namespace, x: torch.Tensor, a: torch.
                     time.sleep(COLLECTOR_SETTLE_S)
                 elapsed = timed_loop(args.n, x)
         finally:
-            native.load().inject_read_sleeping_members(False)
-            native.load().inject_read_running_members(False)
+            native.load().testing.inject_read_sleeping_members(False)
+            native.load().testing.inject_read_running_members(False)
         p = prof.profile
         extra["hook_per_op"] = p.overhead.per_op_ns
         extra["ops_per_iter"] = p.overhead.ops / args.n

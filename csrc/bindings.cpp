@@ -1,5 +1,6 @@
-// The only file that knows about pybind11: typed views of the core's results, and its entry points
-// (python/python_stacks.cpp reads the interpreter's frames through CPython's own API).
+// The native module's API, and with testing/test_hooks.cpp (its test hooks, a submodule of their
+// own) the only files that know about pybind11: typed views of the core's results, and its entry
+// points (python/python_stacks.cpp reads the interpreter's frames through CPython's own API).
 // No accounting happens on this side; every class here mirrors a C++ struct field for field
 // (see cpuprof/_native.pyi).
 #include <pybind11/numpy.h>
@@ -15,9 +16,8 @@
 #include "core/session.h"
 #include "core/collection_loop.h"
 #include "common/limits.h"
+#include "limits_table.h"
 #include "perf/perf_events.h"
-#include "perf/sample_record.h"
-#include "perf/sample_ring.h"
 #include "python/python_callers.h"
 #include "python/python_read_pacer.h"
 #include "python/python_stacks.h"
@@ -25,6 +25,8 @@
 #include "sources/memory_hook.h"
 #include "sources/op_hook.h"
 #include "sources/regions.h"
+#include "testing/test_hooks.h"
+#include "unwind/unwinder.h"
 
 namespace py = pybind11;
 using namespace cpuprof;
@@ -116,39 +118,11 @@ py::array_t<uint64_t> counters(const SessionSnapshot& s, const std::vector<uint6
                       static_cast<py::ssize_t>(s.events.size())});
 }
 
+// Generated from limits.h with _build_info.py's dict (limits_table.h, CMakeLists.txt): a limit
+// added there is here without a line of this file.
 py::dict limits() {
   py::dict d;
-  d["kMaxEvents"] = kMaxEvents;
-  d["kMaxDepth"] = kMaxDepth;
-  d["kMaxDispatchThreads"] = kMaxDispatchThreads;
-  d["kDefaultMaxThreads"] = kDefaultMaxThreads;
-  d["kMaxThreadsLimit"] = kMaxThreadsLimit;
-  d["kDefaultOpCapacity"] = kDefaultOpCapacity;
-  d["kMinOpCapacity"] = kMinOpCapacity;
-  d["kMaxOpCapacity"] = kMaxOpCapacity;
-  d["kMaxOpCountersPerThread"] = kMaxOpCountersPerThread;
-  d["kMaxSpanCapacity"] = kMaxSpanCapacity;
-  d["kDefaultSampleHz"] = kDefaultSampleHz;
-  d["kMinSampleHz"] = kMinSampleHz;
-  d["kMaxSampleHz"] = kMaxSampleHz;
-  d["kDefaultStackBytes"] = kDefaultStackBytes;
-  d["kMaxStackBytes"] = kMaxStackBytes;
-  d["kDefaultRingPages"] = kDefaultRingPages;
-  d["kMinRingPages"] = static_cast<int>(kMinRingPages);
-  d["kOpEventCapacity"] = kOpEventCapacity;
-  d["kMaxStacks"] = kMaxStacks;
-  d["kMaxStackFrames"] = kMaxStackFrames;
-  d["kMaxStackCounts"] = kMaxStackCounts;
-  d["kDefaultTimelineSamples"] = kDefaultTimelineSamples;
-  d["kCollectIntervalUs"] = kCollectIntervalUs;
-  d["kJoinLagUs"] = kJoinLagUs;
-  d["kDiscoveryIntervalUs"] = kDiscoveryIntervalUs;
-  d["kJoinedWorkerCpuNs"] = kJoinedWorkerCpuNs;
-  d["kFdReserveMin"] = kFdReserveMin;
-  d["kFdReserveMax"] = kFdReserveMax;
-  d["kMaxKeyInputs"] = kMaxKeyInputs;
-  d["kMaxKeyDims"] = kMaxKeyDims;
-  d["kMaxOpNameBytes"] = kMaxOpNameBytes;
+  for (const LimitEntry& limit : kLimitTable) d[limit.name] = limit.value;
   return d;
 }
 
@@ -159,10 +133,23 @@ PYBIND11_MODULE(_native, m) {
   m.attr("built_torch_version") = CPUPROF_TORCH_VERSION;
   m.attr("limits") = limits();
 
-  // The counting mode crosses as an enum: a misspelt mode fails where Python names it.
-  py::enum_<CountingMode>(m, "CountingMode")
-      .value("exact", CountingMode::Exact)
-      .value("sampled", CountingMode::Sampled);
+  // Every kind crosses as an enum, bound from the list its C++ enum is made from
+  // (common/enum_list.h): a misspelt mode fails where Python names it, and a kind added in C++
+  // reaches Python without a line here (cpuprof/native.py names each as the profile saves it).
+#define CPUPROF_BIND_ENUM_VALUE(cpp_name, number, py_name) kinds.value(py_name, Kind::cpp_name);
+#define CPUPROF_BIND_ENUM(Type, LIST)        \
+  {                                          \
+    using Kind = Type;                       \
+    py::enum_<Kind> kinds(m, #Type);         \
+    LIST(CPUPROF_BIND_ENUM_VALUE)            \
+  }
+  CPUPROF_BIND_ENUM(CountingMode, CPUPROF_COUNTING_MODES)
+  CPUPROF_BIND_ENUM(EntryKind, CPUPROF_ENTRY_KINDS)
+  CPUPROF_BIND_ENUM(InputKind, CPUPROF_INPUT_KINDS)
+  CPUPROF_BIND_ENUM(EventKind, CPUPROF_EVENT_KINDS)
+  CPUPROF_BIND_ENUM(UnwindStop, CPUPROF_UNWIND_STOPS)
+#undef CPUPROF_BIND_ENUM
+#undef CPUPROF_BIND_ENUM_VALUE
 
   py::class_<DroppedEvent>(m, "DroppedEvent")
       .def_readonly("name", &DroppedEvent::name)
@@ -178,12 +165,13 @@ PYBIND11_MODULE(_native, m) {
                                return std::string(name ? name : "");
                              })
       .def_readonly("reason", &ProbeResult::reason)
-      .def_readonly("kind", &ProbeResult::kind)
+      .def_property_readonly("kind",  // None when the name is no event
+                             [](const ProbeResult& p) { return p.parsed ? py::cast(p.kind) : py::none(); })
       .def_readonly("user_only", &ProbeResult::user_only);
   py::class_<ParseResult>(m, "ParseResult")
       .def_readonly("ok", &ParseResult::ok)
       .def_readonly("error", &ParseResult::error)
-      .def_property_readonly("kind", [](const ParseResult& r) { return std::string(event_kind_name(r.spec.kind)); })
+      .def_property_readonly("kind", [](const ParseResult& r) { return r.spec.kind; })
       .def_property_readonly("type", [](const ParseResult& r) { return r.spec.type; })
       .def_property_readonly("config", [](const ParseResult& r) { return r.spec.config; })
       .def_property_readonly("config1", [](const ParseResult& r) { return r.spec.config1; })
@@ -253,7 +241,14 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("stacks_truncated", &SamplingSnapshot::stacks_truncated)
       .def_readonly("counts_dropped", &SamplingSnapshot::counts_dropped)
       .def_readonly("timeline_dropped", &SamplingSnapshot::timeline_dropped)
-      .def_readonly("unwind_stops", &SamplingSnapshot::unwind_stops)
+      .def_property_readonly("unwind_stops",  // {UnwindStop: samples}, every kind
+                             [](const SamplingSnapshot& s) {
+                               py::dict stops;
+                               for (size_t i = 0; i < s.unwind_stops.size(); ++i) {
+                                 stops[py::cast(static_cast<UnwindStop>(i))] = s.unwind_stops[i];
+                               }
+                               return stops;
+                             })
       .def_readonly("frames_by_frame_pointer", &SamplingSnapshot::frames_by_frame_pointer)
       .def_readonly("frames_by_scanning", &SamplingSnapshot::frames_by_scanning)
       .def_property_readonly("frames", [](const SamplingSnapshot& s) { return array(s.frames, {static_cast<py::ssize_t>(s.frames.size())}); })
@@ -341,99 +336,12 @@ PYBIND11_MODULE(_native, m) {
       "open_error_reason",
       [](int err, const std::string& name) { return open_error_reason(err, parse_event(name).spec); },
       py::arg("errno"), py::arg("name"));
-  m.def("inject_open_errno", &inject_open_errno, py::arg("errno"), py::arg("count") = -1,
-        "Test hook: the next `count` perf_event_open calls fail with `errno` (count < 0: all; errno 0 clears).");
-  m.def("inject_sampling_errno", &inject_sampling_errno, py::arg("errno"),
-        "Test hook: every open of a sampling event fails with `errno` (0 clears); counting still works.");
-  m.def("inject_ring_page_budget", &inject_ring_page_budget, py::arg("pages"),
-        "Test hook: sample rings of more than `pages` data pages fail to map with EPERM (0 clears).");
-  m.def("inject_no_context_switches", &inject_no_context_switches, py::arg("off"),
-        "Test hook: sampling events get no switch records, as on a kernel older than 4.3 (False restores).");
-  m.def("inject_collect_delay_us", &inject_collect_delay_us, py::arg("delay_us"),
-        "Test hook: every collector period but the final one takes this many microseconds longer (0 clears).");
-  m.def("inject_collect_spin_us", &inject_collect_spin_us, py::arg("spin_us"),
-        "Test hook: every collector period but the final one spends this many microseconds of CPU busy (0 clears).");
-  m.def("inject_collect_interval_us", &inject_collect_interval_us, py::arg("interval_us"),
-        "Test hook: the collector's period, in microseconds, for sessions started from now on (0: the default).");
-  m.def("collect_interval_us", &collect_interval_us, "The collector's period sessions started now use.");
-  m.def("inject_hook_spin_ns", &inject_hook_spin_ns, py::arg("ns"),
-        "Test hook: every op callback spends this many nanoseconds busy inside cpuprof's hook time (0 clears).");
-  m.def("inject_running_fraction", &inject_running_fraction, py::arg("fraction"),
-        "Test hook: report groups as running this fraction of their enabled time (0 clears).");
-  m.def("inject_eager_workers", &inject_eager_workers, py::arg("eager"),
-        "Test hook: sessions started from now on settle every OpenMP worker at every op boundary (False restores).");
-  m.def("inject_read_sleeping_members", &inject_read_sleeping_members, py::arg("on"),
-        "Test hook: exact-mode sessions started from now on read the clock of a team member asleep since its "
-        "last read at every op boundary (False restores).");
-  m.def("inject_read_running_members", &inject_read_running_members, py::arg("on"),
-        "Test hook: exact-mode sessions started from now on read the clock of a team member (the calling thread "
-        "included) on its CPU since its last read at every op boundary, instead of carrying it (False restores).");
-  m.def("inject_frozen_switch_positions", &inject_frozen_switch_positions, py::arg("on"),
-        "Test hook: every thread's switch ring says it is on its CPU with no record since (False restores).");
-  m.def("verify_saved_reads", &verify_saved_reads, py::arg("on"),
-        "Test hook: exact mode makes every clock read it saves anyway and compares (resets the counts).");
-  m.def(
-      "saved_read_stats",
-      []() {
-        const SavedReadStats s = saved_read_stats();
-        return py::dict(py::arg("parked") = s.parked, py::arg("moved_reads") = s.moved_reads,
-                        py::arg("moved_episodes") = s.moved_episodes, py::arg("max_moved_ns") = s.max_moved_ns,
-                        py::arg("carried") = s.carried, py::arg("carried_other") = s.carried_other,
-                        py::arg("carried_unchecked") = s.carried_unchecked, py::arg("carried_error_ns") = s.carried_error_ns,
-                        py::arg("max_carried_error_ns") = s.max_carried_error_ns,
-                        py::arg("carried_off") = s.carried_off);
-      },
-      "What verify_saved_reads counted: reads saved for members off their CPU (parked), those whose clock had "
-      "moved, their episodes (a member's reads at one switch position) and the largest movement one hid; reads "
-      "carried for members on their CPU (carried_other: of members other than the calling thread; carried_unchecked: "
-      "whose checking read was interrupted), and over the checked ones the total and largest difference from a read "
-      "at the same moment and how many differed by more than 2 us (carried_off).");
-  m.def("inject_thread_setup_failures", &inject_thread_setup_failures, py::arg("count"),
-        "Test hook: the next `count` dispatching threads' buffer allocations fail (0 clears).");
-  m.def(
-      "parse_sample_record",
-      [](py::bytes record) -> py::object {
-        const std::string bytes = record;
-        ParsedSample sample;
-        if (!parse_sample(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &sample)) return py::none();
-        py::list callchain;
-        for (uint64_t i = 0; i < sample.n_callchain; ++i) callchain.append(sample.chain(i));
-        py::list values;
-        for (uint64_t i = 0; i < sample.n_values; ++i) values.append(sample.value(i));
-        py::dict out;
-        out["ip"] = sample.ip;
-        out["pid"] = sample.pid;
-        out["tid"] = sample.tid;
-        out["time"] = sample.time;
-        out["values"] = values;
-        out["callchain"] = callchain;
-        out["has_user_regs"] = sample.has_user_regs;
-        out["stack_size"] = sample.stack_size;
-        return out;
-      },
-      py::arg("record"),
-      "Parses one PERF_RECORD_SAMPLE (header included) as the collector does: a dict, or None when malformed.");
-  m.def(
-      "scale_delta",
-      [](std::tuple<uint64_t, uint64_t, uint64_t> before, std::tuple<uint64_t, uint64_t, uint64_t> after) {
-        ScaledCount c = scale_delta({std::get<0>(before), std::get<1>(before), std::get<2>(before)},
-                                    {std::get<0>(after), std::get<1>(after), std::get<2>(after)});
-        return py::make_tuple(c.value, c.scaled, c.ran);
-      },
-      py::arg("before"), py::arg("after"),
-      "(raw, time_enabled, time_running) at two reads -> (scaled delta, scaled, ran)");
-  m.def(
-      "scale_count",
-      [](uint64_t raw, uint64_t enabled, uint64_t running) {
-        ScaledCount c = scale_count(raw, enabled, running);
-        return py::make_tuple(c.value, c.scaled, c.ran);
-      },
-      py::arg("raw"), py::arg("time_enabled"), py::arg("time_running"));
   m.def("start", &start_session, py::arg("events"), py::arg("mode"), py::arg("record_shapes"),
         py::arg("sample_hz"), py::arg("stack_bytes"), py::arg("timeline_samples"), py::arg("ring_pages"),
         py::arg("op_capacity"), py::arg("span_capacity"), py::arg("max_threads"), py::arg("sysfs_root") = "/sys",
         py::arg("own_threads") = std::vector<pid_t>{});
   m.def("stop", &stop_session);
+  m.def("collect_interval_us", &collect_interval_us, "The collector's period sessions started now use.");
   m.def("region_begin", &region_begin, py::arg("name"), py::arg("id"));
   m.def("region_end", &region_end, py::arg("id"));
   m.def("running", [] { return Session::instance().running(); });
@@ -457,12 +365,6 @@ PYBIND11_MODULE(_native, m) {
         "Records each op's Python caller from now on (python/python_callers.h); before the session starts.");
   m.def("stop_python_callers", &stop_python_callers, "Stops recording op callers; after the session stopped.");
   m.def("release_python_callers", &release_python_callers, "Frees the op callers' rings and table once drained.");
-  m.def("inject_empty_callbacks", &inject_empty_callbacks, py::arg("on"), py::arg("needs_inputs") = false,
-        "Test hook: RecordFunction callbacks that do nothing (inputs boxed if needs_inputs), for the dispatch floor.");
-  m.def("inject_no_memory_reports", &inject_no_memory_reports, py::arg("off"),
-        "Test hook: while on, torch's allocator is told nothing is profiled (no allocation reports).");
-  m.def("inject_no_python_callers", &inject_no_python_callers, py::arg("on"),
-        "Test hook: while on, start_python_callers records nothing (runs joined by the sampler's reads alone).");
   py::class_<PythonReadPacer>(m, "PythonReadPacer",
                               "When the in-process sampler reads: ticks the op callers cover are waited out "
                               "(python/python_read_pacer.h).")
@@ -482,8 +384,6 @@ PYBIND11_MODULE(_native, m) {
           "(tick ns, ticks covered, stopping): sleeps to the first tick the op callers do not cover, "
           "return_by_ns, a caller ring to drain, or stop().")
       .def("stop", &PythonReadPacer::stop, "Wakes a waiter; every later wait returns at once.");
-  m.def("inject_python_reads_every_tick", &inject_python_reads_every_tick, py::arg("on"),
-        "Test hook: while on, the read pacer covers no tick (a read every period, as before it).");
   m.def(
       "drain_python_callers",
       [] {
@@ -510,4 +410,6 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("kernel"), py::arg("array_bytes"), py::arg("threads"), py::arg("repetitions"),
       "Seconds of each pass of a STREAM-style 'copy' or 'triad' over arrays of array_bytes each.");
+
+  bind_test_hooks(m);  // apart from the API: cpuprof._native.testing (testing/test_hooks.cpp)
 }

@@ -31,6 +31,6 @@ def test_mypy():
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (pip install mypy)")
 def test_native_stub_matches_the_module():
     """_native.pyi is hand-written; stubtest compares it with the built extension, name by name."""
-    result = run("mypy.stubtest", "cpuprof._native", "cpuprof._test_utils",
+    result = run("mypy.stubtest", "cpuprof._native", "cpuprof._native_testing", "cpuprof._test_utils",
                  "--allowlist", str(ROOT / "tests/native/stubtest-allowlist.txt"))
     assert result.returncode == 0, result.stdout + result.stderr

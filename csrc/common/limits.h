@@ -1,9 +1,10 @@
 // Every default and limit of the core, in one place.
 //
-// Python never re-types these: the build reads this header (CMakeLists.txt extracts each
-// `constexpr ... kName = value;` line into cpuprof/_build_info.py, so the CLI can check options
-// without importing torch), and the extension exports the same values as `_native.limits`;
-// a test checks that the two agree. Keep one definition per line in that form.
+// Python never re-types these, and neither does any other file: at configure time one reader
+// (src/cpuprof/_limits_header.py) turns each `constexpr <type> kName = <digits>;` line into both
+// cpuprof/_build_info.py's LIMITS (so the CLI can check options without importing torch) and the
+// table `_native.limits` is built from (limits_table.h, whose static_asserts check the parse).
+// Adding a limit is one line here, in that form; a `constexpr` line in any other form fails the build.
 #pragma once
 
 #include <cstddef>
@@ -47,9 +48,15 @@ constexpr int kDefaultStackBytes = 8192;
 constexpr int kMaxStackBytes = 65528;
 // Ring buffer pages per thread (a power of two) when nothing sizes them; a session sizes them to
 // 2.5 collector periods of samples (profile._ring_pages). The smallest a ring is mapped at when
-// the locked-memory budget refuses a larger one: three samples with 8 KiB stacks.
+// the locked-memory budget refuses a larger one: three samples with 8 KiB stacks. No ring is asked
+// for or mapped that holds fewer than kMinRingSamples of the records the copied stack makes (one
+// smaller than a record takes no sample at all: a plain counter and the refusal named beat that).
 constexpr int kDefaultRingPages = 64;
 constexpr size_t kMinRingPages = 8;
+constexpr size_t kMinRingSamples = 2;
+// A sample record's bytes besides its copied stack, at most: header, ids, time, the kernel's call
+// chain (perf_event_max_stack, 127 entries by default), user registers, the stack's two sizes.
+constexpr size_t kSampleRecordBytesBesidesStack = 2048;
 // Op begins and ends a dispatching thread can have waiting for the collector: a period and the
 // join lag (60 ms at the default) at 2 million events a second, 3 MiB, touched only as it fills.
 constexpr int kOpEventCapacity = 131072;

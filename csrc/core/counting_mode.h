@@ -4,8 +4,13 @@
 
 #include <cstdint>
 
+#include "common/enum_list.h"
+
 namespace cpuprof {
 
-enum class CountingMode : uint8_t { Exact = 0, Sampled = 1 };
+#define CPUPROF_COUNTING_MODES(X) \
+  X(Exact, 0, "exact")            \
+  X(Sampled, 1, "sampled")
+enum class CountingMode : uint8_t { CPUPROF_COUNTING_MODES(CPUPROF_ENUM_VALUE) };
 
 }  // namespace cpuprof

@@ -16,24 +16,31 @@
 #include <mutex>
 #include <type_traits>
 
+#include "common/enum_list.h"
 #include "common/limits.h"
 
 namespace cpuprof {
 
-enum class EntryKind : uint8_t { Op = 0, Region = 1, Special = 2 };
+// Both cross to Python as enums (common/enum_list.h), named there as the profile names them.
+#define CPUPROF_ENTRY_KINDS(X) \
+  X(Op, 0, "op")               \
+  X(Region, 1, "region")       \
+  X(Special, 2, "special")
+enum class EntryKind : uint8_t { CPUPROF_ENTRY_KINDS(CPUPROF_ENUM_VALUE) };
 
-enum class InputKind : uint8_t {
-  Tensor = 1,
-  TensorList = 2,  // followed by `list_len` Tensor inputs, its items
-  None = 3,
-  Int = 4,
-  Float = 5,
-  Bool = 6,
-  IntList = 7,
-  Other = 8,
-  UnknownShape = 9,  // a tensor whose sizes cannot be read without calling out (nested, symbolic)
-  Undefined = 10,    // an undefined tensor
-};
+#define CPUPROF_INPUT_KINDS(X)                                                            \
+  X(Tensor, 1, "tensor")                                                                  \
+  X(TensorList, 2, "tensor_list") /* followed by `list_len` Tensor inputs, its items */   \
+  X(None, 3, "none")                                                                      \
+  X(Int, 4, "int")                                                                        \
+  X(Float, 5, "float")                                                                    \
+  X(Bool, 6, "bool")                                                                      \
+  X(IntList, 7, "int_list")                                                               \
+  X(Other, 8, "other")                                                                    \
+  /* a tensor whose sizes cannot be read without calling out (nested, symbolic) */        \
+  X(UnknownShape, 9, "unknown_shape")                                                     \
+  X(Undefined, 10, "undefined") /* an undefined tensor */
+enum class InputKind : uint8_t { CPUPROF_INPUT_KINDS(CPUPROF_ENUM_VALUE) };
 
 struct InputDesc {
   InputKind kind;

@@ -8,37 +8,12 @@ namespace cpuprof {
 
 namespace {
 
-const char* entry_kind_name(EntryKind kind) {
-  switch (kind) {
-    case EntryKind::Op: return "op";
-    case EntryKind::Region: return "region";
-    case EntryKind::Special: return "special";
-  }
-  return "special";
-}
-
-const char* input_kind_name(InputKind kind) {
-  switch (kind) {
-    case InputKind::Tensor: return "tensor";
-    case InputKind::TensorList: return "tensor_list";
-    case InputKind::None: return "none";
-    case InputKind::Int: return "int";
-    case InputKind::Float: return "float";
-    case InputKind::Bool: return "bool";
-    case InputKind::IntList: return "int_list";
-    case InputKind::Other: return "other";
-    case InputKind::UnknownShape: return "unknown_shape";
-    case InputKind::Undefined: return "undefined";
-  }
-  return "other";
-}
-
 std::vector<InputSnapshot> describe_inputs(const OpEntry& e) {
   std::vector<InputSnapshot> inputs;
   for (int i = 0; i < e.n_inputs && i < kMaxKeyInputs; ++i) {
     const InputDesc& d = e.inputs[i];
     InputSnapshot in;
-    in.kind = input_kind_name(d.kind);
+    in.kind = d.kind;
     in.dtype = std::string(d.dtype, strnlen(d.dtype, sizeof(d.dtype)));
     in.list_len = d.list_len;
     if (d.kind == InputKind::Tensor && d.dims_at + d.ndim <= kMaxKeyDims) {
@@ -57,7 +32,7 @@ SessionSnapshot Session::snapshot() {
   SessionSnapshot out;
   const int n_events = static_cast<int>(context_.events.size());
   for (const EventSpec& e : context_.events) {
-    out.events.push_back({e.name, event_kind_name(e.kind), e.exclude_kernel && !e.exclude_user});
+    out.events.push_back({e.name, e.kind, e.exclude_kernel && !e.exclude_user});
   }
   out.mode = config_.mode;
   out.record_shapes = config_.record_shapes;
@@ -158,7 +133,7 @@ SessionSnapshot Session::snapshot() {
     }
     EntrySnapshot item;
     item.index = static_cast<uint32_t>(i);
-    item.kind = entry_kind_name(e.kind);
+    item.kind = e.kind;
     item.name = std::string(e.name, strnlen(e.name, sizeof(e.name)));
     item.region = e.region;
     item.has_inputs = e.has_inputs;

@@ -12,17 +12,19 @@
 #include <vector>
 
 #include "core/counting_mode.h"
+#include "core/op_table.h"
+#include "perf/perf_events.h"
 
 namespace cpuprof {
 
 struct EventSnapshot {
   std::string name;
-  std::string kind;        // software, hardware, hardware-cache, raw, pmu, tracepoint
+  EventKind kind = EventKind::Software;
   bool user_only = false;  // kernel-mode counting was refused (perf_event_paranoid)
 };
 
 struct InputSnapshot {
-  std::string kind;   // tensor, tensor_list, none, int, float, bool, int_list, other, unknown_shape, undefined
+  InputKind kind = InputKind::Other;
   std::string dtype;  // tensors: "bf16", "f32", ...
   std::vector<int64_t> sizes, strides;
   int list_len = 0;   // tensor_list: how many of the following inputs are its items
@@ -30,7 +32,7 @@ struct InputSnapshot {
 
 struct EntrySnapshot {
   uint32_t index = 0;
-  std::string kind;  // op, region, special
+  EntryKind kind = EntryKind::Op;
   std::string name;
   uint32_t region = 0;  // index of the enclosing region's entry, 0 = none
   bool has_inputs = false;

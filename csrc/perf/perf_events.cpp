@@ -246,18 +246,6 @@ int seccomp_mode() {
 
 }  // namespace
 
-const char* event_kind_name(EventKind kind) {
-  switch (kind) {
-    case EventKind::Hardware: return "hardware";
-    case EventKind::HardwareCache: return "hardware-cache";
-    case EventKind::Software: return "software";
-    case EventKind::Raw: return "raw";
-    case EventKind::Pmu: return "pmu";
-    case EventKind::Tracepoint: return "tracepoint";
-  }
-  return "unknown";
-}
-
 std::vector<std::string> generic_event_names() {
   std::vector<std::string> names;
   for (const auto& e : kHardware) names.emplace_back(e.name);
@@ -498,10 +486,10 @@ ProbeResult probe_event(const std::string& name, const std::string& sysfs_root) 
   if (!parsed.ok) {
     probe.err = EINVAL;
     probe.reason = parsed.error;
-    probe.kind = "unknown";
     return probe;
   }
-  probe.kind = event_kind_name(parsed.spec.kind);
+  probe.parsed = true;
+  probe.kind = parsed.spec.kind;
   int fd = perf_open(parsed.spec, 0, -1, 0, &probe.user_only);
   if (fd < 0) {
     probe.err = -fd;

@@ -12,11 +12,19 @@
 #include <string>
 #include <vector>
 
+#include "common/enum_list.h"
+
 namespace cpuprof {
 
-enum class EventKind : uint8_t { Hardware, HardwareCache, Software, Raw, Pmu, Tracepoint };
-
-const char* event_kind_name(EventKind kind);
+// Crosses to Python as an enum (common/enum_list.h), named there as the profile names it.
+#define CPUPROF_EVENT_KINDS(X)              \
+  X(Hardware, 0, "hardware")                \
+  X(HardwareCache, 1, "hardware_cache")     \
+  X(Software, 2, "software")                \
+  X(Raw, 3, "raw")                          \
+  X(Pmu, 4, "pmu")                          \
+  X(Tracepoint, 5, "tracepoint")
+enum class EventKind : uint8_t { CPUPROF_EVENT_KINDS(CPUPROF_ENUM_VALUE) };
 
 struct EventSpec {
   std::string name;  // as the user wrote it, e.g. "cycles:u" or "sched:sched_switch"
@@ -82,7 +90,8 @@ struct ProbeResult {
   bool ok = false;
   int err = 0;
   std::string reason;  // empty when ok
-  std::string kind;
+  bool parsed = false;  // the name is an event: `kind` says which
+  EventKind kind = EventKind::Software;
   bool user_only = false;  // counted in user mode only: kernel-mode counting was refused
 };
 

@@ -1,5 +1,7 @@
 #include "perf/sample_ring.h"
 
+#include "common/limits.h"
+
 #include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,6 +20,14 @@ void inject_ring_page_budget(size_t pages) { g_injected_page_budget.store(pages)
 size_t SampleRing::pages_for(size_t data_pages) {
   size_t pages = 1;
   while (pages * 2 <= data_pages) pages *= 2;
+  return pages;
+}
+
+size_t SampleRing::min_pages(size_t stack_bytes) {
+  const size_t page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t needed = kMinRingSamples * (stack_bytes + kSampleRecordBytesBesidesStack);
+  size_t pages = 1;
+  while (pages * page_size < needed) pages *= 2;
   return pages;
 }
 

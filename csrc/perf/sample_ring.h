@@ -30,6 +30,9 @@ class SampleRing {
   int map(int fd, size_t data_pages);
   // The data pages map() maps for `data_pages`: the power of two at or below it (at least one).
   static size_t pages_for(size_t data_pages);
+  // The fewest data pages (a power of two) that hold kMinRingSamples samples copying
+  // `stack_bytes` of user stack: a ring is never mapped smaller.
+  static size_t min_pages(size_t stack_bytes);
   void unmap();
   bool mapped() const { return base_ != nullptr; }
   size_t bytes() const { return mapped_bytes_; }

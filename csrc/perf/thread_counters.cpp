@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -93,10 +94,13 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
       // Past the user's locked-memory budget (perf_event_mlock_kb per CPU, then RLIMIT_MEMLOCK)
       // a smaller ring still samples. Below a collector period of samples it overflows at every
       // pass while its thread is busy; what it drops is counted as lost, which beats no samples.
-      ring_pages_asked_ = SampleRing::pages_for(sampling->ring_pages);
-      int err = ring_.map(fd, sampling->ring_pages);
-      for (size_t pages = sampling->ring_pages / 2; (err == EPERM || err == ENOMEM) && pages >= kMinRingPages;
-           pages /= 2) {
+      // A ring that cannot hold two samples takes (nearly) none: never asked or shrunk below that.
+      const size_t holds_two = SampleRing::min_pages(sampling->stack_bytes);
+      const size_t asked = SampleRing::pages_for(std::max(sampling->ring_pages, holds_two));
+      const size_t smallest = std::max(kMinRingPages, holds_two);
+      ring_pages_asked_ = asked;
+      int err = ring_.map(fd, asked);
+      for (size_t pages = asked / 2; (err == EPERM || err == ENOMEM) && pages >= smallest; pages /= 2) {
         err = ring_.map(fd, pages);
       }
       if (err != 0) {

@@ -13,22 +13,28 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/enum_list.h"
 #include "unwind/frame_tables.h"
 
 namespace cpuprof {
 
 constexpr int kMaxUnwindFrames = 128;
 
-enum class UnwindStop : uint8_t {
-  Outermost = 0,       // the whole stack: thread start or main
-  StackCopyEnd = 1,    // the copied stack ended before the outermost frame
-  NoUnwindInfo = 2,    // a frame without CFI and without a usable frame pointer (JIT code, ...)
-  BadFrame = 3,        // an implausible step (a stack pointer that does not grow, address 0)
-  DepthLimit = 4,
-  NoUserStack = 5,     // the sample has no user registers (a kernel thread, or not recorded)
-  Interpreter = 6,     // reached the Python interpreter: rootward is its recursion, py-spy's to read
-};
-constexpr int kUnwindStopKinds = 7;
+// Why a walk stopped; crosses to Python as an enum (common/enum_list.h), the counts keyed by it.
+#define CPUPROF_UNWIND_STOPS(X)                                                                        \
+  X(Outermost, 0, "outermost")             /* the whole stack: thread start or main */                 \
+  X(StackCopyEnd, 1, "stack_copy_end")     /* the copied stack ended before the outermost frame */     \
+  /* a frame without CFI and without a usable frame pointer (JIT code, ...) */                         \
+  X(NoUnwindInfo, 2, "no_unwind_info")                                                                 \
+  /* an implausible step (a stack pointer that does not grow, address 0) */                            \
+  X(BadFrame, 3, "bad_frame")                                                                          \
+  X(DepthLimit, 4, "depth_limit")                                                                      \
+  /* the sample has no user registers (a kernel thread, or not recorded) */                            \
+  X(NoUserStack, 5, "no_user_stack")                                                                   \
+  /* reached the Python interpreter: rootward is its recursion, py-spy's to read */                    \
+  X(Interpreter, 6, "interpreter")
+enum class UnwindStop : uint8_t { CPUPROF_UNWIND_STOPS(CPUPROF_ENUM_VALUE) };
+constexpr int kUnwindStopKinds = 0 CPUPROF_UNWIND_STOPS(CPUPROF_ENUM_COUNT);
 
 struct UserRegs {
   uint64_t ip = 0, sp = 0, bp = 0;

@@ -13,8 +13,16 @@ import functools
 import importlib.util
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from .errors import NativeModuleError
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from ._native import CountingMode, EntryKind, EventKind, InputKind, UnwindStop
+
+    NativeKind: TypeAlias = CountingMode | EntryKind | InputKind | EventKind | UnwindStop
 
 REBUILD_HINT = "rebuild it with: pip install --no-build-isolation --force-reinstall --no-deps ."
 #: The torch cpuprof is built and tested against (README's install commands pin the same).
@@ -26,6 +34,30 @@ class NativeUnavailable(NativeModuleError):
     (no torch, or no native module): exit code 2, as for bad input."""
 
     exit_code = 2
+
+
+#: What each kind the core hands out is called in the profile model and its saved files, by enum
+#: and member (csrc/common/enum_list.h binds every C++ value; the member names are C++'s, these the
+#: model's, frozen so old profiles still load). Converted where a snapshot becomes a Profile
+#: (collect/build.py), never in the model or the analyses; a test fails for a member missing here.
+KIND_NAMES: dict[str, dict[str, str]] = {
+    "CountingMode": {"exact": "exact", "sampled": "sampled"},
+    "EntryKind": {"op": "op", "region": "region", "special": "special"},
+    "InputKind": {"tensor": "tensor", "tensor_list": "tensor_list", "none": "none", "int": "int", "float": "float",
+                  "bool": "bool", "int_list": "int_list", "other": "other", "unknown_shape": "unknown_shape",
+                  "undefined": "undefined"},
+    "EventKind": {"hardware": "hardware", "hardware_cache": "hardware-cache", "software": "software", "raw": "raw",
+                  "pmu": "pmu", "tracepoint": "tracepoint"},
+    "UnwindStop": {"outermost": "outermost frame", "stack_copy_end": "end of the copied stack",
+                   "no_unwind_info": "no unwind information", "bad_frame": "implausible frame",
+                   "depth_limit": "depth limit", "no_user_stack": "no user registers",
+                   "interpreter": "Python interpreter"},
+}
+
+
+def kind_name(kind: NativeKind) -> str:
+    """The profile model's name for one of the core's enum values (:data:`KIND_NAMES`)."""
+    return KIND_NAMES[type(kind).__name__][kind.name]
 
 
 def check_torch_version(built: str, installed: str) -> None:

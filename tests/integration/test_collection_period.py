@@ -19,14 +19,14 @@ HZ = 1000
 
 
 def spin_profile(interval_us: int) -> tuple[cpuprof.Profile, float]:
-    nat.inject_collect_interval_us(interval_us)
+    nat.testing.inject_collect_interval_us(interval_us)
     try:
         with cpuprof.profile("software", sample_hz=HZ, warn=False) as prof:
             start = time.perf_counter()
             _test_utils.spin_for_ns(int(SPIN_S * 1e9))
             wall = time.perf_counter() - start
     finally:
-        nat.inject_collect_interval_us(0)
+        nat.testing.inject_collect_interval_us(0)
     assert prof.profile is not None
     return prof.profile, wall
 

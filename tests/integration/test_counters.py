@@ -37,8 +37,8 @@ def own_slot(profile: cpuprof.Profile) -> int:
 @pytest.fixture(autouse=True)
 def clean_injection():
     yield
-    nat.inject_open_errno(0, 0)
-    nat.inject_running_fraction(0.0)
+    nat.testing.inject_open_errno(0, 0)
+    nat.testing.inject_running_fraction(0.0)
 
 
 def test_task_clock_of_busy_loop_matches_cpu_time():
@@ -219,7 +219,7 @@ def test_hardware_cycles_counted_when_pmu_present():
     (errno.EBUSY, "busy"),
 ])
 def test_errno_mapping_by_fault_injection(err, words):
-    nat.inject_open_errno(err, 1)
+    nat.testing.inject_open_errno(err, 1)
     probe = nat.probe_event("task-clock")
     assert not probe.ok
     assert probe.errno == err
@@ -249,10 +249,10 @@ def test_real_fd_limit_gives_the_fd_reason():
 
 
 def test_all_events_failing_degrades_with_warnings(capsys):
-    nat.inject_open_errno(errno.EACCES, -1)
+    nat.testing.inject_open_errno(errno.EACCES, -1)
     with cpuprof.profile(SOFTWARE) as prof:
         torch.ones(4) + 1
-    nat.inject_open_errno(0, 0)
+    nat.testing.inject_open_errno(0, 0)
     err = capsys.readouterr().err
     assert "perf_event_paranoid" in err and err.count("\n") == 1  # one warning line for all four
     assert prof.profile.collection.events == []
@@ -260,16 +260,16 @@ def test_all_events_failing_degrades_with_warnings(capsys):
 
 
 def test_multiplexed_counts_are_scaled_and_marked():
-    assert nat.scale_count(1000, 200, 100) == (2000.0, True, True)
-    assert nat.scale_count(1000, 100, 100) == (1000.0, False, True)
-    assert nat.scale_count(1000, 100, 0) == (0.0, False, False)
+    assert nat.testing.scale_count(1000, 200, 100) == (2000.0, True, True)
+    assert nat.testing.scale_count(1000, 100, 100) == (1000.0, False, True)
+    assert nat.testing.scale_count(1000, 100, 0) == (0.0, False, False)
     # Deltas are scaled by the interval's own enabled/running times, as perf stat -I does. Here
     # the group ran all of the first 100 ns and half of the next 200: 500 raw counts in the
     # second interval are 1000. The difference of cumulative scaled counts would say 1250.
-    assert nat.scale_delta((0, 0, 0), (1000, 100, 100)) == (1000.0, False, True)
-    assert nat.scale_delta((1000, 100, 100), (1500, 300, 200)) == (1000.0, True, True)
-    assert nat.scale_delta((1000, 100, 100), (1000, 200, 100)) == (0.0, False, False)  # never ran: unknown
-    nat.inject_running_fraction(0.5)
+    assert nat.testing.scale_delta((0, 0, 0), (1000, 100, 100)) == (1000.0, False, True)
+    assert nat.testing.scale_delta((1000, 100, 100), (1500, 300, 200)) == (1000.0, True, True)
+    assert nat.testing.scale_delta((1000, 100, 100), (1000, 200, 100)) == (0.0, False, False)  # never ran: unknown
+    nat.testing.inject_running_fraction(0.5)
     with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
         with cpuprof.region("spin"):
             before = time.thread_time_ns()
@@ -509,7 +509,7 @@ def exact_ops_beside_a_helper(events: list[str], work: Callable[[], None]):
         helper_cpu.append(time.monotonic_ns() - began)
         done.set()
 
-    nat.verify_saved_reads(True)
+    nat.testing.verify_saved_reads(True)
     try:
         with cpuprof.profile(events, mode="exact", warn=False) as prof:
             thread = threading.Thread(target=helper)
@@ -523,9 +523,9 @@ def exact_ops_beside_a_helper(events: list[str], work: Callable[[], None]):
                     torch.add(a, a)
                 ops += 200
             thread.join()
-        stats = nat.saved_read_stats()
+        stats = nat.testing.saved_read_stats()
     finally:
-        nat.verify_saved_reads(False)
+        nat.testing.verify_saved_reads(False)
         torch.set_num_threads(previous)
     assert helper_cpu
     p = prof.profile
@@ -597,12 +597,12 @@ def test_exact_mode_does_not_carry_a_clock_that_stopped_keeping_pace_with_the_wa
             workloads.spin_for_ns(1_000_000)
             time.sleep(0.005)
 
-    nat.inject_frozen_switch_positions(True)
+    nat.testing.inject_frozen_switch_positions(True)
     try:
         # Asserts that the ops were charged no more of the helper's CPU than it had.
         _, stats, ops, helper_cpu, helper_wall = exact_ops_beside_a_helper(SOFTWARE, work)
     finally:
-        nat.inject_frozen_switch_positions(False)
+        nat.testing.inject_frozen_switch_positions(False)
     assert helper_cpu < 0.5 * helper_wall  # asleep most of the time
     assert stats["parked"] == 0, stats  # no switch out was seen
     # Carried while it spun, and wrongly only in the last window before each sleep (a few per
@@ -618,7 +618,7 @@ def test_exact_mode_cpu_of_a_loop_of_tiny_ops_is_the_threads_cpu_less_the_hooks(
     tens of thousands of ops of a microsecond, its CPU time is the thread's own (Python's
     thread_time) less the time spent inside cpuprof's callbacks, which exact mode takes out."""
     a = torch.ones(4)
-    nat.inject_read_running_members(not carry)
+    nat.testing.inject_read_running_members(not carry)
     try:
         steal_before = steal_ns()
         with cpuprof.profile(SOFTWARE, mode="exact", warn=False) as prof:
@@ -629,7 +629,7 @@ def test_exact_mode_cpu_of_a_loop_of_tiny_ops_is_the_threads_cpu_less_the_hooks(
                 loop_cpu, loop_wall = time.thread_time_ns() - before, time.monotonic_ns() - began
         stolen = steal_ns() - steal_before
     finally:
-        nat.inject_read_running_members(False)
+        nat.testing.inject_read_running_members(False)
     p = prof.profile
     slot = own_slot(p)
     # The thread's time off its CPU while it should have run: waiting for one (schedstat's run

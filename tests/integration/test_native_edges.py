@@ -31,14 +31,14 @@ def test_failed_allocation_on_a_threads_first_op_leaves_the_session_consistent(m
             for _ in range(4):
                 torch.mm(x, x)
 
-    _native.inject_thread_setup_failures(1)
+    _native.testing.inject_thread_setup_failures(1)
     try:
         with cpuprof.profile(SOFTWARE, mode=mode) as prof:
             thread = threading.Thread(target=work)
             thread.start()
             thread.join()
     finally:
-        _native.inject_thread_setup_failures(0)
+        _native.testing.inject_thread_setup_failures(0)
     snap = _native.snapshot()
     assert snap.thread_setup_failures == 1
     # The op that found no op stack and the ops inside it (aten::mm runs aten::resolve_conj),
@@ -74,20 +74,20 @@ def _sample_record(values: list[int], chain: list[int], stack: bytes = b"", n_va
 
 def test_malformed_sample_records_never_parse():
     good = _sample_record([7, 8], [0xFFFFFFFFFFFFFE00, 0x401000, 0x401100], stack=bytes(64))
-    parsed = _native.parse_sample_record(good)
+    parsed = _native.testing.parse_sample_record(good)
     assert parsed is not None
     assert parsed["values"] == [7, 8] and parsed["callchain"][1:] == [0x401000, 0x401100]
     assert parsed["tid"] == 4242 and parsed["stack_size"] == 64
     # 8 * n wraps to 0 for n = 2^61: the chain was taken as empty-sized and read far past the record.
     for n in (2**61, 2**61 + 1, 2**63, 2**64 - 1, 4):
-        assert _native.parse_sample_record(_sample_record([7], [1, 2, 3], n_chain=n)) is None, n
+        assert _native.testing.parse_sample_record(_sample_record([7], [1, 2, 3], n_chain=n)) is None, n
     for n in (2**61, 2**64 - 1, 3):
-        assert _native.parse_sample_record(_sample_record([7, 8], [1], n_values=n)) is None, n
-    assert _native.parse_sample_record(_sample_record([7], [1], stack=bytes(16), stack_size=2**64 - 8)) is None
-    assert _native.parse_sample_record(_sample_record([7], [1], stack=bytes(16), stack_size=24)) is None
+        assert _native.testing.parse_sample_record(_sample_record([7, 8], [1], n_values=n)) is None, n
+    assert _native.testing.parse_sample_record(_sample_record([7], [1], stack=bytes(16), stack_size=2**64 - 8)) is None
+    assert _native.testing.parse_sample_record(_sample_record([7], [1], stack=bytes(16), stack_size=24)) is None
     # Every truncation of a good record, and records shorter than their header.
     for cut in range(len(good)):
-        assert _native.parse_sample_record(good[:cut]) is None, cut
+        assert _native.testing.parse_sample_record(good[:cut]) is None, cut
 
 
 def test_op_counters_beyond_the_per_thread_bound_are_refused_before_start():

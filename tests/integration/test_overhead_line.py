@@ -31,8 +31,8 @@ OPS = 1500
 @pytest.fixture(autouse=True)
 def clean_injection():
     yield
-    nat.inject_hook_spin_ns(0)
-    nat.inject_collect_spin_us(0)
+    nat.testing.inject_hook_spin_ns(0)
+    nat.testing.inject_collect_spin_us(0)
 
 
 def overhead_line(profile: cpuprof.Profile) -> str:
@@ -48,14 +48,14 @@ def timed_loop(mode: str, spin_ns: int) -> tuple[cpuprof.Profile, float]:
     """A profile of OPS additions and the loop's wall time, with `spin_ns` added to every callback."""
     x = torch.ones(4)
     with cpuprof.profile("task-clock", mode=mode, warn=False) as prof:
-        nat.inject_hook_spin_ns(spin_ns)
+        nat.testing.inject_hook_spin_ns(spin_ns)
         try:
             start = time.perf_counter()
             for _ in range(OPS):
                 torch.add(x, x)
             wall = time.perf_counter() - start
         finally:
-            nat.inject_hook_spin_ns(0)
+            nat.testing.inject_hook_spin_ns(0)
     assert prof.profile is not None
     return prof.profile, wall
 
@@ -102,13 +102,13 @@ def test_the_collectors_cpu_is_the_kernels_account_of_it():
     period_s = nat.collect_interval_us() / 1e6
     spin_us = int(period_s * 1e5)  # a tenth of each period spun: about 10% of a CPU
     with cpuprof.profile("task-clock", warn=False) as prof:
-        nat.inject_collect_spin_us(spin_us)
+        nat.testing.inject_collect_spin_us(spin_us)
         x = torch.ones(4)
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             torch.add(x, x)
             time.sleep(0.001)
-        nat.inject_collect_spin_us(0)
+        nat.testing.inject_collect_spin_us(0)
         time.sleep(3 * period_s)  # a few periods without the spin, so the figure read at the last one is settled
         kernel_ns = thread_run_ns()
     profile = prof.profile

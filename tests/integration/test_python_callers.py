@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent("""
     from cpuprof import native
 
     # off: the op hook records no callers, and the stacks are joined by time alone
-    native.load().inject_no_python_callers(sys.argv[2] == "off")
+    native.load().testing.inject_no_python_callers(sys.argv[2] == "off")
     torch.set_num_threads(1)
     a, b = torch.randn(96, 96), torch.randn(160, 160)
 

@@ -200,12 +200,12 @@ def paced_profile(every_tick: bool, work) -> tuple:  # noqa: ANN001
     nat = native.load()
     if not nat.python_callers_supported():
         pytest.skip(f"no op callers for Python {sys.version.split()[0]} (3.11 to 3.13 record them): no pacer")
-    nat.inject_python_reads_every_tick(every_tick)
+    nat.testing.inject_python_reads_every_tick(every_tick)
     try:
         with cpuprof.profile("task-clock", python_stacks=True, python_hz=HZ, warn=False) as prof:
             work()
     finally:
-        nat.inject_python_reads_every_tick(False)
+        nat.testing.inject_python_reads_every_tick(False)
     py = prof.profile.sampling.python
     assert py is not None and py.error is None, py
     return py, prof.profile.collection.wall_ns * HZ / 1e9

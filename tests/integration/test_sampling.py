@@ -325,11 +325,14 @@ SAMPLING_FAULTS = textwrap.dedent("""
     fault = sys.argv[1]
     torch.set_num_threads(1)
     if fault == "refused":
-        _native.inject_sampling_errno(13)  # EACCES, as a paranoid level or seccomp filter gives
+        _native.testing.inject_sampling_errno(13)  # EACCES, as a paranoid level or seccomp filter gives
         prof = cpuprof.profile("software")
     elif fault.startswith("budget="):  # the locked-memory budget refuses rings above this many pages
-        _native.inject_ring_page_budget(int(fault.partition("=")[2]))
+        _native.testing.inject_ring_page_budget(int(fault.partition("=")[2]))
         prof = cpuprof.profile("software")
+    elif fault.startswith("largest-stacks-budget="):  # the same, with samples of 64 KiB of stack each
+        _native.testing.inject_ring_page_budget(int(fault.partition("=")[2]))
+        prof = cpuprof.profile("software", stack_bytes=65528)
     else:  # a ring far too small for the rate: the kernel drops samples and says how many
         prof = cpuprof.profile("software", sample_hz=20000, stack_bytes=0)
         prof._ring_pages = lambda _interval_us: 1
@@ -410,6 +413,26 @@ def test_a_ring_over_the_locked_memory_budget_is_mapped_smaller_and_still_sample
     assert f"T0 {budget} of {me.sample_ring_pages_asked} pages" in " ".join(result.stdout.split()), result.stdout
 
 
+@pytest.mark.parametrize("budget", [8, 64])
+def test_a_ring_too_small_for_two_of_its_samples_is_not_mapped(tmp_path: Path, budget: int):
+    """Samples of 64 KiB of stack are 66 KiB records: 8 pages (32 KiB, the smallest ring for the
+    default 8 KiB stacks) cannot hold one, so a budget of 8 pages leaves the thread unsampled and
+    says so (a ring that took no sample at all would pass for a sampled thread with nothing to
+    show); 64 pages hold two and sample, losing what a pass does not drain, counted."""
+    from cpuprof.model import Profile
+
+    result = subprocess.run([sys.executable, "-c", SAMPLING_FAULTS, f"largest-stacks-budget={budget}", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    me = Profile.load(tmp_path).threads[0]
+    if budget == 8:
+        assert me.sampling_error is not None and me.sample_ring_pages == 0, me
+        assert "not sampled: EPERM" in result.stderr, result.stderr
+    else:
+        assert me.sampling_error is None and me.sample_ring_pages == budget < me.sample_ring_pages_asked, me
+        assert me.samples > 0, me
+
+
 # libgomp's default team keeps its workers spinning between parallel regions (OMP_WAIT_POLICY
 # active makes that certain): through a 1 ms serial op the worker spins, and a microsecond op
 # between two GEMMs is too short for most samples to land in. CPU is charged by the intervals the
@@ -432,7 +455,7 @@ SPINNING_TEAM = textwrap.dedent("""
     for _ in range(5):
         a @ b
     variant = sys.argv[2]
-    _native.inject_eager_workers(variant == "eager")
+    _native.testing.inject_eager_workers(variant == "eager")
     helper = threading.Thread(target=lambda: [torch.zeros(4).mul_(2) for _ in range(50)], name="helper")
     with cpuprof.profile("software", mode=sys.argv[1], warn=False) as prof:
         cpu, wall = time.process_time_ns(), time.perf_counter_ns()
@@ -504,7 +527,7 @@ THREAD_ENDS = textwrap.dedent("""
     from cpuprof import _native, _test_utils
 
     if sys.argv[1] == "no-switch-records":
-        _native.inject_no_context_switches(True)
+        _native.testing.inject_no_context_switches(True)
     torch.set_num_threads(1)
     a = torch.randn(256, 256)
     spent = {}

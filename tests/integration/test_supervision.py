@@ -80,3 +80,52 @@ def test_an_error_in_the_block_leaves_no_child_running():
             raise RuntimeError("rank 1 could not start")
     (child,) = group.children
     assert child.returncode in (-signal.SIGINT, 1)  # interrupted, not left behind
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_the_launchers_death_ends_its_program_and_followed_processes_which_save_their_profiles(tmp_path, signum):
+    """`kill -9` of `cpuprof run` once left the program and its followed processes running under
+    init, unprofiled and unsupervised: both end within seconds, whatever ended the launcher."""
+    from cpuprof.model import Profile
+    from cpuprof.model.run_layout import processes_dir
+
+    loop = "import torch, time\nwhile True:\n    torch.mm(torch.ones(8, 8), torch.ones(8, 8)); time.sleep(0.01)\n"
+    (tmp_path / "child.py").write_text(loop)
+    (tmp_path / "main.py").write_text(f"import subprocess, sys\nsubprocess.Popen([sys.executable, "
+                                      f"{str(tmp_path / 'child.py')!r}])\n" + loop)
+    out = tmp_path / "out"
+    launcher = subprocess.Popen([sys.executable, "-m", "cpuprof", "run", "--out", str(out), "--", "python",
+                                 str(tmp_path / "main.py")], stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    program: list[int] = []
+    followed = 0
+    try:
+        assert launcher.stderr is not None
+        for line in launcher.stderr:  # the followed child has started its profile
+            if "following process" in line:
+                break
+        program = [int(p) for p in subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+        (followed,) = [int(p.name) for p in processes_dir(out).iterdir()]
+        assert program and all(_alive(p) for p in (*program, followed))
+        os.kill(launcher.pid, signum)
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in (*program, followed)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in (*program, followed))
+        assert Profile.load(out).profiled and Profile.load(processes_dir(out) / str(followed)).profiled
+    finally:  # nothing left behind, whatever failed above
+        if launcher.poll() is None:
+            launcher.kill()
+        for pid in (*program, followed):
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGKILL)

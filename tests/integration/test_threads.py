@@ -94,11 +94,11 @@ torch.set_num_threads(2)
 x = torch.ones(20_000_000)
 for _ in range(5):
     x.exp_()  # each worker has well over a millisecond of CPU before profiling starts
-native.load().inject_collect_delay_us(2_000_000)
+native.load().testing.inject_collect_delay_us(2_000_000)
 with cpuprof.profile(["task-clock"], warn=False) as prof:
     for _ in range(10):
         x.exp_()
-native.load().inject_collect_delay_us(0)
+native.load().testing.inject_collect_delay_us(0)
 p = prof.profile
 print(json.dumps({
     "workers": [t.cpu_ns or 0 for t in p.threads if t.role == "worker"],

@@ -28,6 +28,7 @@ from ..model import (
     Status,
     ThreadStat,
 )
+from ..native import kind_name
 
 
 def _inputs(snapshot_inputs: list[Any]) -> list[OpInput]:
@@ -37,7 +38,7 @@ def _inputs(snapshot_inputs: list[Any]) -> list[OpInput]:
     while i < len(snapshot_inputs):
         item = snapshot_inputs[i]
         i += 1
-        if item.kind == "tensor_list":
+        if kind_name(item.kind) == "tensor_list":
             items = [_single(x) for x in snapshot_inputs[i:i + item.list_len]]
             i += item.list_len
             out.append(OpInput(kind="tensor_list", items=items))
@@ -47,15 +48,12 @@ def _inputs(snapshot_inputs: list[Any]) -> list[OpInput]:
 
 
 def _single(item: Any) -> OpInput:
-    if item.kind == "tensor":
-        return OpInput(kind="tensor", dtype=item.dtype, sizes=list(item.sizes), strides=list(item.strides))
-    if item.kind == "unknown_shape":
-        return OpInput(kind="unknown_shape", dtype=item.dtype)
-    return OpInput(kind=item.kind)
-
-
-_UNWIND_STOPS = ("outermost frame", "end of the copied stack", "no unwind information", "implausible frame",
-                 "depth limit", "no user registers", "Python interpreter")
+    kind = kind_name(item.kind)
+    if kind == "tensor":
+        return OpInput(kind=kind, dtype=item.dtype, sizes=list(item.sizes), strides=list(item.strides))
+    if kind == "unknown_shape":
+        return OpInput(kind=kind, dtype=item.dtype)
+    return OpInput(kind=kind)
 
 
 def _errno_text(err: int, perm_hint: str) -> str:
@@ -148,7 +146,7 @@ def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int],
             cpu_us=[int(sp.timeline_cpu_us[i]) for i in keep], path=[int(sp.timeline_path[i]) for i in keep])
     sampling = Sampling(
         hz=sp.sample_hz, stack_bytes=sp.stack_bytes, samples=sp.samples, lost=sp.samples_lost,
-        unwind={name: int(n) for name, n in zip(_UNWIND_STOPS, sp.unwind_stops, strict=False) if n},
+        unwind={kind_name(stop): int(n) for stop, n in sp.unwind_stops.items() if n},
         frames_by_frame_pointer=sp.frames_by_frame_pointer, frames_by_scanning=sp.frames_by_scanning,
         ambiguous_workers=sp.ambiguous_workers, late_op_events=sp.late_op_events,
         switch_records=sp.switch_records, cpu_by_interval_ns=sp.cpu_by_interval_ns,
@@ -160,19 +158,14 @@ def _stacks(snap: Any, index_of_slot: dict[int, int], op_ids: set[int],
     return sampling, Stacks(frames=frames, stacks=stacks, counts=counts, paths=paths, timeline=timeline)
 
 
-def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: bool = True) -> Profile:
-    """Builds the Profile from a ``_native.SessionSnapshot``."""
-    from ..machine.capabilities import collection_capabilities
+def _team_columns(snap: Any) -> list[int]:
+    """The team is every thread read for ops; a member that did nothing during the session (it had
+    worked before it, so it joined at once) is idle here, like any thread that never worked."""
+    return [k for k, slot in enumerate(snap.counter_threads)
+            if snap.threads[slot].dispatch or any(snap.threads[slot].totals)]
 
-    names = [e.name for e in snap.events]
-    mode = snap.mode.name  # the core's CountingMode enum, named as the profile names modes
-    stopped_ns = snap.stopped_ns if not snap.running and snap.stopped_ns else snap.now_ns
-    # The team is every thread read for ops; a member that did nothing during the session (it had
-    # worked before it, so it joined at once) is idle here, like any thread that never worked.
-    columns = [k for k, slot in enumerate(snap.counter_threads)
-               if snap.threads[slot].dispatch or any(snap.threads[slot].totals)]
-    counter_threads = [snap.counter_threads[k] for k in columns]
-    index_of_slot = {slot: i for i, slot in enumerate(counter_threads)}
+
+def _thread_stats(snap: Any, counter_threads: list[int], names: list[str]) -> list[ThreadStat]:
     threads: list[ThreadStat] = []
     for slot in counter_threads:
         t = snap.threads[slot]
@@ -191,13 +184,20 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             sampling_error=_sampling_error(t.sample_errno) if snap.sampling.enabled else None,
             counting_error=_counting_error(t.open_errno) if not all(t.counted) else None,
         ))
+    return threads
+
+
+def _idle_threads(snap: Any, team: set[int], names: list[str], dropped: list[DroppedEvent]) -> list[IdleThread]:
     # Whether a thread did work is read from its CPU time: with task-clock not counted in this
     # session (dropped at the descriptor limit, say), a thread that shows nothing may well have
     # worked, so it is uncounted, with the reason, never "did no work".
     no_cpu_time = None if CPU_EVENT in names else _cpu_time_not_counted(dropped)
-    idle = [IdleThread(tid=t.tid, name=t.name,
+    return [IdleThread(tid=t.tid, name=t.name,
                        uncounted=(_counting_error(t.open_errno) if not any(t.counted) else None) or no_cpu_time)
-            for slot, t in enumerate(snap.threads) if slot not in index_of_slot]
+            for slot, t in enumerate(snap.threads) if slot not in team]
+
+
+def _op_stats(snap: Any, columns: list[int], names: list[str]) -> list[OpStat]:
     by_index = {e.index: e for e in snap.entries}
 
     def region_path(index: int) -> list[str]:
@@ -211,44 +211,58 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
 
     counters_self = snap.counters_self[:, columns, :]  # [entry][thread][event]
     counters_incl = snap.counters_incl[:, columns, :]
-    ops = []
-    for row, e in enumerate(snap.entries):
-        ops.append(OpStat(
-            id=e.index, kind=e.kind, name=e.name, region=region_path(e.region), calls=e.calls,
-            incl_ns=e.incl_ns, self_ns=min(e.self_ns, e.incl_ns), max_ns=e.max_ns,
-            counters_self={n: counters_self[row, :, k].tolist() for k, n in enumerate(names)},
-            counters_incl={n: counters_incl[row, :, k].tolist() for k, n in enumerate(names)},
-            inputs=_inputs(e.inputs) if e.has_inputs else None, inputs_truncated=e.inputs_truncated,
-            samples=e.samples, alloc_bytes=e.alloc_bytes, allocs=e.allocs, freed_bytes=e.freed_bytes,
-            frees=e.frees,
-        ))
-    spans = None
-    if snap.span_capacity:
-        import numpy as np
+    return [OpStat(
+        id=e.index, kind=kind_name(e.kind), name=e.name, region=region_path(e.region), calls=e.calls,
+        incl_ns=e.incl_ns, self_ns=min(e.self_ns, e.incl_ns), max_ns=e.max_ns,
+        counters_self={n: counters_self[row, :, k].tolist() for k, n in enumerate(names)},
+        counters_incl={n: counters_incl[row, :, k].tolist() for k, n in enumerate(names)},
+        inputs=_inputs(e.inputs) if e.has_inputs else None, inputs_truncated=e.inputs_truncated,
+        samples=e.samples, alloc_bytes=e.alloc_bytes, allocs=e.allocs, freed_bytes=e.freed_bytes,
+        frees=e.frees,
+    ) for row, e in enumerate(snap.entries)]
 
-        sp = snap.spans
-        start, dur = sp.start_ns, sp.dur_ns
-        # One ring per dispatching thread; merged here in the order the spans ended.
-        order = np.argsort(start + dur, kind="stable")
-        thread = [index_of_slot.get(int(s), -1) for s in sp.thread_slot[order]]
-        exact = mode == EXACT
-        spans = Spans(
-            op=sp.entry[order].tolist(), thread=thread, depth=sp.depth[order].tolist(),
-            start_ns=start[order].tolist(), dur_ns=dur[order].tolist(),
-            # Per-span counter deltas exist only where every op boundary was read (exact mode).
-            counters=snap.span_counters[order].tolist() if exact else [[] for _ in range(len(order))],
-        )
+
+def _spans(snap: Any, index_of_slot: dict[int, int], mode: str) -> Spans | None:
+    if not snap.span_capacity:
+        return None
+    import numpy as np
+
+    sp = snap.spans
+    start, dur = sp.start_ns, sp.dur_ns
+    # One ring per dispatching thread; merged here in the order the spans ended.
+    order = np.argsort(start + dur, kind="stable")
+    thread = [index_of_slot.get(int(s), -1) for s in sp.thread_slot[order]]
+    return Spans(
+        op=sp.entry[order].tolist(), thread=thread, depth=sp.depth[order].tolist(),
+        start_ns=start[order].tolist(), dur_ns=dur[order].tolist(),
+        # Per-span counter deltas exist only where every op boundary was read (exact mode).
+        counters=snap.span_counters[order].tolist() if mode == EXACT else [[] for _ in range(len(order))],
+    )
+
+
+def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: bool = True) -> Profile:
+    """Builds the Profile from a ``_native.SessionSnapshot``."""
+    from ..machine.capabilities import collection_capabilities
+
+    names = [e.name for e in snap.events]
+    mode = snap.mode.name  # the core's CountingMode enum, named as the profile names modes
+    stopped_ns = snap.stopped_ns if not snap.running and snap.stopped_ns else snap.now_ns
+    columns = _team_columns(snap)
+    counter_threads = [snap.counter_threads[k] for k in columns]
+    index_of_slot = {slot: i for i, slot in enumerate(counter_threads)}
+    ops = _op_stats(snap, columns, names)
     profile = Profile(
         meta=meta,
         status=Status(complete=complete),
         collection=Collection(
-            mode=mode, events=[EventInfo(name=e.name, kind=e.kind, user_only=e.user_only) for e in snap.events],
+            mode=mode,
+            events=[EventInfo(name=e.name, kind=kind_name(e.kind), user_only=e.user_only) for e in snap.events],
             record_shapes=snap.record_shapes, started_ns=snap.started_ns, stopped_ns=stopped_ns,
             scaled_events=list(snap.scaled_events), memory_reported=snap.memory_reported,
         ),
         capabilities=collection_capabilities(),
-        threads=threads,
-        idle_threads=idle,
+        threads=_thread_stats(snap, counter_threads, names),
+        idle_threads=_idle_threads(snap, set(index_of_slot), names, dropped),
         ops=ops,
         overhead=Overhead(hook_ns=snap.hook_ns, ops=snap.ops_seen, discovery_cpu_ns=snap.discovery_cpu_ns,
                           discovery_ticks=snap.discovery_ticks, samples=snap.samples),
@@ -259,7 +273,7 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
             memory_bytes=snap.memory_bytes, unmatched_ends=snap.unmatched_ends, truncated_ops=snap.truncated_ops,
         ),
         dropped_events=list(dropped),
-        spans=spans,
+        spans=_spans(snap, index_of_slot, mode),
     )
     if snap.sampling.enabled:
         # A checkpoint of a running session leaves the sample timeline out: it is written once, at the end.

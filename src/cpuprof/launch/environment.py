@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import sys
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -145,18 +146,27 @@ class ResolvedLaunch:
         return result
 
     def preexec(self) -> Callable[[], None]:
-        """A ``subprocess.Popen(preexec_fn=...)`` hook: pin the CPUs and bind memory.
+        """A ``subprocess.Popen(preexec_fn=...)`` hook: pin the CPUs and bind memory, and tie the
+        child's life to the launcher's.
 
-        It runs in the forked child just before execve; both settings survive
-        execve, so torch and OpenMP start already confined.
+        It runs in the forked child just before execve; all three survive execve, so torch and
+        OpenMP start already confined. The child gets a SIGTERM when the launcher dies, however it
+        died (``kill -9`` included): it saves what it measured and ends its followed processes,
+        instead of running on unsupervised. (The signal follows the thread that started the child:
+        the launcher starts its children from the thread that waits for them.)
         """
         cpus = list(self.cpus)
         nodes = list(self.mem_nodes)
+        launcher = os.getpid()
+        die_with_parent = parent_death_signal()  # looked up here: no dlopen in a forked child
 
         def apply() -> None:
             os.sched_setaffinity(0, cpus)
             if nodes:
                 numa.set_mempolicy(numa.MPOL_BIND, nodes)
+            die_with_parent(signal.SIGTERM)
+            if os.getppid() != launcher:  # it died before the line above: nobody would supervise this run
+                os._exit(1)
 
         return apply
 
@@ -170,6 +180,24 @@ class ResolvedLaunch:
             mempolicy=MemPolicy(mode="bind" if self.mem_nodes else "default", nodes=list(self.mem_nodes)),
             env={key: value for key, value in self.env.items() if key != "LD_PRELOAD"},
         )
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def parent_death_signal() -> Callable[[int], None]:
+    """A function that asks, through prctl(PR_SET_PDEATHSIG), for a signal to this process when its
+    parent (thread) ends."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def ask(signum: int) -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"prctl(PR_SET_PDEATHSIG): {os.strerror(errno)}")
+
+    return ask
 
 
 def parse_threads(text: str) -> int:

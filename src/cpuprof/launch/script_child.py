@@ -119,6 +119,7 @@ class ScriptRun(ChildRun):
         self.config = config
         self.start_error: CpuprofError | None = None
         self.pid = os.getpid()
+        self.launcher = os.getppid()
         self.windows: Windows | None = None
         self._last_signal = -DUPLICATE_SIGNAL_S
 
@@ -285,6 +286,13 @@ class ScriptRun(ChildRun):
             error_line(f"saving the profile failed ({type(exc).__name__}: {exc}) (set CPUPROF_DEBUG=1 for the "
                        "traceback)")
             return exit_codes.FAILED
+        finally:
+            if self.config.follow and os.getppid() != self.launcher:
+                # The launcher died (its death sent the SIGTERM that ended the program): it cannot
+                # end the followed processes, so this process does, as the launcher would have.
+                from .followed_run import end_followed
+
+                end_followed(self.config.out)
 
 
 def interrupted_ending(signum: int, before_start: bool = False) -> Ending:

@@ -169,7 +169,8 @@ def doctor(sysfs_root: str = "/sys") -> DoctorFindings:
     events = []
     for name in names:
         p = nat.probe_event(name)
-        events.append(EventStatus(name=p.name, ok=p.ok, kind=p.kind, errno=p.errno, errno_name=p.errno_name,
+        kind = "unknown" if p.kind is None else native.kind_name(p.kind)  # None: the name is no event
+        events.append(EventStatus(name=p.name, ok=p.ok, kind=kind, errno=p.errno, errno_name=p.errno_name,
                                   reason=p.reason))
     topo = read_topology()
     intel = find_intel_openmp()

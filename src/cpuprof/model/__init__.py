@@ -1,16 +1,13 @@
 """The profile model: every report and exporter reads these types and nothing else."""
 
+from ..defaults import COLLECTION_MODES, EXACT, SAMPLED, CollectionMode
 from .contention import WAIT_KINDS, OmptInfo, OmpWait, OmpWork, OpenMPWaits
-from .io import FORMAT, PROFILE_FILENAME, VERSION, load, save
+from .io import FORMAT, PROFILE_FILENAME, VERSION
 from .machine import Cpu, Node, OpenMPInfo, OpenMPRuntime, Topology, format_cpulist, parse_cpulist
 from .profile import (
-    COLLECTION_MODES,
     CPU_EVENT,
-    EXACT,
-    SAMPLED,
     Capabilities,
     Collection,
-    CollectionMode,
     DroppedEvent,
     EventInfo,
     IdleThread,
@@ -50,5 +47,5 @@ __all__ = [
     "Meta", "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile",
     "RankInfo", "Requested",
     "Settings", "Spans", "Status", "StepFigures", "ThreadPlacement", "ThreadStat", "Topology", "TorchThreads",
-    "WeightPages", "format_cpulist", "load", "parse_cpulist", "save",
+    "WeightPages", "format_cpulist", "parse_cpulist",
 ]

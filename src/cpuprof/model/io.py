@@ -27,7 +27,6 @@ from ..errors import FileFormatError
 from ..output_file import write_text
 from . import codec
 from .migrate import MIGRATIONS
-from .profile import Profile
 
 T = TypeVar("T")
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -200,7 +199,7 @@ def file_in(path: str | os.PathLike[str], kind: FileKind) -> Path:
     return source / kind.filename if is_directory(source) else source
 
 
-def _read_json_file(source: Path, kind: FileKind) -> Any:
+def read_json_file(source: Path, kind: FileKind) -> Any:
     """The JSON in the file ``source`` (already resolved by ``file_in``: a directory there is an error)."""
     try:
         data = read_regular_file(source)
@@ -267,7 +266,7 @@ def read_versioned(path: str | os.PathLike[str], kind: FileKind, cls: type[T]) -
     """Reads one of cpuprof's files (or the kind's file inside the directory ``path``) as ``cls``:
     header checked, older versions migrated; FileFormatError, naming the file, for anything else."""
     source = file_in(path, kind)
-    data = _read_json_file(source, kind)
+    data = read_json_file(source, kind)
     headerless = isinstance(data, dict) and not any(key in data for key in HEADER)
     try:
         return decode(upgrade(data, kind, str(source)), kind, cls, str(source))
@@ -281,27 +280,3 @@ def read_versioned(path: str | os.PathLike[str], kind: FileKind, cls: type[T]) -
 
 def _what(exc: BaseException) -> str:
     return exc.args[0] if isinstance(exc, codec.DecodeError) else f"{type(exc).__name__}: {exc}"
-
-
-# -- the profile ------------------------------------------------------------------------------------
-def profile_to_dict(profile: Profile) -> dict[str, Any]:
-    return {"format": FORMAT, "version": VERSION, **codec.to_json(profile)}
-
-
-def profile_from_dict(data: Any, source: str = "profile") -> Profile:
-    return decode(upgrade(data, PROFILE, source), PROFILE, Profile, source)  # validated by decode
-
-
-def save(profile: Profile, path: str | os.PathLike[str]) -> Path:
-    """Writes the profile atomically. ``path`` may be a directory (the file is ``profile.json`` in
-    it) or a file name."""
-    target = Path(path)
-    if target.suffix != ".json":
-        target = target / PROFILE_FILENAME
-    return write_versioned(target, PROFILE, profile)
-
-
-def load(path: str | os.PathLike[str]) -> Profile:
-    """Reads a profile file, or ``profile.json`` inside a directory; one-line errors only."""
-    source = file_in(path, PROFILE)
-    return profile_from_dict(_read_json_file(source, PROFILE), source=str(source))

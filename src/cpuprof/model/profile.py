@@ -10,12 +10,12 @@ reports never look at anything else. Every number carries how it was obtained
 from __future__ import annotations
 
 import os
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
 
+from ..defaults import CollectionMode  # how the counters were collected: declared at the base
 from ..errors import ProfileFormatError
+from . import codec, io
 from .contention import OpenMPWaits
 from .machine import OpenMPInfo
 from .roofs import MachineRoofs
@@ -75,12 +75,6 @@ class DroppedEvent:
     errno: int = 0
 
 
-#: How the counters were collected: "sampled", the kernel samples every thread on its CPU clock and
-#: each sample is joined to the op its thread worked for; "exact", the team read at every op boundary.
-CollectionMode = Literal["sampled", "exact"]
-COLLECTION_MODES: Final[tuple[CollectionMode, ...]] = typing.get_args(CollectionMode)
-SAMPLED: Final = "sampled"
-EXACT: Final = "exact"
 
 
 @dataclass
@@ -316,25 +310,24 @@ class Profile:
                     raise ProfileFormatError("a stack count refers to a stack, path, thread or op the profile "
                                              "does not have")
 
-    # Versioned IO lives in io.py; these are the model's own entry points to it.
+    # A profile's file: io.py reads and writes versioned files of any kind; these say which kind.
     def to_dict(self) -> dict:
-        from .io import profile_to_dict
-
-        return profile_to_dict(self)
+        return {"format": io.FORMAT, "version": io.VERSION, **codec.to_json(self)}
 
     @classmethod
     def from_dict(cls, data: object, source: str = "profile") -> Profile:
-        from .io import profile_from_dict
-
-        return profile_from_dict(data, source)
+        return io.decode(io.upgrade(data, io.PROFILE, source), io.PROFILE, Profile, source)  # validated by decode
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        from .io import save
-
-        return save(self, path)
+        """Writes the profile (atomically, where it is a regular file). ``path`` may be a directory
+        (the file is ``profile.json`` in it) or a file name."""
+        target = Path(path)
+        if target.suffix != ".json":
+            target = target / io.PROFILE_FILENAME
+        return io.write_versioned(target, io.PROFILE, self)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Profile:
-        from .io import load
-
-        return load(path)
+        """Reads a profile file, or ``profile.json`` inside a directory; one-line errors only."""
+        source = io.file_in(path, io.PROFILE)
+        return cls.from_dict(io.read_json_file(source, io.PROFILE), source=str(source))
