@@ -391,6 +391,13 @@ def test_on_demand_windows_are_saved_each_as_its_own_run(tmp_path: Path):
         (saved,) = load_processes(out / f"window-{window}")
         assert _mm_calls(saved.profile) > 0 and "aten::fill_" not in _op_names(saved.profile)
     assert "2 windows saved" in stdout
+    # Re-rendered later, the run is its windows: listed, the last one's report shown (not a stub).
+    shown = cpuprof("report", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert "an --on-demand run of 2 windows; the report is of the last, window-2" in shown.stderr
+    assert "aten::mm" in shown.stdout
+    own = cpuprof("report", str(out / "profile.json"))
+    assert "profiled in windows, not here" in " ".join(own.stdout.split()) and "--no-profile" not in own.stdout
 
 
 def test_signal_refuses_what_is_not_an_on_demand_launcher(tmp_path: Path):
@@ -490,3 +497,38 @@ def test_a_process_named_with_escape_sequences_is_shown_not_obeyed(tmp_path: Pat
     cpuprof_lines = [line for line in result.stderr.splitlines() if line.startswith("cpuprof")]
     assert not any(c in line for line in cpuprof_lines for c in "\x1b\x07"), cpuprof_lines
     assert not any(line.startswith("forged.py") for line in result.stderr.splitlines())
+
+
+def test_signal_finds_a_launcher_by_its_run_directory_and_keeps_fast_requests_in_order(tmp_path: Path):
+    """A launcher started with interpreter flags (or the console script) was refused, its command
+    line not matching; and 20 fast start/stop pairs left "opening window 22" with the window closed
+    (signals arrive in the kernel's order, and a pending one absorbs the next). Found by the run
+    directory it holds, each request queued in order: 20 windows, the last closed."""
+    from cpuprof.cli import main
+    from cpuprof.launch.window import CONTROL_FILE, WindowControl, control_path
+    from cpuprof.model.io import read_versioned
+
+    program = _write(tmp_path, "server.py", SERVER)
+    out, ready, stop = tmp_path / "out", tmp_path / "ready", tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-X", "dev", "-m", "cpuprof", "run", "--on-demand", "--out", str(out),
+                             "--", "python", str(program), str(ready), str(stop), "300"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready, proc, "start of the program")
+        for _ in range(20):  # in this process, back to back: as fast as requests can come
+            assert main(["signal", str(proc.pid), "start"]) == 0
+            assert main(["signal", str(proc.pid), "stop"]) == 0
+        deadline = time.monotonic() + 60
+        while read_versioned(control_path(out), CONTROL_FILE, WindowControl) != WindowControl(20, False, proc.pid):
+            assert time.monotonic() < deadline, read_versioned(control_path(out), CONTROL_FILE, WindowControl)
+            time.sleep(0.05)
+        stop.write_text("stop")
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    windows = [line for line in stderr.splitlines() if " window " in line and line.startswith("cpuprof: ")]
+    assert [line.split(" (")[0] for line in windows if "opening" in line or "closing" in line][-2:] == [
+        "cpuprof: opening window 20", "cpuprof: closing window 20"]
+    assert not any("already" in line for line in windows), windows
+    assert not (out / ".window-requests").exists()

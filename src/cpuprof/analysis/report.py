@@ -62,8 +62,13 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
         report.sections.append(roofs)
         return report
     if not profile.profiled:
-        why = ("not profiled (--no-profile): no counters were collected" if profile.status.complete
-               else f"not profiled: the run ended before profiling started ({profile.status.reason or 'unknown'})")
+        if "--on-demand" in profile.meta.command:
+            why = ("profiled in windows, not here: an --on-demand run saves each window as its own run, in "
+                   "window-N beside this profile (none, if no window was opened)")
+        elif profile.status.complete:
+            why = "not profiled (--no-profile): no counters were collected"
+        else:
+            why = f"not profiled: the run ended before profiling started ({profile.status.reason or 'unknown'})"
         report.sections.append(Section("profile", "Profile", [why]))
         return report
     # Against the machine's limits first: how far decoding is from its ceiling, and why.

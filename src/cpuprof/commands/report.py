@@ -10,7 +10,7 @@ from ..model import Profile
 from ..model.compare import COMPARE_FILENAME
 from ..model.io import PROFILE_FILENAME, is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
-from ..model.run_layout import has_followed
+from ..model.run_layout import has_followed, windows_of
 from ..reports import (
     OutputOptions,
     ProcessesSource,
@@ -20,7 +20,7 @@ from ..reports import (
     SweepSource,
     get_output,
 )
-from ..safe_text import say
+from ..safe_text import cpuprof_command, say
 from .common import write_output
 
 COMMAND = spec.Command("report", help="re-render a saved profile or comparison (a directory, profile.json or "
@@ -42,7 +42,15 @@ def _is_ranks(path: str) -> bool:
 
 
 def load_source(path: str) -> Source:
-    """What ``path`` holds: a group of ranks, a sweep, or one profile."""
+    """What ``path`` holds: a group of ranks, a sweep, the windows of an --on-demand run (the last
+    one's report, the others listed), or one profile."""
+    windows = [w for w in windows_of(path) if has_followed(w) or present(w / PROFILE_FILENAME)] \
+        if is_directory(path) else []
+    if windows:
+        listed = "; ".join(cpuprof_command("report", str(w)) for w in windows)
+        say(f"cpuprof: {path}: an --on-demand run of {len(windows)} window{'s' if len(windows) != 1 else ''}; the "
+            f"report is of the last, {windows[-1].name}; each window's report: {listed}")
+        return load_source(str(windows[-1]))
     if _is_ranks(path):
         directory = Path(path) if is_directory(path) else Path(path).parent
         return RanksSource(MultiRun.load(directory), directory)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.program import WINDOW_SIGNALS
+from ..launch.window import launcher_run_dir, request_window
 
 COMMAND = spec.Command(
     "signal", help="open (start) or close (stop) a profiling window of a running `cpuprof run --on-demand`",
@@ -19,34 +19,9 @@ COMMAND = spec.Command(
     groups=(spec.Group(None, spec.SIGNAL),))
 
 
-def launcher_argv(pid: int) -> list[str]:
-    """The command line of ``pid``; UsageError when there is no such process or it cannot be read."""
-    if pid <= 0:
-        raise UsageError(f"{pid}: not a process id")
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"no process {pid}") from None
-    except OSError as exc:
-        raise UsageError(f"process {pid} cannot be inspected ({exc.strerror or exc})") from None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def is_on_demand_launcher(argv: list[str]) -> bool:
-    """``python -m cpuprof run ... --on-demand ... -- program``: a Python running cpuprof's run, the
-    flag among cpuprof's options (not a wrapper such as ``timeout`` whose arguments say the same)."""
-    if len(argv) < 4 or not os.path.basename(argv[0]).startswith("python") or argv[1:4] != ["-m", "cpuprof", "run"]:
-        return False
-    options = argv[4:argv.index("--")] if "--" in argv else argv[4:]
-    return "--on-demand" in options
-
-
 def run(args: argparse.Namespace) -> int:
-    argv = launcher_argv(args.pid)
-    if not is_on_demand_launcher(argv):
-        shown = " ".join(argv)[:120] or "(no command line)"
-        raise UsageError(f"process {args.pid} is not a `cpuprof run --on-demand` launcher (it runs: {shown}); give the "
-                         "pid that `cpuprof run --on-demand` printed as it started")
+    root = launcher_run_dir(args.pid)
+    request_window(root, args.action)
     try:
         os.kill(args.pid, WINDOW_SIGNALS[args.action])
     except ProcessLookupError:

@@ -7,9 +7,11 @@ into :class:`ProgramOptions` at the door and shows what this returns.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -21,14 +23,14 @@ from typing import Any
 from ..errors import UsageError
 from ..machine.topology import read_topology
 from ..model.ranks import MultiRun
-from ..model.run_layout import window_dir
+from ..model.run_layout import window_dir, window_requests_dir
 from ..safe_text import say
 from . import environment, parent
 from .followed_run import end_followed
 from .options import ProfileOptions
 from .ranks import DEFAULT_TIMEOUT_S
 from .script_child import MODULE, ScriptConfig, ScriptTarget
-from .window import WindowControl, WindowPlan, write_control
+from .window import WINDOW_ACTIONS, WindowControl, WindowPlan, take_window_requests, write_control
 
 FORMS = "python script.py [args] or python -m module [args]"
 # Names that mean "a Python": python, python3, python3.11. The program runs under the Python that
@@ -37,7 +39,7 @@ PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 # `cpuprof signal PID start|stop`: what each asks of the launcher.
-WINDOW_SIGNALS = {"start": signal.SIGUSR1, "stop": signal.SIGUSR2}
+WINDOW_SIGNALS = dict(zip(WINDOW_ACTIONS, (signal.SIGUSR1, signal.SIGUSR2), strict=True))
 
 
 @dataclass
@@ -176,13 +178,15 @@ def _supervise(resolved: environment.ResolvedLaunch, config: ScriptConfig, out_d
 
 
 class WindowSignals:
-    """run --on-demand: SIGUSR1 (``cpuprof signal PID start``) opens the next window and SIGUSR2
-    (``stop``) closes it, by rewriting the control file every profiled process polls."""
+    """run --on-demand: ``cpuprof signal PID start`` opens the next window and ``stop`` closes it,
+    by rewriting the control file every profiled process polls. Each asks through the request queue
+    (launch.window) and wakes the launcher with SIGUSR1 or SIGUSR2; a bare ``kill -USR1`` with nothing
+    queued is taken as a start (``-USR2``, a stop)."""
 
     def __init__(self, root: Path, on_demand: bool) -> None:
         self.root = root
         self.on_demand = on_demand
-        self.control = WindowControl()
+        self.control = WindowControl(launcher=os.getpid())
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> WindowSignals:
@@ -196,15 +200,23 @@ class WindowSignals:
     def __exit__(self, *_exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self.on_demand:
+            shutil.rmtree(window_requests_dir(self.root), ignore_errors=True)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        opening = signum == WINDOW_SIGNALS["start"]
+        asked = take_window_requests(self.root)
+        if not asked:  # a signal sent by hand: its number says what
+            asked = [next(action for action, sig in WINDOW_SIGNALS.items() if sig == signum)]
+        for action in asked:
+            self._apply(opening=action == "start")
+
+    def _apply(self, opening: bool) -> None:
         if opening == self.control.open:
             state = "open" if opening else "closed"
             say(f"cpuprof: window {self.control.window} is already {state}")
             return
         window = self.control.window + 1 if opening else self.control.window
-        self.control = WindowControl(window=window, open=opening)
+        self.control = dataclasses.replace(self.control, window=window, open=opening)
         write_control(self.root, self.control)
         what = "opening" if opening else "closing"
         say(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})")

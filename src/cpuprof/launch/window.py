@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import FileFormatError
 from ..model.io import FileKind, read_versioned, write_versioned
-from ..model.run_layout import window_dir
+from ..model.run_layout import window_dir, window_requests_dir
 from ..safe_text import say
 
 CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
@@ -57,10 +58,12 @@ class WindowPlan:
 
 @dataclass
 class WindowControl:
-    """What the launcher asks for: window ``window`` (1 the first; 0 none yet) open or closed."""
+    """What the launcher asks for: window ``window`` (1 the first; 0 none yet) open or closed.
+    ``launcher``: its pid, which ``cpuprof signal PID`` checks (0 in files written before it was)."""
 
     window: int = 0
     open: bool = False
+    launcher: int = 0
 
 
 def control_path(root: str | os.PathLike[str]) -> Path:
@@ -69,6 +72,74 @@ def control_path(root: str | os.PathLike[str]) -> Path:
 
 def write_control(root: str | os.PathLike[str], control: WindowControl) -> None:
     write_versioned(control_path(root), CONTROL_FILE, control)
+
+
+# -- cpuprof signal -> the launcher -----------------------------------------------------------------
+# A signal says only "look": two signals sent close together arrive in the kernel's order (by
+# number), not the order they were sent, and a second of one kind pending is lost. So each `cpuprof
+# signal` leaves its request as a file named by when it was made, and the launcher takes every
+# request there is, in that order, whichever signal woke it.
+WINDOW_ACTIONS = ("start", "stop")
+
+
+def request_window(root: str | os.PathLike[str], action: str) -> None:
+    """``cpuprof signal``'s side: ``action`` (start or stop) queued for the launcher of ``root``."""
+    assert action in WINDOW_ACTIONS
+    queue = window_requests_dir(root)
+    queue.mkdir(exist_ok=True)
+    name = f"{time.time_ns():020d}-{os.getpid()}-{action}"
+    os.close(os.open(queue / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+
+
+def take_window_requests(root: str | os.PathLike[str]) -> list[str]:
+    """The launcher's side: every action queued since it last looked, in the order asked, each once."""
+    queue = window_requests_dir(root)
+    try:
+        names = sorted(os.listdir(queue))
+    except OSError:
+        return []
+    actions = []
+    for name in names:
+        try:
+            os.unlink(queue / name)
+        except OSError:
+            continue  # taken already, or not ours to take
+        action = name.rsplit("-", 1)[-1]
+        if action in WINDOW_ACTIONS:
+            actions.append(action)
+    return actions
+
+
+def launcher_run_dir(pid: int) -> Path:
+    """The run directory of the ``cpuprof run --on-demand`` launcher ``pid``, found by what it holds
+    and wrote, not by its command line (a console script, ``python -X dev -m cpuprof``, a wrapper all
+    look different): the lock it holds on its run directory (``/proc/PID/fd``), and the window
+    control file there naming ``pid`` as its launcher. UsageError, one line, for anything else."""
+    from ..errors import UsageError
+    from .run_dir import LOCK_FILENAME
+
+    if pid <= 0:
+        raise UsageError(f"{pid}: not a process id")
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        held = [os.readlink(fds / fd) for fd in os.listdir(fds)]
+    except FileNotFoundError:
+        raise UsageError(f"no process {pid}") from None
+    except OSError as exc:
+        raise UsageError(f"process {pid} cannot be inspected ({exc.strerror or exc})") from None
+    for target in held:
+        if not target.endswith(f"/{LOCK_FILENAME}"):
+            continue
+        root = Path(target).parent
+        try:
+            control = read_versioned(control_path(root), CONTROL_FILE, WindowControl)
+        except (OSError, FileFormatError):
+            continue
+        if control.launcher == pid:
+            return root
+    raise UsageError(f"process {pid} is not a `cpuprof run --on-demand` launcher (it holds no run directory whose "
+                     "window control file names it); give the pid that `cpuprof run --on-demand` printed as it "
+                     "started")
 
 
 class Windows:

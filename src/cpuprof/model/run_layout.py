@@ -62,6 +62,11 @@ def rank_dir(root: Where, rank: int) -> Path:
     return Path(root) / rank_dirname(rank)
 
 
+def window_requests_dir(root: Where) -> Path:
+    """Where ``cpuprof signal`` leaves each start or stop it asks of an --on-demand launcher, in order."""
+    return Path(root) / ".window-requests"
+
+
 def run_trees(root: Where) -> list[Path]:
     """The directories under a run that hold profiles of their own: processes/ and every window."""
     return [processes_dir(root), *windows_of(root)]
