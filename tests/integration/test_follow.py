@@ -532,3 +532,62 @@ def test_signal_finds_a_launcher_by_its_run_directory_and_keeps_fast_requests_in
         "cpuprof: opening window 20", "cpuprof: closing window 20"]
     assert not any("already" in line for line in windows), windows
     assert not (out / ".window-requests").exists()
+
+
+def _fill(disk: Path, leave_bytes: int) -> Path:
+    """Fills ``disk`` (a tmpfs of the test's) to all but about ``leave_bytes``."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:  # full
+        pass
+    finally:
+        os.close(fd)
+    os.truncate(filler, max(0, filler.stat().st_size - leave_bytes))
+    return filler
+
+
+def test_a_window_lost_to_a_full_disk_is_one_line_the_program_runs_on_and_later_windows_are_saved(tmp_path: Path):
+    """The disk full when a window closes: the window's profile cannot be written. Once a traceback,
+    the next window announced but never written and exit 0; now one line naming the window, the program
+    runs on, the next window is saved once there is room, and the exit code says a profile was lost."""
+    from cpuprof.cli import main
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)")
+    program = _write(tmp_path, "server.py", SERVER)
+    out, ready, stop = disk / "out", tmp_path / "ready", tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "run", "--on-demand", "--out", str(out), "--", "python",
+                             str(program), str(ready), str(stop), "300"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready, proc, "start of the program")
+        filler = _fill(disk, leave_bytes=16384)  # room for the requests, not for a window's profile
+        assert main(["signal", str(proc.pid), "start"]) == 0
+        _wait_for(out / "window-1", proc, "window 1")
+        time.sleep(0.5)
+        assert main(["signal", str(proc.pid), "stop"]) == 0
+        time.sleep(2)  # the window's save fails meanwhile
+        assert proc.poll() is None, "the run ended with the disk full"
+        filler.unlink()  # room again
+        assert main(["signal", str(proc.pid), "start"]) == 0
+        _wait_for(out / "window-2", proc, "window 2")
+        time.sleep(0.5)
+        assert main(["signal", str(proc.pid), "stop"]) == 0
+        _wait_for(out / "window-2" / "profile.json", proc, "window 2's profile")
+        stop.write_text("stop")
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    assert "Traceback" not in stderr, stderr
+    lost = [line for line in stderr.splitlines() if "window 1 lost: its profile could not be saved in" in line]
+    assert len(lost) == 1 and "No space left on device" in lost[0], stderr
+    assert "aten::mm" in stdout and "1 window saved (the report above is of window-2)" in stdout
+    assert proc.returncode == 1
+    assert "cpuprof: error: window 1 lost: process" in stderr.splitlines()[-1]

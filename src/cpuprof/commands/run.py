@@ -18,7 +18,7 @@ from ..launch import parent, program, run_dir
 from ..launch.program import ProgramOptions
 from ..launch.window import WindowPlan
 from ..model import PROFILE_FILENAME, Profile
-from ..model.run_layout import has_followed, unsaved_processes, windows_of
+from ..model.run_layout import has_followed, lost_windows, unsaved_processes, windows_of
 from ..safe_text import cpuprof_command
 from .common import (
     after_report,
@@ -70,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
         outcome = program.run_program(options, out_dir)
         if options.window.on_demand and outcome.profile is not None:
             show_windows(out_dir, fmt, args.top)
+            lost = lost_windows(out_dir)
+            if lost and outcome.returncode == exit_codes.OK:
+                numbers = ", ".join(str(n) for n in sorted({n for n, _ in lost}))
+                raise CpuprofError(f"window{'s' if len(lost) > 1 else ''} {numbers} lost: {lost[0][1]}"
+                                   f"{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}; the other windows "
+                                   "are saved")
         elif options.follow and (has_followed(out_dir) or unsaved_processes(out_dir)):
             show_processes(out_dir, fmt, args.top)
         elif outcome.profile is not None:

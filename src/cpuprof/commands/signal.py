@@ -21,7 +21,11 @@ COMMAND = spec.Command(
 
 def run(args: argparse.Namespace) -> int:
     root = launcher_run_dir(args.pid)
-    request_window(root, args.action)
+    try:
+        request_window(root, args.action)
+    except OSError as exc:
+        raise UsageError(f"cannot ask process {args.pid} to {args.action} a window: its run directory {root} "
+                         f"cannot take the request ({exc.strerror or exc})") from None
     try:
         os.kill(args.pid, WINDOW_SIGNALS[args.action])
     except ProcessLookupError:

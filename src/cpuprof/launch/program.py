@@ -216,7 +216,13 @@ class WindowSignals:
             say(f"cpuprof: window {self.control.window} is already {state}")
             return
         window = self.control.window + 1 if opening else self.control.window
-        self.control = dataclasses.replace(self.control, window=window, open=opening)
-        write_control(self.root, self.control)
+        asked = dataclasses.replace(self.control, window=window, open=opening)
+        try:
+            write_control(self.root, asked)
+        except OSError as exc:  # a full disk: nothing changes, the program runs on, the user may ask again
+            what = "open" if opening else "close"
+            say(f"cpuprof: cannot {what} window {window}: {exc}; the program runs on (ask again once there is room)")
+            return
+        self.control = asked
         what = "opening" if opening else "closing"
         say(f"cpuprof: {what} window {window} ({window_dir(self.root, window)})")

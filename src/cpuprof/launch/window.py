@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import FileFormatError
 from ..model.io import FileKind, read_versioned, write_versioned
-from ..model.run_layout import window_dir, window_requests_dir
+from ..model.run_layout import LOST_FILENAME, window_dir, window_requests_dir
 from ..safe_text import say
 
 CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
@@ -159,6 +159,8 @@ class Windows:
         self.torch_imported = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._seen: int | None = None  # the control file's mtime when last read
+        self.lost_reasons: dict[int, str] = {}  # windows whose profile could not be saved (a full disk), why
 
     def begin(self) -> None:
         target = self._on_demand if self.plan.on_demand else self._timed
@@ -174,34 +176,45 @@ class Windows:
             self.close()
 
     def _on_demand(self) -> None:
-        path = control_path(self.root)
-        seen: float | None = None
         while not self._stop.wait(POLL_S):
             try:
-                changed = path.stat().st_mtime_ns
-            except OSError:
-                continue
-            if changed == seen:
-                continue
-            seen = changed
-            try:
-                control = read_versioned(path, CONTROL_FILE, WindowControl)
-            except Exception:
-                seen = None  # being replaced: read it again next time
-                continue
-            if control.open and control.window > self.opened:
-                self.close()
-                self.open(window_dir(self.root, control.window) / self.place, window=control.window)
-            elif not control.open:
-                self.close()
+                self._follow_control()
+            except Exception as exc:  # never the end of the program's windows: said, and on to the next poll
+                _say(f"window control: {type(exc).__name__}: {exc}")
+
+    def _follow_control(self) -> None:
+        path = control_path(self.root)
+        try:
+            changed = path.stat().st_mtime_ns
+        except OSError:
+            return
+        if changed == self._seen:
+            return
+        self._seen = changed
+        try:
+            control = read_versioned(path, CONTROL_FILE, WindowControl)
+        except Exception:
+            self._seen = None  # being replaced: read it again next time
+            return
+        if control.open and control.window > self.opened:
+            self.close()
+            self.open(window_dir(self.root, control.window) / self.place, window=control.window)
+        elif not control.open:
+            self.close()
 
     # -- a window -------------------------------------------------------------------------------
     def open(self, out: Path, window: int) -> None:
         with self.lock:
             if self._stop.is_set():
                 return
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.opened = window  # asked for and missed: a later window opens as usual
+                self.lost_reasons[window] = f"not opened: cannot make {out} ({exc.strerror or exc})"
+                _say(f"window {window} {self.lost_reasons[window]}; the program runs on")
+                return
             self.run.out = out
-            out.mkdir(parents=True, exist_ok=True)
             began = time.perf_counter()
             prof = self.run.make_profiler()
             prof.warn = False
@@ -218,7 +231,14 @@ class Windows:
             self.is_open = False
             began = time.perf_counter()
             self.run.stop_profiler()
-            self.run.save(complete=complete, reason=reason)
+            try:
+                self.run.save(complete=complete, reason=reason)
+            except OSError as exc:  # a full disk, a quota: this window is lost, the program and later ones not
+                self.lost_reasons[self.opened] = f"its profile could not be saved ({exc.strerror or exc})"
+                _say(f"window {self.opened} lost: its profile could not be saved in {self.run.out} "
+                     f"({exc.strerror or exc}); the program runs on, and later windows are saved when there is "
+                     "room")
+                return True
             took = time.perf_counter() - began
         _say(f"window {self.opened} closed: saved {Path(self.run.out) / 'profile.json'} (stopping and saving took "
              f"{took * 1e3:.0f} ms)")
@@ -226,9 +246,17 @@ class Windows:
 
     def end(self, complete: bool = True, reason: str | None = None) -> None:
         """The process is ending: no window opens from now on; one that is open is saved, with how
-        the process ended."""
+        the process ended; each window that could not be saved is marked where its profile would
+        have been (if there is room now), so that the launcher's exit code says a profile was lost."""
         self._stop.set()
         self.close(complete, reason)
+        for window, why in self.lost_reasons.items():
+            try:
+                where = window_dir(self.root, window) / self.place
+                where.mkdir(parents=True, exist_ok=True)
+                (where / LOST_FILENAME).write_text(f"process {os.getpid()}: {why}\n")
+            except OSError:
+                pass  # still no room: the process's own line said it
 
     def nothing_profiled(self) -> str:
         """Why a process that ended profiled nothing, in the words of its plan."""

@@ -53,6 +53,23 @@ def windows_of(root: Where) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.removeprefix(WINDOW_PREFIX)))
 
 
+LOST_FILENAME = "lost.txt"  # beside where a window's profile would be: why it could not be saved
+
+
+def lost_windows(root: Where) -> list[tuple[int, str]]:
+    """(window, why) for every process's window that could not be saved (a full disk, say), as its
+    process said in LOST_FILENAME once it could."""
+    found = []
+    for window in windows_of(root):
+        for marker in sorted(window.rglob(LOST_FILENAME)):
+            try:
+                why = marker.read_text(errors="replace")[:500].strip()
+            except OSError:
+                why = "(unreadable)"
+            found.append((int(window.name.removeprefix(WINDOW_PREFIX)), why))
+    return found
+
+
 def rank_dirname(rank: int | str) -> str:
     """``rank-R``; R may be a placeholder ("N") in what a report says."""
     return f"{RANK_PREFIX}{rank}"
