@@ -18,7 +18,7 @@ import pytest
 from tests.cli_runs import cpuprof, one_line_error
 
 from cpuprof.launch.followed_run import followed_alive
-from cpuprof.model import format_cpulist
+from cpuprof.model import Profile, format_cpulist
 from cpuprof.model.run_layout import load_processes
 
 MM_PER_TASK = 25
@@ -591,3 +591,44 @@ def test_a_window_lost_to_a_full_disk_is_one_line_the_program_runs_on_and_later_
     assert "aten::mm" in stdout and "1 window saved (the report above is of window-2)" in stdout
     assert proc.returncode == 1
     assert "cpuprof: error: window 1 lost: process" in stderr.splitlines()[-1]
+
+
+def test_a_process_that_execs_is_saved_first_and_says_so(tmp_path: Path):
+    """exec replaces the process: no atexit, no handler runs. A followed process that exec'd lost every
+    op ("killed before its first checkpoint"); a program that exec'd made the run exit 1 though it
+    exited 0. Known answers: 3 mm before the program's exec and 5 in the Python it became (followed);
+    7 in a followed child before its own exec into a Python that runs none."""
+    second = _write(tmp_path, "second.py", """
+        import torch
+
+        for _ in range(5):
+            torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+    """)
+    child = _write(tmp_path, "child.py", """
+        import os, sys
+        import torch
+
+        for _ in range(7):
+            torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+        os.execv(sys.executable, [sys.executable, "-c", "print('became something else')"])
+    """)
+    program = _write(tmp_path, "main.py", f"""
+        import os, subprocess, sys
+        import torch
+
+        subprocess.run([sys.executable, {str(child)!r}], check=True)
+        for _ in range(3):
+            torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+        os.execl(sys.executable, sys.executable, {str(second)!r})
+    """)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--out", str(out), "--", "python", str(program), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "became something else" in result.stdout
+    own = Profile.load(out)
+    assert _mm_calls(own) == 3 and "the program exec'd" in (own.status.reason or "")
+    followed = {p.profile.meta.role: p.profile for p in load_processes(out) if p.followed}
+    assert _mm_calls(followed["python child.py"]) == 7
+    assert "it exec'd" in (followed["python child.py"].status.reason or "")
+    assert _mm_calls(followed["python second.py"]) == 5  # the program it became, under the same pid
+    assert "exec'd" in result.stderr and "killed before its first checkpoint" not in result.stdout

@@ -26,6 +26,7 @@ from ..safe_text import say
 from . import follow_env
 from .child_run import CHECKPOINT_REASON, ChildRun, program_context, remove_perf_map
 from .environment import OWNED_VARS
+from .exec_hook import save_before_exec
 from .follow_env import FOLLOW_ENV, warn
 from .options import ProfileOptions
 from .window import WindowPlan, Windows
@@ -159,6 +160,7 @@ class FollowedRun(ChildRun):
             self.windows = Windows(self, plan, self.config.root, process_place(self.pid), lock=self._lock)
             self.windows.begin()
         atexit.register(self.end)
+        save_before_exec(self._before_exec, drop_env=(FOLLOW_ENV,))
         self._at_multiprocessing_exit()
         if _left_to_default(signal.getsignal(signal.SIGTERM)) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -167,6 +169,13 @@ class FollowedRun(ChildRun):
         threading.Thread(target=self._checkpoints, name="cpuprof-checkpoint", daemon=True).start()
         when = "every op from its import of torch" if plan.whole else plan.describe().removeprefix("profiling ")
         say(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}")
+
+    def _before_exec(self, program: str) -> None:
+        """This process is about to exec ``program``: its final save, now. What it becomes is not
+        followed (it would take this pid's directory and write over this profile)."""
+        self.ending = f"it exec'd {program}: what it became is not profiled"
+        self.end()
+        say(f"cpuprof: process {self.pid} exec'd {program}: its profile up to the exec is saved in {self.out}")
 
     def _at_multiprocessing_exit(self) -> None:
         """A process multiprocessing started ends with os._exit, after its own exit function

@@ -39,9 +39,11 @@ from types import TracebackType
 from .. import exit_codes
 from ..errors import CpuprofError
 from ..model import Profile, Requested, Topology
+from ..safe_text import say
 from . import child_signals
 from .child_run import ChildRun, child_main, error_line, program_context
 from .environment import LaunchSettings
+from .exec_hook import save_before_exec
 from .followed_run import FollowConfig, enable
 from .options import ProfileOptions
 from .torch_import import TorchImportHook
@@ -260,7 +262,22 @@ class ScriptRun(ChildRun):
     def contribute(self, profile: Profile, complete: bool) -> None:
         program_context(self)
 
+    def before_exec(self, program: str) -> None:
+        """The program is about to exec ``program``: what it measured is saved now (nothing of this
+        process runs after), marked as ended by the exec."""
+        what = "what it became is profiled as a followed process" if self.config.follow else \
+            "what it became is not profiled"
+        reason = f"the program exec'd {program}: {what}"
+        if self.windows is not None:
+            self.windows.end(complete=False, reason=reason)
+        else:
+            self.stop_profiler()
+            self.save(complete=False, reason=reason if self.profiled else
+                      f"the program exec'd {program} before it imported torch: nothing was profiled")
+        say(f"cpuprof: the program exec'd {program}: its profile up to the exec is saved in {self.out}")
+
     def execute(self) -> int:
+        save_before_exec(self.before_exec)
         hook = TorchImportHook(self.start_profile)
         hook.install()
         if self.config.follow:
