@@ -216,3 +216,39 @@ def test_outputs_write_into_devices_and_link_targets_and_refuse_what_they_cannot
     if mounted:
         assert read_only["rc"] == 2 and read_only["stderr"].count("\n") == 1
         assert "read-only file system" in read_only["stderr"] and "Traceback" not in read_only["stderr"]
+
+
+def test_a_run_of_hundreds_of_processes_reports_in_the_memory_of_one(tmp_path: Path):
+    """report of a run directory held every process's profile in memory at once (10,000 entries:
+    984 MB; 3,000 of 323 KB: 3.9 GB). Read one profile at a time, a run of 400 processes
+    each takes about what a run of one does, and its table lists the 200 busiest with a note. (Each
+    profile here holds ~0.6 MB once loaded: 400 of them at once would take ~250 MB more.)"""
+    import dataclasses
+    import os
+
+    big = make_sampled_profile()
+    add = next(op for op in big.ops if op.name == "aten::add")
+    big.ops += [dataclasses.replace(add, id=1000 + k, name=f"aten::op_{k}") for k in range(300)]
+    big.validate()
+    one, many = tmp_path / "one", tmp_path / "many"
+    big.save(one / "processes" / "100")
+    written = one / "processes" / "100" / "profile.json"
+    assert written.stat().st_size > 100_000
+    for pid in range(100, 500):  # hard links: the disk holds one copy, the reader parses 400
+        (many / "processes" / str(pid)).mkdir(parents=True)
+        os.link(written, many / "processes" / str(pid) / "profile.json")
+    code = ("import resource, sys\nsys.modules['torch'] = None\nfrom cpuprof.cli import main\n"
+            "rc = main(['report', sys.argv[1], '--top', '5'])\n"
+            "print('MAXRSS', rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+
+    def peak_kb(directory: Path) -> tuple[int, str]:
+        child = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True,
+                               timeout=300)
+        last = child.stdout.strip().splitlines()[-1].split()
+        assert last[:2] == ["MAXRSS", "0"], child.stderr
+        return int(last[2]), child.stdout
+
+    alone, _ = peak_kb(one)
+    crowd, report = peak_kb(many)
+    assert crowd - alone < 60_000, f"{alone} KB for one process, {crowd} KB for 400"
+    assert "400 processes: the table lists the 200 that ran the most op time" in " ".join(report.split())

@@ -108,7 +108,7 @@ def show_processes(out_dir: Path, fmt: str, top: int) -> None:
     source = ProcessesSource.load(out_dir)
     get_output(fmt, "processes", roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
     stream, gap = after_report(fmt)
-    followed = sum(1 for p in source.processes if p.followed)
+    followed = sum(1 for r in source.rows if r.followed)
     stream.write(gap + f"profiles of {followed} followed process"
                  f"{'es' if followed != 1 else ''} saved in {out_dir}/processes/PID, the program's in {out_dir}; "
                  f"re-render this report with: {cpuprof_command('report', str(out_dir))}\n")

@@ -116,21 +116,27 @@ def unsaved_processes(root: Where) -> list[int]:
     return [int(e.name) for e in _process_entries(root) if not (e / PROFILE_FILENAME).exists()]
 
 
-def load_processes(root: Where, warn: bool = True) -> list[ProcessProfile]:
-    """The program's profile (if it saved one) and every followed process's, in pid order. A
-    followed profile that cannot be read is one warning line; the others still count."""
-    found = []
+def iter_processes(root: Where, warn: bool = True) -> Iterator[ProcessProfile]:
+    """The program's profile (if it saved one) and every followed process's, in pid order, one at
+    a time (a run may hold thousands). A followed profile that cannot be read is one warning line;
+    the others still count."""
     if (Path(root) / PROFILE_FILENAME).exists():
-        found.append(ProcessProfile(Path(root), Profile.load(root), followed=False))
+        yield ProcessProfile(Path(root), Profile.load(root), followed=False)
     for entry in _process_entries(root):
         if not (entry / PROFILE_FILENAME).exists():
             continue
         try:
-            found.append(ProcessProfile(entry, Profile.load(entry), followed=True))
+            profile = Profile.load(entry)
         except Exception as exc:
             if warn:
                 say(f"cpuprof: warning: process {entry.name}'s profile is left out: {exc}")
-    return found
+            continue
+        yield ProcessProfile(entry, profile, followed=True)
+
+
+def load_processes(root: Where, warn: bool = True) -> list[ProcessProfile]:
+    """:func:`iter_processes`, all in memory: for a handful of processes."""
+    return list(iter_processes(root, warn))
 
 
 # -- the ranks of a group -----------------------------------------------------------------------------

@@ -38,10 +38,9 @@ def page(source: Source, options: OutputOptions) -> str:
 
         return profile_page(source.profile, source.report(options))
     if isinstance(source, ProcessesSource):
-        from ..analysis.processes import busiest
         from .html_profile import profile_page
 
-        shown = busiest(source.processes)
+        shown = source.shown
         if shown is not None:  # the busiest process's page, its processes table first
             return profile_page(shown.profile, source.report(options))
         raise UsageError("no process of this run was profiled: there is no page to make")

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 
 from .. import defaults
 from ..analysis.flame import FlameGraph
+from ..analysis.processes import ProcessRow
 from ..analysis.report_model import Report
 from ..errors import UsageError
 from ..model import Profile
@@ -78,9 +79,12 @@ class RanksSource:
 
 @dataclass(frozen=True)
 class ProcessesSource:
-    """A run whose program started processes that cpuprof followed: the program's profile and theirs."""
+    """A run whose program started processes that cpuprof followed: a row for each process, and the
+    profile of the one that ran the most op time. Loaded one profile at a time, so that the memory a
+    run of thousands of processes takes is that of their rows and one profile."""
 
-    processes: list[ProcessProfile]
+    rows: list[ProcessRow]
+    shown: ProcessProfile | None
     directory: Path
     kind: ClassVar[SourceKind] = "processes"
 
@@ -88,13 +92,20 @@ class ProcessesSource:
         from ..analysis.processes import processes_report
         from ..model.run_layout import unsaved_processes
 
-        return processes_report(self.processes, top=options.top, unsaved=unsaved_processes(self.directory))
+        return processes_report(self.rows, self.shown, top=options.top, unsaved=unsaved_processes(self.directory))
 
     @classmethod
     def load(cls, directory: str | Path) -> ProcessesSource:
-        from ..model.run_layout import load_processes
+        from ..analysis.processes import busiest_row, row
+        from ..model.run_layout import iter_processes
 
-        return cls(load_processes(directory), Path(directory))
+        rows = [row(p) for p in iter_processes(directory)]  # each profile dropped once its row is made
+        best = busiest_row(rows)
+        shown = None
+        if best is not None:
+            where = Path(best.directory)
+            shown = ProcessProfile(where, Profile.load(where), followed=best.followed)
+        return cls(rows, shown, Path(directory))
 
 
 @dataclass(frozen=True)
