@@ -71,6 +71,10 @@ EXACT: Final = "exact"
 MODES: tuple[CollectionMode, ...] = COLLECTION_MODES
 DEFAULT_MODE: CollectionMode = SAMPLED
 DEFAULT_EVENTS = "default"
+# The op spans `run` keeps of each op-running thread by default (the newest): a program's decode
+# steps are found in them (analysis.steps). A 1B Llama's decode step is ~700 spans, so this holds the
+# last ~45 steps, in ~2 MB per thread (32 B a span, and its counters).
+PROGRAM_TIMELINE = 32768
 
 # Reports: rows of the op table, in every command and format.
 TOP_OPS = 20

@@ -411,8 +411,9 @@ PROFILING: tuple[Option, ...] = (
                                "competes with {program}'s where no CPU is spare, and it needs ptrace)",
            (ProfileOptions, "python_sampler"), choices=defaults.PYTHON_SAMPLERS),
     Option("--no-shapes", "do not key ops by their inputs", (ProfileOptions, "record_shapes"), action="store_false"),
-    Option("--timeline", "keep the last N op spans of each op-running thread (default %(default)s)",
-           (ProfileOptions, "timeline"), type=non_negative_int, metavar="N"),
+    Option("--timeline", "keep the last N op spans of each op-running thread (default: none for decode, which times "
+                         f"its own steps; {defaults.PROGRAM_TIMELINE} for run, whose decode steps are found in them)",
+           (ProfileOptions, "timeline"), type=non_negative_int, metavar="N", default=None),
 )
 NO_PROFILE = Option("--no-profile", "decode without the profiler (a baseline)", (ProfileOptions, "enabled"),
                     dest="profile", action="store_false")

@@ -19,6 +19,8 @@ from .ops import counted_ratios, cpu_is_statistical, op_ratios, op_table, region
 from .report_model import Column, Report, Section, Table
 from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
+from .steps import Steps, decode_section, find_steps
+from .steps import ceiling_section as steps_ceiling_section
 from .threads import BACKGROUND_UTILISATION, run_queue_warning, split_background, thread_rows
 from .timeline import BusyTimeline, busy_timeline
 
@@ -71,13 +73,20 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
             why = f"not profiled: the run ended before profiling started ({profile.status.reason or 'unknown'})"
         report.sections.append(Section("profile", "Profile", [why]))
         return report
+    # A program's decode, found in its op stream, where cpuprof did not run the decode itself.
+    steps = find_steps(profile) if profile.workload is None else None
+    if isinstance(steps, Steps):
+        report.sections.append(decode_section(steps))
     # Against the machine's limits first: how far decoding is from its ceiling, and why.
-    for section in (ceiling_section(profile), roofs):
+    program_ceiling = steps_ceiling_section(profile, steps) if isinstance(steps, Steps) else None
+    for section in (ceiling_section(profile) or program_ceiling, roofs):
         if section is not None:
             report.sections.append(section)
     contention = analyse(profile)
     report.figures = ProfileFigures(busy_timeline(profile), op_time_split(profile, contention))
     report.sections.append(_profile_section(profile))
+    if isinstance(steps, str):  # one line: why this program's report has no Decode section
+        report.sections[-1].notes.append(f"decode steps: none found in the op stream ({steps})")
     report.sections.append(_threads_section(profile))
     report.sections.append(_ops_section(profile, top))
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code

@@ -61,10 +61,12 @@ def python_hz(args: argparse.Namespace) -> int:
     return defaults.PYTHON_HZ if args.flamegraph else 0
 
 
-def profile_options(args: argparse.Namespace, enabled: bool = True) -> ProfileOptions:
-    """The profiling flags (options_spec.PROFILING) as typed options."""
-    return spec.build(ProfileOptions, [o for o in spec.PROFILING if o.flag != "--python-hz"], args,
-                      enabled=enabled, python_hz=python_hz(args))
+def profile_options(args: argparse.Namespace, enabled: bool = True, timeline: int = 0) -> ProfileOptions:
+    """The profiling flags (options_spec.PROFILING) as typed options; ``timeline``: the op spans
+    kept when --timeline is not given (a program's decode steps are found in them)."""
+    return spec.build(ProfileOptions, [o for o in spec.PROFILING if o.flag not in ("--python-hz", "--timeline")],
+                      args, enabled=enabled, python_hz=python_hz(args),
+                      timeline=timeline if args.timeline is None else args.timeline)
 
 
 def check_profile_options(p: ProfileOptions, flamegraph: bool) -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import exit_codes
+from .. import defaults, exit_codes
 from .. import options_spec as spec
 from ..errors import ChildFailed, CpuprofError
 from ..launch import parent, program, run_dir
@@ -54,7 +54,7 @@ COMMAND = spec.Command(
 def program_options(args: argparse.Namespace) -> ProgramOptions:
     """The flags, typed and checked, before anything starts."""
     options = ProgramOptions(target=spec.PROGRAM.value(args), launch=launch_from_args(args),
-                             profile=profile_options(args), follow=args.follow,
+                             profile=profile_options(args, timeline=defaults.PROGRAM_TIMELINE), follow=args.follow,
                              window=spec.build(WindowPlan, spec.WINDOW, args), nproc=args.nproc,
                              ranks_per_node=args.ranks_per_node, rank_timeout_s=args.rank_timeout)
     check_profile_options(options.profile, args.flamegraph)

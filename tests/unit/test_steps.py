@@ -1,0 +1,194 @@
+"""Decode steps inferred from an op stream (analysis.steps), on hand-built timelines whose steps are
+known: a transformers-shaped model ([batch, positions, k] activations, sdpa attention) and a serving
+engine's ([tokens, k], continuous batching), a window that cut a forward, and programs that are not
+language models."""
+
+from __future__ import annotations
+
+import pytest
+from profiles import MS, make_profile, make_sampled_profile, tensor
+
+from cpuprof.analysis.report import build_report
+from cpuprof.analysis.steps import DECODE, MIXED, PREFILL, Steps, find_steps
+from cpuprof.model import OpInput, OpStat, Spans
+from cpuprof.units import fmt_rate
+
+NONE = OpInput(kind="none")
+HIDDEN, FFN, VOCAB, KV = 64, 128, 512, 32  # one layer: q, k, v, o, gate, up, down; then the LM head
+
+
+class Timeline:
+    """Spans of one thread, written as a program runs: ops nest by depth, time advances by hand."""
+
+    def __init__(self) -> None:
+        self.ops: dict[tuple, OpStat] = {}
+        self.spans = Spans(op=[], thread=[], depth=[], start_ns=[], dur_ns=[], counters=[])
+        self.now = 0
+
+    def op(self, name: str, inputs: list[OpInput]) -> int:
+        key = (name, tuple((i.kind, i.dtype, tuple(i.sizes or ())) for i in inputs))
+        if key not in self.ops:
+            self.ops[key] = OpStat(id=100 + len(self.ops), kind="op", name=name, region=[], calls=0, incl_ns=0,
+                                   self_ns=0, max_ns=0, counters_self={}, counters_incl={}, inputs=inputs)
+        return self.ops[key].id
+
+    def span(self, op_id: int, dur_ns: int, depth: int = 0, children: list[tuple[int, int]] = ()) -> None:
+        start = self.now
+        for child, child_dur in children:  # nested in this span (an mm in its linear)
+            self._add(child, start + 1, child_dur, depth + 1)
+        self._add(op_id, start, dur_ns, depth)
+        self.now = start + dur_ns
+
+    def _add(self, op_id: int, start: int, dur: int, depth: int) -> None:
+        s = self.spans
+        s.op.append(op_id), s.thread.append(0), s.depth.append(depth), s.start_ns.append(start)
+        s.dur_ns.append(dur), s.counters.append([])
+
+    def gap(self, ns: int) -> None:
+        self.now += ns
+
+    def linear(self, rows: list[int], n: int, k: int, dur_ns: int) -> None:
+        linear = self.op("aten::linear", [tensor("bf16", *rows, k), tensor("bf16", n, k), NONE])
+        mm = self.op("aten::mm", [tensor("bf16", rows[0] * (rows[1] if len(rows) > 1 else 1), k),
+                                  tensor("bf16", k, n, strides=[1, k])])
+        self.span(linear, dur_ns, children=[(mm, dur_ns - 2)])
+
+    def forward(self, batch: int, positions: int, kv_len: int, flat: bool = False, sequences: int | None = None,
+                op_ns: int = 100_000) -> None:
+        """One forward pass of a one-layer model: 7 projections, attention, the LM head."""
+        rows = [batch * positions] if flat else [batch, positions]
+        for n, k in ((HIDDEN, HIDDEN), (KV, HIDDEN), (KV, HIDDEN)):
+            self.linear(rows, n, k, op_ns)
+        if not flat:
+            sdpa = self.op("aten::scaled_dot_product_attention", [
+                tensor("bf16", batch, 4, positions, 16), tensor("bf16", batch, 2, kv_len, 16),
+                tensor("bf16", batch, 2, kv_len, 16)])
+            self.span(sdpa, 2 * op_ns)
+        self.span(self.op("aten::add", [tensor("bf16", *rows, HIDDEN)]), op_ns // 10)
+        for n, k in ((HIDDEN, HIDDEN), (FFN, HIDDEN), (FFN, HIDDEN), (HIDDEN, FFN)):
+            self.linear(rows, n, k, op_ns)
+        head_rows = [sequences if sequences is not None else batch] if flat else [batch, 1]
+        self.linear(head_rows, VOCAB, HIDDEN, 3 * op_ns)
+
+    def profile(self):  # noqa: ANN201
+        p = make_profile("sampled")
+        p.workload = None
+        p.roofs = make_sampled_profile().roofs  # a 40 GB/s triad
+        p.ops = list(self.ops.values())
+        p.spans = self.spans
+        return p
+
+
+def test_a_generate_loop_gives_one_prefill_and_its_decode_steps_with_their_wall_times():
+    t = Timeline()
+    t.gap(5 * MS)  # the tokenizer, before any op
+    t.forward(batch=2, positions=8, kv_len=8)  # prefill
+    walls = []
+    for step in range(5):
+        before = t.now
+        t.gap(300_000)  # sampling and the framework between forwards: part of the step
+        t.forward(batch=2, positions=1, kv_len=9 + step)
+        walls.append(t.now - before)
+    found = find_steps(t.profile())
+    assert isinstance(found, Steps)
+    assert [s.kind for s in found.steps] == [PREFILL] + [DECODE] * 5
+    assert found.gemms_per_forward == 9  # 8 linears and the attention; the mm inside each linear not counted
+    prefill, *decode = found.steps
+    assert (prefill.tokens, prefill.sequences) == (16, 2)
+    assert [s.wall_ns for s in decode] == walls
+    assert [(s.tokens, s.sequences, s.kv_len) for s in decode] == [(2, 2, 9 + k) for k in range(5)]
+    assert "LM head (aten::linear onto 512 outputs from 64 (bf16))" not in found.lm_head  # named, not phrased
+    assert found.lm_head == "aten::linear onto 512 outputs from 64 (bf16)"
+    step = decode[0]
+    assert step.gemm_ns == 8 * 100_000 + 2 * 100_000  # 7 projections and the 3x LM head
+    assert step.attention_ns == 200_000 and step.other_ops_ns == 10_000 and step.outside_ops_ns == 300_000
+    # The weights a decode step reads (each projection its own, q and o alike in shape), at 2 bytes
+    # each, and the keys and values it read.
+    assert step.weight_bytes == 2 * (HIDDEN * HIDDEN * 2 + KV * HIDDEN * 2 + FFN * HIDDEN * 2 + HIDDEN * FFN
+                                     + VOCAB * HIDDEN)
+    assert step.kv_bytes == 2 * (2 * 2 * 9 * 16 * 2)
+
+
+def test_the_report_gets_decode_and_ceiling_sections_whose_figures_are_the_steps():
+    t = Timeline()
+    t.forward(batch=1, positions=4, kv_len=4)
+    for step in range(4):
+        t.gap(1 * MS)
+        t.forward(batch=1, positions=1, kv_len=5 + step, op_ns=200_000)
+    report = build_report(t.profile())
+    decode = report.section("decode")
+    ceiling = report.section("ceiling")
+    assert decode is not None and ceiling is not None
+    step_ns = 1 * MS + 7 * 200_000 + 2 * 200_000 + 20_000 + 3 * 200_000  # the gap, 7 linears, sdpa, add, LM head
+    text = " ".join(decode.lines)
+    assert "1 prefill, 4 decode, 0 mixed" in text
+    assert f"throughput {fmt_rate(1e9 / step_ns)} tokens/s over 4 decode steps" in text
+    # The roofs of make_profile: a 40 GB/s triad; the ceiling is the step's bytes at it.
+    assert "at the measured 40.0 GB/s" in " ".join(ceiling.lines)
+    parts = ceiling.tables[0].rows
+    assert parts[-1]["ns"] == pytest.approx(step_ns)
+    assert sum(r["ns"] for r in parts[:-1]) == pytest.approx(step_ns)  # the parts add up to the step
+
+
+def test_a_serving_engines_flattened_batches_are_decode_prefill_or_mixed_by_their_rows():
+    t = Timeline()
+    t.forward(batch=1, positions=6, kv_len=0, flat=True, sequences=1)  # one request's prefill
+    t.forward(batch=1, positions=1, kv_len=0, flat=True, sequences=1)  # its decode
+    t.forward(batch=1, positions=5, kv_len=0, flat=True, sequences=2)  # a new prompt of 4 beside a decode
+    t.forward(batch=2, positions=1, kv_len=0, flat=True, sequences=2)  # two decodes
+    found = find_steps(t.profile())
+    assert isinstance(found, Steps)
+    assert [(s.kind, s.tokens, s.sequences) for s in found.steps] == [
+        (PREFILL, 6, 1), (DECODE, 1, 1), (MIXED, 5, 2), (DECODE, 2, 2)]
+    assert all(s.kv_len is None for s in found.steps)  # no attention shapes: no KV length claimed
+
+
+def test_a_forward_cut_by_the_profiles_start_is_left_out():
+    t = Timeline()
+    t.forward(batch=1, positions=1, kv_len=5)
+    t.forward(batch=1, positions=1, kv_len=6)
+    t.forward(batch=1, positions=1, kv_len=7)
+    p = t.profile()
+    cut = 4  # the window opened during the first forward: its first linears' spans are not there
+    p.spans = Spans(*(column[cut * 2:] for column in (p.spans.op, p.spans.thread, p.spans.depth, p.spans.start_ns,
+                                                       p.spans.dur_ns, p.spans.counters)))
+    found = find_steps(p)
+    assert isinstance(found, Steps) and found.partial_first
+    assert [s.kv_len for s in found.steps] == [6, 7]
+
+
+def test_a_program_that_is_not_a_language_model_has_no_steps_and_says_why_in_one_line():
+    t = Timeline()
+    for _ in range(5):  # an MLP's training loop: the same GEMMs again and again, nothing attends, no vocabulary
+        for n, k in ((64, 32), (64, 64), (10, 64)):
+            t.linear([32], n, k, 50_000)
+    why = find_steps(t.profile())
+    assert why == ("GEMMs repeat, but no step has attention or an LM head (a projection several times wider than "
+                   "the others): not the forward passes of a language model")
+    report = build_report(t.profile())
+    assert report.section("decode") is None and report.section("ceiling") is None
+    assert f"decode steps: none found in the op stream ({why})" in report.section("profile").notes  # type: ignore
+
+
+@pytest.mark.parametrize("spans, why", [
+    (None, "the op timeline was not kept (it is kept with --timeline N)"),
+    (Spans(op=[7], thread=[0], depth=[0], start_ns=[0], dur_ns=[5], counters=[[]]),
+     "no GEMM-like op ran (no linear, matmul, mm or attention the GEMM table knows)"),
+])
+def test_without_a_timeline_or_gemms_there_are_no_steps(spans: Spans | None, why: str):
+    p = make_profile("sampled")
+    p.workload, p.spans = None, spans
+    assert find_steps(p) == why
+
+
+def test_calls_nest_by_depth_even_where_a_parent_seems_to_end_before_its_children():
+    """A span's duration leaves out the profiler's own time in the ops under it: a linear recorded as
+    ending before its mm does (seen in real timelines). The mm is still inside it, by depth."""
+    t = Timeline()
+    for _ in range(3):
+        t.forward(batch=1, positions=1, kv_len=4)
+    p = t.profile()
+    mm_ids = {op.id for op in p.ops if op.name == "aten::mm"}
+    p.spans.dur_ns = [d + 50_000 if op in mm_ids else d for op, d in zip(p.spans.op, p.spans.dur_ns, strict=True)]
+    found = find_steps(p)
+    assert isinstance(found, Steps) and found.gemms_per_forward == 9 and len(found.steps) == 3
