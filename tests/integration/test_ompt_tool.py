@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -160,6 +161,13 @@ print(json.dumps(out))
 """
 
 
+def tool_sources() -> list[str]:
+    """The tool's units, as CMakeLists.txt lists them (CPUPROF_OMPT_SOURCES)."""
+    block = re.search(r"set\(CPUPROF_OMPT_SOURCES(.*?)\)", (REPO / "CMakeLists.txt").read_text(), re.S)
+    assert block, "CMakeLists.txt has no CPUPROF_OMPT_SOURCES list"
+    return [str(REPO / path) for path in block.group(1).split()]
+
+
 def _header(libiomp5: Path) -> Path | None:
     candidates = [Path(sys.prefix, "opt/compiler/include/omp-tools.h"),
                   libiomp5.parent.parent / "opt/compiler/include/omp-tools.h"]
@@ -179,7 +187,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     where = tmp_path_factory.mktemp("ompt")
     tool = where / "libcpuprof_ompt.so"
     subprocess.run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra",
-                    "-Werror", f"-I{REPO / 'csrc'}", f"-I{header.parent}", str(REPO / "csrc/ompt/ompt_tool.cpp"),
+                    "-Werror", f"-I{REPO / 'csrc'}", f"-I{header.parent}", *tool_sources(),
                     "-o", str(tool)], check=True, capture_output=True, text=True)
     source = where / "workload.c"
     source.write_text(WORKLOAD)

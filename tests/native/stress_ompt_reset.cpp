@@ -10,8 +10,11 @@
 #include <thread>
 #include <vector>
 
-// The callbacks live in the tool's anonymous namespace: this driver is compiled with the tool.
-#include "ompt/ompt_tool.cpp"
+// The callbacks live in an anonymous namespace of the tool's runtime side: this driver includes
+// that unit and is built with the tool's other units (test_native_sanitizers.py).
+#include "ompt/ompt_callbacks.cpp"
+
+using namespace cpuprof::ompt;
 
 namespace {
 
