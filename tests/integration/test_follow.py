@@ -471,7 +471,7 @@ def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(
     began = next(t for t in worker.profile.settings.at_start.threads if t.tid == worker.profile.meta.pid)
     assert f"1 thread moved from CPUs {format_cpulist(began.affinity)} to CPUs {cpu}" in worker_changes, worker_changes
     assert "launch's variables being the program's process's): OMP_NUM_THREADS=1" in text
-    assert "tokens: not known to cpuprof" in text
+    assert "tokens: a program's are counted from the decode steps found in its op stream" in text
 
 
 def test_a_process_named_with_escape_sequences_is_shown_not_obeyed(tmp_path: Path):

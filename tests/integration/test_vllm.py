@@ -28,6 +28,7 @@ from tests.cli_runs import cpuprof
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.processes import busiest
+from cpuprof.analysis.steps import DECODE, Steps, find_steps
 from cpuprof.launch.followed_run import followed_alive
 from cpuprof.model.run_layout import load_processes
 
@@ -113,8 +114,16 @@ def test_offline_generate_is_profiled_in_the_worker_with_vllms_gemms(tmp_path: P
         seen.add((work.n, work.k))
     assert any(n == 2 * FFN for n, _ in seen) and (HIDDEN, FFN) in seen, seen
     assert "GEMMs against the roofs" in result.stdout and "_C::onednn_mm" in result.stdout
-    # Tokens are vLLM's to count: the report says it does not know them, rather than a guess.
-    assert "tokens: not known to cpuprof" in " ".join(result.stdout.split())
+    # The steps found in the worker's op stream: every forward samples one token per sequence, so
+    # they count what vLLM returned; the decode steps, one token of each of the 4 sequences, all
+    # but the first token of each (the prefill's).
+    found = find_steps(worker.profile)
+    assert isinstance(found, Steps), found
+    assert sum(s.sequences for s in found.steps) == PROMPTS * NEW_TOKENS
+    assert sum(s.sequences for s in found.of_kind(DECODE)) == PROMPTS * (NEW_TOKENS - 1)
+    assert found.steps[0].kind != DECODE and found.steps[0].tokens == PROMPTS * 16  # the four prompts' 16 words
+    report = " ".join(result.stdout.split())
+    assert "Decode (inferred from the op stream)" in report and f"over {NEW_TOKENS - 1} decode steps" in report
 
 
 def _free_port() -> int:

@@ -121,7 +121,7 @@ def test_the_report_gets_decode_and_ceiling_sections_whose_figures_are_the_steps
     assert decode is not None and ceiling is not None
     step_ns = 1 * MS + 7 * 200_000 + 2 * 200_000 + 20_000 + 3 * 200_000  # the gap, 7 linears, sdpa, add, LM head
     text = " ".join(decode.lines)
-    assert "1 prefill, 4 decode, 0 mixed" in text
+    assert "5 forward passes on thread T1: 1 prefill, 4 decode" in text and "mixed" not in text
     assert f"throughput {fmt_rate(1e9 / step_ns)} tokens/s over 4 decode steps" in text
     # The roofs of make_profile: a 40 GB/s triad; the ceiling is the step's bytes at it.
     assert "at the measured 40.0 GB/s" in " ".join(ceiling.lines)

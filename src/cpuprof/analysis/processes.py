@@ -132,8 +132,8 @@ def processes_section(rows: list[ProcessRow], shown: ProcessRow | None, unsaved:
     if len(changed) > MAX_PROCESS_ROWS:
         lines.append(f"... and {len(changed) - MAX_PROCESS_ROWS:,} more processes changed their settings")
     if shown is not None:
-        lines.append("tokens: not known to cpuprof for a program's processes (it counts the tokens of its own "
-                     "decode only); the program's own count is the one to trust")
+        lines.append("tokens: a program's are counted from the decode steps found in its op stream (the Decode "
+                     "section below, where there are steps); the program's own count is the one to trust")
     if unsaved:
         shown_pids = ", ".join(str(p) for p in unsaved[:20]) + (", ..." if len(unsaved) > 20 else "")
         lines.append(f"{len(unsaved)} more process{'es' if len(unsaved) != 1 else ''} started profiling but saved "

@@ -272,8 +272,10 @@ def decode_tokens_per_s(steps: list[Step]) -> float | None:
 
 def decode_section(found: Steps) -> Section:
     decode, prefill, mixed = found.of_kind(DECODE), found.of_kind(PREFILL), found.of_kind(MIXED)
+    mixed_text = (f", {len(mixed)} mixed (prompts' prefill, with or without decodes beside them: a flattened batch "
+                  "does not say which)" if mixed else "")
     lines = [f"{len(found.steps)} forward passes on thread T{found.thread + 1}: {len(prefill)} prefill, "
-             f"{len(decode)} decode, {len(mixed)} mixed (prefill chunks beside decodes)"]
+             f"{len(decode)} decode{mixed_text}"]
     tps = decode_tokens_per_s(decode)
     if len(decode) >= MIN_DECODE_STEPS and tps is not None:
         p50, p90, p99 = _percentiles([s.wall_ns / 1e6 for s in decode])
@@ -285,10 +287,11 @@ def decode_section(found: Steps) -> Section:
                      "figure")
     if prefill:
         first = prefill[0]
+        ttft = (f"time to first token {fmt_ns(first.wall_ns)}" if len(prefill) == 1 else
+                f"the first, {first.tokens:,} tokens, took {fmt_ns(first.wall_ns)} (time to first token)")
         lines.append(f"prefill: {len(prefill)} forward{'s' if len(prefill) != 1 else ''}, "
-                     f"{sum(s.tokens for s in prefill):,} tokens in {fmt_ns(sum(s.wall_ns for s in prefill))}; the "
-                     f"first took {fmt_ns(first.wall_ns)} for {first.tokens:,} tokens (time to first token, from its "
-                     "first GEMM to its LM head: the tokenizer and what ran before are not in it)")
+                     f"{sum(s.tokens for s in prefill):,} tokens in {fmt_ns(sum(s.wall_ns for s in prefill))}; "
+                     f"{ttft}, from its first GEMM to its LM head (the tokenizer and what ran before are not in it)")
     kv = [s.kv_len for s in decode if s.kv_len is not None]
     if kv:
         lines.append(f"KV length {min(kv):,} to {max(kv):,} positions over the decode steps (the attention's keys)")
