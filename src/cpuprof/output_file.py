@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable
@@ -45,11 +46,20 @@ class OutputError(CpuprofError, OSError):
     could not take the bytes (a full disk, an I/O error) is a failure. An OSError too, so that a
     caller that keeps going when a save fails (a checkpoint, a chart) catches it as before."""
 
-    def __init__(self, message: str, reason: str, exit_code: int = exit_codes.USAGE) -> None:
+    def __init__(self, message: str, reason: str = "", exit_code: int = exit_codes.USAGE,
+                 errno_: int | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
         # The reason alone, where OSError keeps it: a caller's `exc.strerror or exc` names it as before.
-        self.strerror = reason
+        self.strerror = reason or message
+        if errno_ is not None:
+            self.errno = errno_
+
+    def __str__(self) -> str:  # the message alone, not OSError's "[Errno N] reason"
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple:  # pickled whole (a Pool worker's failed export reaches its parent)
+        return (OutputError, (str(self), self.strerror, self.exit_code, self.errno))
 
 
 def _refusal(path: Path, what: str) -> OutputError:
@@ -59,7 +69,7 @@ def _refusal(path: Path, what: str) -> OutputError:
 def _failure(path: Path | str, exc: OSError) -> OutputError:
     reason = exc.strerror or str(exc) or "failed"
     code = exit_codes.USAGE if exc.errno in _PATH_ERRORS else exit_codes.FAILED
-    return OutputError(f"cannot write {path}: {reason[:1].lower()}{reason[1:]}", reason, code)
+    return OutputError(f"cannot write {path}: {reason[:1].lower()}{reason[1:]}", reason, code, exc.errno)
 
 
 def _kind_of(mode: int) -> str | None:
@@ -83,6 +93,9 @@ def write_file(path: str | os.PathLike[str], write: Callable[[Any], T], *, binar
     an exception from ``write`` itself passes through, and leaves the target as it was (a regular
     file) or partly written (a device, a FIFO)."""
     given = Path(path)
+    own = _own_descriptor(given)
+    if own is not None:
+        return _write_descriptor(given, own, write, binary)
     target = Path(os.path.realpath(given)) if given.is_symlink() else given
     try:
         info: os.stat_result | None = os.stat(target)
@@ -102,6 +115,38 @@ def write_file(path: str | os.PathLike[str], write: Callable[[Any], T], *, binar
         except OSError as exc:
             raise _failure(given, exc) from None
     return _write_replacing(given, target, info, write, binary)
+
+
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+)/fd)/(\d+)")
+_STD_PATHS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/3``,
+    ``/proc/self/fd/3``): written through itself, so that a pipe stays a pipe and a file opened
+    for appending (``>> log``) is appended to, where its resolved path would be replaced."""
+    text = os.path.abspath(path)
+    if text in _STD_PATHS:
+        return _STD_PATHS[text]
+    match = _FD_PATH.fullmatch(text)
+    if match is None:
+        return None
+    pid = text.split("/")[2]
+    if text.startswith("/proc/") and pid.isdigit() and int(pid) != os.getpid():
+        return None  # another process's descriptor: opened by its path like any file
+    return int(match.group(1))
+
+
+def _write_descriptor(given: Path, fd: int, write: Callable[[Any], T], binary: bool) -> T:
+    try:
+        copy = os.dup(fd)
+    except OSError as exc:
+        raise _failure(given, exc) from None
+    try:
+        with os.fdopen(copy, _open_mode(binary)) as out:
+            return write(out)
+    except OSError as exc:
+        raise _failure(given, exc) from None
 
 
 def _open_mode(binary: bool) -> str:
@@ -131,9 +176,14 @@ def _write_replacing(given: Path, target: Path, existing: os.stat_result | None,
             return _write_in_place(given, target, write, binary, truncate=True)
         raise _failure(given, exc) from None
     try:
-        _give_mode(fd, existing)
         try:
-            with os.fdopen(fd, _open_mode(binary)) as out:
+            out_file = os.fdopen(fd, _open_mode(binary))
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            with out_file as out:
+                _give_mode(out.fileno(), existing)
                 result = write(out)
         except OSError as exc:
             raise _failure(given, exc) from None
@@ -155,17 +205,32 @@ def _write_replacing(given: Path, target: Path, existing: os.stat_result | None,
 
 def _give_mode(fd: int, existing: os.stat_result | None) -> None:
     """A replaced file keeps its permission bits and owner; a new one gets what the umask allows
-    (mkstemp makes it 0600, narrower than any file the user would write)."""
-    if existing is not None:
-        os.fchmod(fd, stat.S_IMODE(existing.st_mode))
-        try:
-            os.fchown(fd, existing.st_uid, existing.st_gid)
-        except OSError:  # not ours to give away: the file becomes the writer's, as any rewrite would
-            pass
-        return
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
+    (mkstemp makes it 0600, narrower than any file the user would write). Best effort: a file
+    system without modes (vfat) keeps what it has."""
+    try:
+        if existing is not None:
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+            try:
+                os.fchown(fd, existing.st_uid, existing.st_gid)
+            except OSError:  # not ours to give away: the file becomes the writer's, as any rewrite would
+                pass
+            return
+        os.fchmod(fd, 0o666 & ~_umask())
+    except OSError:
+        pass
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread of a
+    profiled program for a moment)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def write_text(path: str | os.PathLike[str], text: str, *, make_parents: bool = False) -> Path:

@@ -212,3 +212,23 @@ def test_a_rename_the_filesystem_refuses_falls_back_to_writing_in_place(tmp_path
     write_text(target, "new")
     assert target.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["bound.txt"]
+
+
+def test_the_processs_own_descriptors_are_written_through_keeping_a_pipe_and_an_appended_log(tmp_path: Path):
+    """/dev/stdout resolves to pipe:[N] or to the file the shell opened: written through a copy of the
+    descriptor, a pipe gets the bytes and a log opened for appending keeps what it had."""
+    import pickle
+    import sys
+
+    log = tmp_path / "log.txt"
+    log.write_text("before\n")
+    code = ("from cpuprof.output_file import write_text\n"
+            "write_text('/dev/stdout', 'to stdout\\n')\nwrite_text('/dev/fd/1', 'to fd 1\\n')\n")
+    with open(log, "a") as appended:
+        subprocess.run([sys.executable, "-c", code], stdout=appended, check=True)
+    assert log.read_text() == "before\nto stdout\nto fd 1\n"
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert piped.stdout == "to stdout\nto fd 1\n"
+    error = _refused(tmp_path)  # and one that crosses a process boundary whole
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == str(error) and again.exit_code == error.exit_code

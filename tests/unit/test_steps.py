@@ -192,3 +192,50 @@ def test_calls_nest_by_depth_even_where_a_parent_seems_to_end_before_its_childre
     p.spans.dur_ns = [d + 50_000 if op in mm_ids else d for op, d in zip(p.spans.op, p.spans.dur_ns, strict=True)]
     found = find_steps(p)
     assert isinstance(found, Steps) and found.gemms_per_forward == 9 and len(found.steps) == 3
+
+
+def test_a_flattened_batch_of_prompts_before_any_decode_is_a_prefill():
+    t = Timeline()
+    t.forward(batch=2, positions=8, kv_len=0, flat=True, sequences=2)  # two prompts of 8, together
+    t.forward(batch=2, positions=1, kv_len=0, flat=True, sequences=2)
+    t.forward(batch=2, positions=1, kv_len=0, flat=True, sequences=2)
+    found = find_steps(t.profile())
+    assert isinstance(found, Steps)
+    assert [(s.kind, s.tokens, s.sequences) for s in found.steps] == [(PREFILL, 16, 2), (DECODE, 2, 2), (DECODE, 2, 2)]
+
+
+def test_eager_attentions_batched_matmuls_are_not_taken_for_weights():
+    """attn_implementation="eager": q·kᵀ and p·v are batched matmuls of activations whose shapes grow
+    every step, each once a layer. Taken for weights, one became "the LM head" past a few steps."""
+    t = Timeline()
+    for step in range(10):
+        positions, kv = (8, 8) if step == 0 else (1, 8 + step)
+        for _layer in range(2):
+            for n, k in ((HIDDEN, HIDDEN), (KV, HIDDEN), (KV, HIDDEN)):
+                t.linear([1, positions], n, k, 100_000)
+            qk = t.op("aten::matmul", [tensor("bf16", 1, 4, positions, 16), tensor("bf16", 1, 4, 16, kv)])
+            pv = t.op("aten::matmul", [tensor("bf16", 1, 4, positions, kv), tensor("bf16", 1, 4, kv, 16)])
+            t.span(qk, 50_000)
+            t.span(pv, 50_000)
+            t.linear([1, positions], HIDDEN, HIDDEN, 100_000)
+        t.linear([1, 1], VOCAB, HIDDEN, 300_000)
+    found = find_steps(t.profile())
+    assert isinstance(found, Steps), found
+    assert found.lm_head == "aten::linear onto 512 outputs from 64 (bf16)"
+    assert [s.kind for s in found.steps] == [PREFILL] + [DECODE] * 9
+
+
+def test_a_pause_between_two_generate_calls_is_not_a_step():
+    t = Timeline()
+    for call in range(2):
+        t.forward(batch=1, positions=4, kv_len=4)
+        for step in range(3):
+            t.gap(100_000)
+            t.forward(batch=1, positions=1, kv_len=5 + step)
+        if call == 0:
+            t.gap(2_000 * MS)  # the program does something else for 2 s
+    found = find_steps(t.profile())
+    assert isinstance(found, Steps)
+    assert [s.kind for s in found.steps] == ([PREFILL] + [DECODE] * 3) * 2
+    second_prefill = found.steps[4]
+    assert second_prefill.wall_ns < 10 * MS  # its forward, not the 2 s before it

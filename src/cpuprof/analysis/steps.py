@@ -41,6 +41,10 @@ from .report_model import Column, Section, Table
 # An LM head projects onto a vocabulary; without attention in the steps, one this much wider than
 # every other projection still says "language model" (a classifier or an MLP has no such layer).
 LM_HEAD_WIDTH_RATIO = 4
+# Time between two forwards longer than this many times the forward itself (and than the floor) is a
+# pause of the program's (another generate() call, a server waiting for requests), not the step's.
+IDLE_FACTOR = 2
+IDLE_FLOOR_NS = 50_000_000
 # Fewer decode steps than this and tokens/s is not worth a figure.
 MIN_DECODE_STEPS = 2
 
@@ -91,7 +95,9 @@ class _Call:
     @property
     def weight(self) -> tuple[str, int, int, str] | None:
         """What the call multiplies by, whatever its rows: the same in the prefill and each step."""
-        if self.work is None or self.kind != "gemm":
+        # A batched product (eager attention's q·kᵀ and p·v, whose shapes grow each step) multiplies
+        # two activations, not a weight.
+        if self.work is None or self.kind != "gemm" or self.work.batch > 1:
             return None
         return (self.op.name, self.work.n, self.work.k, self.work.weight_dtype or self.work.dtype)
 
@@ -127,7 +133,7 @@ def find_steps(profile: Profile) -> Steps | str:
     if not repeated:
         return "no GEMM repeats over the same weights: no forward pass runs more than once"
     fewest = min(repeated.values())
-    head = max((w for w, n in repeated.items() if n == fewest), key=lambda w: w[1] * w[2])
+    head = max((w for w, n in repeated.items() if n == fewest), key=lambda w: (w[1], w[1] * w[2]))
     ends = [i for i, w in enumerate(weights) if w == head]
     gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
     per_forward = max(set(gaps), key=gaps.count) if gaps else ends[0] + 1
@@ -148,10 +154,21 @@ def find_steps(profile: Profile) -> Steps | str:
         # are no part of it); the others: every GEMM since the LM head before.
         lo = ends[n - 1] + 1 if n else end + 1 - per_forward
         forward = calls[lo:end + 1]
-        start = forward[0].start_ns if n == 0 else calls[ends[n - 1]].end_ns
-        steps.append(_step(forward, start, calls[end].end_ns, covered))
+        start = forward[0].start_ns
+        if n:
+            # From the LM head before, sampling and the framework's work included; but a pause longer
+            # than the forward itself (the program did something else, or waited for a request) is
+            # no part of the step: it starts at its first GEMM then.
+            idle = forward[0].start_ns - calls[ends[n - 1]].end_ns
+            if idle <= max(IDLE_FACTOR * (calls[end].end_ns - forward[0].start_ns), IDLE_FLOOR_NS):
+                start = calls[ends[n - 1]].end_ns
+        steps.append(_step(forward, start, calls[end].end_ns, covered, any(s.kind == DECODE for s in steps)))
     found = Steps(steps=steps, thread=thread, lm_head=_weight_text(head), gemms_per_forward=per_forward,
                   partial_first=partial_first)
+    dropped = profile.limits.spans_dropped if profile.limits is not None else 0
+    if dropped:
+        found.notes.append(f"the timeline kept the newest spans of each thread ({dropped:,} older ones dropped): "
+                           "these steps are the last part of the run (--timeline N keeps more)")
     irregular = sum(1 for g in gaps if g != per_forward)
     if irregular:
         found.notes.append(f"{irregular} of {len(gaps)} forwards had another count of GEMMs than {per_forward}: "
@@ -184,7 +201,9 @@ def _outermost_calls(spans: object, thread: int, ops: dict[int, OpStat],
     return calls
 
 
-def _step(forward: list[_Call], start: int, end: int, covered: list[tuple[int, int]]) -> Step:
+def _step(forward: list[_Call], start: int, end: int, covered: list[tuple[int, int]], decoded: bool) -> Step:
+    """One forward's step; ``decoded``: a decode step came before it (a flattened batch of prompts
+    before any is a prefill; after, it may be a new prompt beside decodes: mixed)."""
     first = next((c for c in forward if c.kind == "gemm"), forward[0])
     head = forward[-1]
     sizes = _activation_sizes(first.op) or []
@@ -193,10 +212,13 @@ def _step(forward: list[_Call], start: int, end: int, covered: list[tuple[int, i
         sequences, positions = sizes[0], math.prod(sizes[1:-1])
         tokens = sequences * positions
         kind = DECODE if positions == 1 else PREFILL
-    else:  # [tokens, k], flattened over the sequences
-        tokens = sizes[0] if sizes else 0
-        sequences = math.prod(head_sizes[:-1]) if len(head_sizes) >= 2 else tokens
-        kind = DECODE if tokens == sequences else PREFILL if sequences == 1 else MIXED
+    else:  # [tokens, k], flattened over the sequences (a vector: one token)
+        tokens = sizes[0] if len(sizes) == 2 else 1
+        if len(head_sizes) >= 3:  # an LM head over [batch, positions, k]: its batch is the sequences
+            sequences = head_sizes[0]
+        else:  # it projects only the positions that sample: one row a sequence
+            sequences = head_sizes[0] if len(head_sizes) == 2 else 1
+        kind = DECODE if tokens == sequences else PREFILL if sequences == 1 or not decoded else MIXED
     kv = [c.work.n for c in forward if c.kind == "attention" and c.work is not None]
     # Each GEMM of a forward multiplies by a weight of its own (q and o of one layer have one shape, and
     # every layer the same shapes, but not the same matrix): a step reads the weights of all its calls.
@@ -298,7 +320,8 @@ def decode_section(found: Steps) -> Section:
     lines.append("how: " + HOW.format(head=found.lm_head, per=found.gemms_per_forward))
     notes = list(found.notes)
     if found.partial_first:
-        notes.append("the first forward was cut by the profile's start (a window opened mid-step): left out")
+        notes.append("the first forward was cut (the timeline starts mid-step: a window opened then, or older "
+                     "spans were dropped): left out")
     rows = [{"kind": kind, "steps": len(group), "tokens": sum(s.tokens for s in group),
              "mean_ns": sum(s.wall_ns for s in group) / len(group),
              "gemm": sum(s.gemm_ns for s in group) / max(1, sum(s.wall_ns for s in group)),

@@ -19,7 +19,7 @@ from typing import Any
 
 # pid -> what saves that process before it execs, and the variables the program it becomes must
 # not see; a forked child registers its own, or has none.
-_savers: dict[int, tuple[Callable[[str], None], tuple[str, ...]]] = {}
+_savers: dict[int, tuple[Callable[[str], None] | None, tuple[str, ...]]] = {}
 _originals: dict[str, Any] = {}
 
 
@@ -46,11 +46,15 @@ def save_before_exec(save: Callable[[str], None], drop_env: tuple[str, ...] = ()
 
 
 def _before(path: Any) -> tuple[str, ...]:
-    """Saves this process (once: a failed exec and a second try do not save twice); returns the
-    variables to leave out."""
-    save, drop_env = _savers.pop(os.getpid(), (None, ()))
-    if save is None:
+    """Saves this process (once: a failed exec and a second try, as os.execvp makes along PATH, do
+    not save twice); returns the variables to leave out, at every try."""
+    registered = _savers.get(os.getpid())
+    if registered is None:
         return ()
+    save, drop_env = registered
+    if save is None:
+        return drop_env
+    _savers[os.getpid()] = (None, drop_env)
     try:
         program = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
         save(program)

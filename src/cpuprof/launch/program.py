@@ -188,27 +188,44 @@ class WindowSignals:
         self.on_demand = on_demand
         self.control = WindowControl(launcher=os.getpid())
         self._previous: dict[int, Any] = {}
+        self._busy = False
 
     def __enter__(self) -> WindowSignals:
         if self.on_demand:
-            write_control(self.root, self.control)
+            # The handlers first: once the control file names this process, `signal` may come.
             self._previous = {sig: signal.signal(sig, self._on_signal) for sig in WINDOW_SIGNALS.values()}
+            write_control(self.root, self.control)
             say(f"cpuprof: the program runs unprofiled; open a window with: python -m cpuprof signal {os.getpid()} "
                 "start (and close it with ... stop)")
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        if self.on_demand:
-            shutil.rmtree(window_requests_dir(self.root), ignore_errors=True)
+        if not self.on_demand:
+            return
+        # A `signal` sent as the program ends must not kill the launcher before its report (the
+        # default action of SIGUSR1/2): ignored from now on, and the control file no longer names it.
+        for sig in self._previous:
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            write_control(self.root, dataclasses.replace(self.control, launcher=0))
+        except OSError:
+            pass
+        shutil.rmtree(window_requests_dir(self.root), ignore_errors=True)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        asked = take_window_requests(self.root)
-        if not asked:  # a signal sent by hand: its number says what
-            asked = [next(action for action, sig in WINDOW_SIGNALS.items() if sig == signum)]
-        for action in asked:
-            self._apply(opening=action == "start")
+        if self._busy:  # a signal while the last one's requests are applied: the loop below takes its
+            return  # requests once those are done
+        self._busy = True
+        try:
+            asked = take_window_requests(self.root)
+            if not asked:  # a signal sent by hand: its number says what
+                asked = [next(action for action, sig in WINDOW_SIGNALS.items() if sig == signum)]
+            while asked:
+                for action in asked:
+                    self._apply(opening=action == "start")
+                asked = take_window_requests(self.root)
+        finally:
+            self._busy = False
 
     def _apply(self, opening: bool) -> None:
         if opening == self.control.open:

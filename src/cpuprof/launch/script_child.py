@@ -304,7 +304,7 @@ class ScriptRun(ChildRun):
                        "traceback)")
             return exit_codes.FAILED
         finally:
-            if self.config.follow and os.getppid() != self.launcher:
+            if self.config.follow and os.getpid() == self.pid and os.getppid() != self.launcher:
                 # The launcher died (its death sent the SIGTERM that ended the program): it cannot
                 # end the followed processes, so this process does, as the launcher would have.
                 from .followed_run import end_followed

@@ -122,11 +122,17 @@ def launcher_run_dir(pid: int) -> Path:
         raise UsageError(f"{pid}: not a process id")
     fds = Path(f"/proc/{pid}/fd")
     try:
-        held = [os.readlink(fds / fd) for fd in os.listdir(fds)]
+        names = os.listdir(fds)
     except FileNotFoundError:
         raise UsageError(f"no process {pid}") from None
     except OSError as exc:
         raise UsageError(f"process {pid} cannot be inspected ({exc.strerror or exc})") from None
+    held = []
+    for fd in names:
+        try:
+            held.append(os.readlink(fds / fd))
+        except OSError:
+            continue  # closed since it was listed
     for target in held:
         if not target.endswith(f"/{LOCK_FILENAME}"):
             continue
@@ -159,7 +165,7 @@ class Windows:
         self.torch_imported = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seen: int | None = None  # the control file's mtime when last read
+        self._seen: tuple[int, int] | None = None  # the control file's (inode, mtime) when last read
         self.lost_reasons: dict[int, str] = {}  # windows whose profile could not be saved (a full disk), why
 
     def begin(self) -> None:
@@ -185,9 +191,12 @@ class Windows:
     def _follow_control(self) -> None:
         path = control_path(self.root)
         try:
-            changed = path.stat().st_mtime_ns
+            info = path.stat()
         except OSError:
             return
+        # Each write replaces the file (a new inode): a change within one tick of a coarse clock
+        # shows there, where the modification time may not.
+        changed = (info.st_ino, info.st_mtime_ns)
         if changed == self._seen:
             return
         self._seen = changed
