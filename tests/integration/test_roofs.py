@@ -299,15 +299,17 @@ def test_quantized_kernel_roofs_read_weights_out_of_the_caches(full_roofs: dict)
 
 
 def _disturbed_bandwidth(monkeypatch: pytest.MonkeyPatch, disturbed: int) -> list[tuple[str, float]]:
-    """The first ``disturbed`` bandwidth measurements read a third of what they measured, as when
-    another process's memory traffic shares the bus; returns each kernel and figure measured."""
+    """The first ``disturbed`` bandwidth measurements read a tenth of what they measured, as when
+    another process's memory traffic shares the bus; returns each kernel and figure measured. (A
+    third was not enough on every machine state: with a 36.7 GB/s triad and a 16.1 GB/s f32 GEMV,
+    seen here on 2026-11-28, a third of the triad is still within the GEMV's reach.)"""
     measure, got = machine_roofs._bandwidth, []
 
     def bandwidth(kernel, *args, **kwargs):
         roof = measure(kernel, *args, **kwargs)
         if len(got) < disturbed:
             g = roof.gb_per_s
-            roof.gb_per_s = machine_roofs.Repeated(g.best / 3, g.median / 3, g.spread, g.repetitions)
+            roof.gb_per_s = machine_roofs.Repeated(g.best / 10, g.median / 10, g.spread, g.repetitions)
         got.append((kernel, roof.gb_per_s.best))
         return roof
 

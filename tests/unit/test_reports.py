@@ -255,3 +255,19 @@ def test_a_tensor_parallel_ranks_bytes_are_said_to_be_its_share():
     assert bytes_read_method(whole) == DecodeResult.bytes_read_method
     assert bytes_read_method(rank).endswith("this tensor-parallel rank's 1/2 of every layer and of the KV cache, "
                                             "with the replicated embedding, norms and lm_head whole")
+
+
+def test_an_on_demand_runs_own_profile_says_it_was_profiled_in_windows_even_with_roofs_cached():
+    """Its own profile.json holds the settings and, where roofs were cached, the roofs: once taken for a
+    calibration's ("cpuprof calibrate") or an unprofiled run's ("--no-profile")."""
+    from profiles import make_sampled_profile
+
+    from cpuprof.analysis.report import build_report
+    from cpuprof.model import Profile
+
+    sampled = make_sampled_profile()
+    own = Profile(meta=sampled.meta, settings=sampled.settings, roofs=sampled.roofs)
+    own.meta.command = ["python", "-m", "cpuprof", "run", "--on-demand", "--", "python", "server.py"]
+    report = build_report(own)
+    assert report.title != "cpuprof calibrate"
+    assert "profiled in windows, not here" in " ".join(report.section("profile").lines)  # type: ignore[union-attr]

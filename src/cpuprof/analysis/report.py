@@ -59,12 +59,13 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
         report.sections.append(Section("settings", "Settings in force (read back inside the profiled process)",
                                        settings_lines(profile.settings)))
     roofs = roofs_section(profile)
-    if profile.workload is None and not profile.profiled and roofs is not None:
+    on_demand = "--on-demand" in profile.meta.command  # its profiles are its windows'
+    if profile.workload is None and not profile.profiled and roofs is not None and not on_demand:
         report.title = "cpuprof calibrate"  # the roofs alone: nothing was decoded
         report.sections.append(roofs)
         return report
     if not profile.profiled:
-        if "--on-demand" in profile.meta.command:
+        if on_demand:
             why = ("profiled in windows, not here: an --on-demand run saves each window as its own run, in "
                    "window-N beside this profile (none, if no window was opened)")
         elif profile.status.complete:
