@@ -239,3 +239,15 @@ def test_a_pause_between_two_generate_calls_is_not_a_step():
     assert [s.kind for s in found.steps] == ([PREFILL] + [DECODE] * 3) * 2
     second_prefill = found.steps[4]
     assert second_prefill.wall_ns < 10 * MS  # its forward, not the 2 s before it
+
+
+def test_a_step_faster_than_its_bytes_at_the_roof_says_the_roof_is_low():
+    """Weights that stay in the caches read faster than the memory roof: the share passes 100% and
+    the GEMMs' part goes negative; the section says why instead of leaving an impossible share."""
+    t = Timeline()
+    t.forward(batch=1, positions=4, kv_len=4)
+    for step in range(3):
+        t.forward(batch=1, positions=1, kv_len=5 + step, op_ns=100)  # ~100 kB in ~1 µs: far past 40 GB/s
+    ceiling = build_report(t.profile()).section("ceiling")
+    assert ceiling is not None
+    assert any("above 100%" in line for line in ceiling.lines)

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..model import OpStat, Profile
 from ..units import fmt_bytes, fmt_ns, fmt_percent, fmt_rate
+from .ceiling import above_the_roof
 from .gemm import GEMM_TABLE, GemmWork, gemm_kind, gemm_work
 from .report_model import Column, Section, Table
 
@@ -365,6 +366,8 @@ def ceiling_section(profile: Profile, found: Steps) -> Section | None:
              f"weights, {fmt_bytes(mean['weight_bytes'])}, and KV cache, {fmt_bytes(mean['kv_bytes'])}, per "
              f"step of {mean['sequences']:.3g} sequences) at the measured {bandwidth:.1f} GB/s; measured "
              f"{fmt_rate(tps)} tokens/s = {fmt_percent(tps / ceiling)} of it"]
+    if tps > ceiling:  # a small model's weights stay in the caches: a negative part below says so
+        lines.append(above_the_roof("the share of the ceiling is"))
     parts = [
         ("reading the weights and KV cache at the memory roof", step_bytes * at_roof,
          f"{fmt_bytes(step_bytes)} per step at {bandwidth:.1f} GB/s"),
