@@ -28,7 +28,7 @@ from tests.cli_runs import cpuprof
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.processes import busiest
-from cpuprof.analysis.steps import DECODE, Steps, find_steps
+from cpuprof.analysis.steps import DECODE, MIXED, Steps, find_steps
 from cpuprof.launch.followed_run import followed_alive
 from cpuprof.model.run_layout import load_processes
 
@@ -115,15 +115,19 @@ def test_offline_generate_is_profiled_in_the_worker_with_vllms_gemms(tmp_path: P
     assert any(n == 2 * FFN for n, _ in seen) and (HIDDEN, FFN) in seen, seen
     assert "GEMMs against the roofs" in result.stdout and "_C::onednn_mm" in result.stdout
     # The steps found in the worker's op stream: every forward samples one token per sequence, so
-    # they count what vLLM returned; the decode steps, one token of each of the 4 sequences, all
-    # but the first token of each (the prefill's).
+    # they count what vLLM returned. The decode steps hold all but the first token of each sequence,
+    # less those vLLM sampled in a step that also ran a prompt's prefill (its scheduler decides, run
+    # by run: one such mixed step was seen): those steps are "mixed", their tokens not split.
     found = find_steps(worker.profile)
     assert isinstance(found, Steps), found
     assert sum(s.sequences for s in found.steps) == PROMPTS * NEW_TOKENS
-    assert sum(s.sequences for s in found.of_kind(DECODE)) == PROMPTS * (NEW_TOKENS - 1)
-    assert found.steps[0].kind != DECODE and found.steps[0].tokens == PROMPTS * 16  # the four prompts' 16 words
+    decoded = sum(s.sequences for s in found.of_kind(DECODE))
+    in_mixed = sum(s.sequences for s in found.of_kind(MIXED))
+    assert decoded + in_mixed >= PROMPTS * (NEW_TOKENS - 1) >= decoded >= PROMPTS * (NEW_TOKENS - 2)
+    assert all(s.sequences <= PROMPTS for s in found.steps)
+    assert found.steps[0].kind != DECODE and sum(s.tokens for s in found.steps if s.kind != DECODE) >= PROMPTS * 16
     report = " ".join(result.stdout.split())
-    assert "Decode (inferred from the op stream)" in report and f"over {NEW_TOKENS - 1} decode steps" in report
+    assert "Decode (inferred from the op stream)" in report and "decode steps (" in report
 
 
 def _free_port() -> int:

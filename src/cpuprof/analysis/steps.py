@@ -163,7 +163,7 @@ def find_steps(profile: Profile) -> Steps | str:
             idle = forward[0].start_ns - calls[ends[n - 1]].end_ns
             if idle <= max(IDLE_FACTOR * (calls[end].end_ns - forward[0].start_ns), IDLE_FLOOR_NS):
                 start = calls[ends[n - 1]].end_ns
-        steps.append(_step(forward, start, calls[end].end_ns, covered, any(s.kind == DECODE for s in steps)))
+        steps.append(_step(forward, start, calls[end].end_ns, covered, first_seen=not steps and not partial_first))
     found = Steps(steps=steps, thread=thread, lm_head=_weight_text(head), gemms_per_forward=per_forward,
                   partial_first=partial_first)
     dropped = profile.limits.spans_dropped if profile.limits is not None else 0
@@ -202,9 +202,9 @@ def _outermost_calls(spans: object, thread: int, ops: dict[int, OpStat],
     return calls
 
 
-def _step(forward: list[_Call], start: int, end: int, covered: list[tuple[int, int]], decoded: bool) -> Step:
-    """One forward's step; ``decoded``: a decode step came before it (a flattened batch of prompts
-    before any is a prefill; after, it may be a new prompt beside decodes: mixed)."""
+def _step(forward: list[_Call], start: int, end: int, covered: list[tuple[int, int]], first_seen: bool) -> Step:
+    """One forward's step; ``first_seen``: no forward came before it (a flattened batch of prompts
+    then is a prefill, nothing being decoded yet; later, its prompts may sit beside decodes: mixed)."""
     first = next((c for c in forward if c.kind == "gemm"), forward[0])
     head = forward[-1]
     sizes = _activation_sizes(first.op) or []
@@ -219,7 +219,7 @@ def _step(forward: list[_Call], start: int, end: int, covered: list[tuple[int, i
             sequences = head_sizes[0]
         else:  # it projects only the positions that sample: one row a sequence
             sequences = head_sizes[0] if len(head_sizes) == 2 else 1
-        kind = DECODE if tokens == sequences else PREFILL if sequences == 1 or not decoded else MIXED
+        kind = DECODE if tokens == sequences else PREFILL if sequences == 1 or first_seen else MIXED
     kv = [c.work.n for c in forward if c.kind == "attention" and c.work is not None]
     # Each GEMM of a forward multiplies by a weight of its own (q and o of one layer have one shape, and
     # every layer the same shapes, but not the same matrix): a step reads the weights of all its calls.
