@@ -20,10 +20,12 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "scripts"
 def test_the_built_in_decoders_steps_are_found_with_its_own_count_and_times(tmp_path: Path):
     """Known answer: the decoder times each step itself (forward and sampling). Steps of ~20 ms (two
     layers of a 1B's widths, its 128,256-token LM head), so that what runs between its steps (its own
-    progress line, outside its timing, inside the detector's) is under 2% of a step."""
+    progress line, outside its timing, inside the detector's) is under 2% of a step; no checkpoint
+    (a save of the profile so far, also between steps, tens of ms) within the run."""
     result = cpuprof("decode", "--preset", "llama-3.2-1b", "--hidden", "1024", "--ffn", "4096", "--layers", "2",
                      "--heads", "16", "--kv-heads", "4", "--prompt-len", "8", "--new-tokens", "12", "--warmup", "2",
-                     "--timeline", "100000", "--roofs", "off", "--out", str(tmp_path), timeout=600)
+                     "--timeline", "100000", "--roofs", "off", "--checkpoint-s", "3600", "--out", str(tmp_path),
+                     timeout=600)
     assert result.returncode == 0, result.stderr
     profile = Profile.load(tmp_path)
     found = find_steps(profile)
