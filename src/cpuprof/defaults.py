@@ -72,9 +72,10 @@ MODES: tuple[CollectionMode, ...] = COLLECTION_MODES
 DEFAULT_MODE: CollectionMode = SAMPLED
 DEFAULT_EVENTS = "default"
 # The op spans `run` keeps of each op-running thread by default (the newest): a program's decode
-# steps are found in them (analysis.steps). A 1B Llama's decode step is ~700 spans, so this holds the
-# last ~45 steps, in ~2 MB per thread (32 B a span, and its counters).
-PROGRAM_TIMELINE = 32768
+# steps are found in them (analysis.steps), and its tables are made over them (analysis.steady_state).
+# A 1B Llama's decode step is ~700 spans, so this holds its prefill and ~180 steps, in ~4 MB per thread
+# (32 B a span, and its counters in exact mode); a 4-layer model's initialisation alone took 33,000.
+PROGRAM_TIMELINE = 131072
 
 # Reports: rows of the op table, in every command and format.
 TOP_OPS = 20

@@ -422,6 +422,12 @@ ROOFS = Option("--roofs", "the machine's measured roofs (memory bandwidth, compu
                           "machine, torch and launch, or measures them first (a few seconds, once); remeasure; off",
                (DecodeOptions, "roofs"))
 
+PROGRAM_ROOFS = Option("--roofs", "the machine's measured roofs (memory bandwidth, compute, GEMV kernel) the program's "
+                                  "GEMMs and decode are judged against: auto (default) takes them from the cache for "
+                                  "this machine, torch and launch, or measures them once before the program starts (a "
+                                  "few seconds, in a child launched as the program is); remeasure; off",
+                       choices=("auto", "remeasure", "off"), default="auto")
+
 
 # -- the output -------------------------------------------------------------------------------------
 def _formats(reads: str = "profile", roles: tuple[str, ...] | None = ("report",)) -> tuple[str, ...]:
@@ -441,6 +447,10 @@ def format_option(formats: tuple[str, ...] | None = None, what: str = "the repor
 
 TOP = Option("--top", "rows of the op, GEMM and region tables (default %(default)s)", type=positive_int,
              default=defaults.TOP_OPS)
+
+WHOLE_RUN = Option("--whole-run", "a program's op, region and GEMM tables over its whole run (by default, where "
+                                  "decode steps are found in it, over those steps, its start-up apart)",
+                   action="store_true")
 
 
 def out_dir_option(what: str, command: str) -> Option:
@@ -520,6 +530,7 @@ def report_options() -> tuple[Option, ...]:
         format_option(_formats(roles=("report", "page")), "the format"),
         output_file("write to FILE (default: standard output)", required=False),
         with_help(TOP, "how many ops to list (default %(default)s)"),
+        WHOLE_RUN,
     )
 
 

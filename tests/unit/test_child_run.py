@@ -297,3 +297,21 @@ def test_a_signal_while_a_failure_is_saved_leaves_the_failure_the_ending(tmp_pat
     assert run.execute() == exit_codes.FAILED
     assert "counting failed: RuntimeError: the abacus broke" in capsys.readouterr().err
     assert not Profile.load(tmp_path).status.complete
+
+
+def test_a_signal_raised_while_a_class_is_created_is_still_the_signal():
+    """A SIGINT that lands while a module is imported lazily, inside a class body's __set_name__ (a
+    dataclass field), reaches the run wrapped in another error (Python 3.11's RuntimeError "Error
+    calling __set_name__"): it is still the interrupt, not a failure of the run."""
+    from cpuprof.launch.child_run import _signal_within
+
+    class Interrupting:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt
+
+    try:
+        type("Created", (), {"field": Interrupting()})
+    except BaseException as exc:  # noqa: BLE001 (what the run's ending sees)
+        caught = exc
+    assert isinstance(_signal_within(caught), KeyboardInterrupt)
+    assert _signal_within(ValueError("a real failure")) is None

@@ -10,7 +10,7 @@ import math
 import xml.etree.ElementTree as ET
 
 import pytest
-from profiles import meta, tensor
+from profiles import decode_workload, meta, tensor
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.report_model import UNITS
@@ -270,8 +270,13 @@ def test_native_split_from_synthetic_stacks() -> None:
     # 100 ms for 10 calls: 3.4 GB/s, 8% of the roof; the samples say why
     assert g.verdict.startswith("memory-bound by intensity")
     assert "64% of its samples repack the weights (jit_brgemm_matmul_copy_b_bf16_t)" in g.verdict
-    assert "decode --compile: torch.compile with frozen weights" in g.verdict and "compare --from" in g.verdict
+    # A program's (run): what its user can apply in it; the built-in decoder's: its own --compile.
+    assert "torch._inductor.config.freezing = True" in g.verdict and "ipex.optimize(model)" in g.verdict
+    assert "decode --compile" not in g.verdict and "compare --from" not in g.verdict
     assert "OpenMP" not in g.verdict  # 6% is below the share worth naming
+    p.workload = decode_workload()
+    g = only_group(p)
+    assert "decode --compile: torch.compile with frozen weights" in g.verdict and "compare --from" in g.verdict
 
 
 def test_too_few_samples_give_no_native_cause() -> None:

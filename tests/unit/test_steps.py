@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 from profiles import MS, make_profile, make_sampled_profile, tensor
 
+from cpuprof.analysis.labels import inputs_text
 from cpuprof.analysis.report import build_report
+from cpuprof.analysis.steady_state import SteadyState, steady_state
 from cpuprof.analysis.steps import DECODE, MIXED, PREFILL, Steps, find_steps
 from cpuprof.model import OpInput, OpStat, Spans
 from cpuprof.units import fmt_rate
@@ -35,14 +37,24 @@ class Timeline:
     def span(self, op_id: int, dur_ns: int, depth: int = 0, children: list[tuple[int, int]] = ()) -> None:
         start = self.now
         for child, child_dur in children:  # nested in this span (an mm in its linear)
-            self._add(child, start + 1, child_dur, depth + 1)
-        self._add(op_id, start, dur_ns, depth)
+            self._add(child, start + 1, child_dur, depth + 1, child_dur)
+        self._add(op_id, start, dur_ns, depth, dur_ns - sum(d for _, d in children))
         self.now = start + dur_ns
 
-    def _add(self, op_id: int, start: int, dur: int, depth: int) -> None:
+    def _add(self, op_id: int, start: int, dur: int, depth: int, self_ns: int) -> None:
+        """A span, and its op key's aggregates as the native core keeps them: its CPU on T0 is its
+        self time, T1's half of it (a worker that joined it)."""
         s = self.spans
         s.op.append(op_id), s.thread.append(0), s.depth.append(depth), s.start_ns.append(start)
         s.dur_ns.append(dur), s.counters.append([])
+        op = next(o for o in self.ops.values() if o.id == op_id)
+        op.calls += 1
+        op.incl_ns += dur
+        op.self_ns += self_ns
+        op.max_ns = max(op.max_ns, dur)
+        cpu = op.counters_self.setdefault("task-clock", [0, 0])
+        cpu[0] += self_ns
+        cpu[1] += self_ns // 2
 
     def gap(self, ns: int) -> None:
         self.now += ns
@@ -76,6 +88,9 @@ class Timeline:
         p.roofs = make_sampled_profile().roofs  # a 40 GB/s triad
         p.ops = list(self.ops.values())
         p.spans = self.spans
+        assert p.collection is not None and p.limits is not None
+        p.collection.started_ns, p.collection.stopped_ns = 0, self.now
+        p.limits.span_capacity, p.limits.spans_dropped = 1 << 20, 0
         return p
 
 
@@ -251,3 +266,117 @@ def test_a_step_faster_than_its_bytes_at_the_roof_says_the_roof_is_low():
     ceiling = build_report(t.profile()).section("ceiling")
     assert ceiling is not None
     assert any("above 100%" in line for line in ceiling.lines)
+
+
+def _startup_and_steps(t: Timeline, decode_steps: int = 4) -> tuple[int, int]:
+    """A program's start: weights initialised, a KV cache filled (the largest op of the run), a
+    warm-up add; then a prefill and its decode steps. Returns the first and last steps' bounds."""
+    t.span(t.op("aten::normal_", [tensor("bf16", VOCAB, HIDDEN)]), 30 * MS)
+    t.span(t.op("aten::fill_", [tensor("bf16", 4096, HIDDEN)]), 90 * MS)
+    t.span(t.op("aten::add", [tensor("bf16", 1, 1, HIDDEN)]), 6 * MS)  # the key of each step's add, too
+    t.gap(20 * MS)  # Python between the start-up's ops
+    start = t.now
+    t.forward(batch=1, positions=4, kv_len=4)
+    for step in range(decode_steps):
+        t.gap(MS)
+        t.forward(batch=1, positions=1, kv_len=5 + step, op_ns=200_000)
+    end = t.now
+    t.gap(3 * MS)  # after the last step: the program's end
+    return start, end
+
+
+def test_a_programs_tables_are_over_its_steps_its_start_up_apart():
+    """Known answer: the spans say which calls ran before the first step; the tables over the steps
+    have the steps' calls and times exactly, the start-up's ops (a KV-cache fill 90 ms, the largest
+    of the run) are in its own section, and --whole-run gives the whole run's table back."""
+    t = Timeline()
+    start, end = _startup_and_steps(t)
+    profile = t.profile()
+    steps = find_steps(profile)
+    assert isinstance(steps, Steps)
+    state = steady_state(profile, steps)
+    assert isinstance(state, SteadyState)
+    assert (state.start_ns, state.end_ns) == (start, end)
+    assert state.startup_ns == start and state.after_ns == 3 * MS
+    view = {op.name + inputs_text(op): op for op in state.profile.ops}
+    assert not any(name.startswith(("aten::normal_", "aten::fill_")) for name in view)
+    head = next(op for op in state.profile.ops if op.name == "aten::linear" and op.inputs[1].sizes == [VOCAB, HIDDEN])
+    assert head.calls == 5
+    mm = next(op for op in state.profile.ops if op.name == "aten::mm" and op.inputs[1].sizes == [HIDDEN, VOCAB])
+    assert mm.calls == 5 and mm.self_ns == (3 * 100_000 - 2) + 4 * (3 * 200_000 - 2)
+    assert head.self_ns == 5 * 2  # the linear's own time: its span less the mm's
+    # The add of the steps shares its key with the warm-up's: calls and times exact, CPU scaled.
+    add = next(op for op in profile.ops if op.name == "aten::add" and op.inputs[0].sizes == [1, 1, HIDDEN])
+    steady_add = next(op for op in state.profile.ops if op.id == add.id)
+    assert steady_add.calls == add.calls - 1 and steady_add.self_ns == add.self_ns - 6 * MS
+    assert steady_add.counters_self["task-clock"][0] == steady_add.self_ns
+    assert state.scaled_keys == 1
+    assert state.profile.collection.wall_ns == end - start
+    startup = [(op.name, time.calls, time.self_ns) for op, time in state.startup_ops]
+    assert startup[:3] == [("aten::fill_", 1, 90 * MS), ("aten::normal_", 1, 30 * MS), ("aten::add", 1, 6 * MS)]
+
+    report = build_report(profile)
+    ids = [s.id for s in report.sections]
+    assert ids.index("startup") < ids.index("ops")
+    top = report.section("ops").tables[0].rows[0]
+    assert top["op"] == "aten::mm" and top["calls"] == 5  # the LM head's product: the steps' largest
+    assert report.section("startup").tables[0].rows[0]["op"] == "aten::fill_"
+    assert "over the 5 steps only" in " ".join(report.section("startup").lines)
+    whole = build_report(profile, whole_run=True)
+    assert whole.section("ops").tables[0].rows[0]["op"] == "aten::fill_"
+    assert "startup" not in [s.id for s in whole.sections]
+
+
+def test_the_tables_stay_over_the_whole_run_where_the_timeline_lost_part_of_the_steps():
+    """Another thread's ring of spans was full and kept nothing from before the first step: some of
+    its spans in the steps may be gone, so nothing is split, and the report says why."""
+    t = Timeline()
+    _startup_and_steps(t)
+    profile = t.profile()
+    steps = find_steps(profile)
+    assert isinstance(steps, Steps)
+    first = steps.steps[0].start_ns
+    s = profile.spans
+    add = next(op.id for op in profile.ops if op.name == "aten::add")
+    for k in range(3):  # a second thread's newest three spans, all after the first step began
+        s.op.append(add), s.thread.append(1), s.depth.append(0), s.start_ns.append(first + (k + 1) * MS)
+        s.dur_ns.append(10_000), s.counters.append([])
+    profile.limits.span_capacity, profile.limits.spans_dropped = 3, 40
+    why = steady_state(profile, steps)
+    assert why == "the timeline dropped spans of 1 thread(s) after the first step began (--timeline N keeps more)"
+    report = build_report(profile)
+    assert "startup" not in [x.id for x in report.sections]
+    assert any(w.startswith("the tables are over the whole run, not the decode steps: the timeline dropped")
+               for w in report.warnings)
+
+
+@pytest.mark.parametrize("between_ms, advised", [(6, True), (0, False)])
+def test_a_program_is_advised_what_it_can_apply_with_the_share_measured(between_ms: int, advised: bool):
+    """Known answer: decode steps of 2.42 ms of ops with 6 ms of Python between them are 71% outside
+    ops: torch.compile is advised with that share; without the gap, nothing is; never decode --compile."""
+    t = Timeline()
+    t.forward(batch=1, positions=4, kv_len=4)
+    for step in range(4):
+        t.gap(between_ms * MS)
+        t.forward(batch=1, positions=1, kv_len=5 + step, op_ns=200_000)
+    report = build_report(t.profile())
+    steps = find_steps(t.profile())
+    assert isinstance(steps, Steps)
+    decode = steps.of_kind(DECODE)
+    share = sum(s.outside_ops_ns for s in decode) / sum(s.wall_ns for s in decode)
+    advice = report.section("advice")
+    assert advice is not None  # its bf16 GEMVs are memory-bound, whatever the gap
+    assert "decode --compile" not in " ".join(advice.lines)
+    if not advised:
+        assert share < 0.01 and not any("outside ATen ops" in line for line in advice.lines)
+        return
+    assert share == pytest.approx(6 / (6 + 2.42), rel=0.01)  # 7 linears, the LM head, sdpa, an add: 2.42 ms
+    assert advice is not None and ids_before(report, "advice", "startup")
+    text = " ".join(advice.lines)
+    assert f"{round(share * 100)}% of the decode steps' time is outside ATen ops" in text
+    assert "torch.compile" in text and "decode --compile" not in text
+
+
+def ids_before(report, first: str, second: str) -> bool:  # noqa: ANN001
+    ids = [s.id for s in report.sections]
+    return ids.index(first) < ids.index(second)

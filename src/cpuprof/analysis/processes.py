@@ -142,11 +142,11 @@ def processes_section(rows: list[ProcessRow], shown: ProcessRow | None, unsaved:
 
 
 def processes_report(rows: list[ProcessRow], shown: ProcessProfile | None, top: int = defaults.TOP_OPS,
-                     unsaved: list[int] | None = None) -> Report:
+                     unsaved: list[int] | None = None, whole_run: bool = False) -> Report:
     """The full report of ``shown`` (the busiest process, :func:`busiest_row`), with the table of
     every process's row first."""
     from .report import build_report
 
-    report = Report(title="cpuprof run") if shown is None else build_report(shown.profile, top=top)
+    report = Report(title="cpuprof run") if shown is None else build_report(shown.profile, top=top, whole_run=whole_run)
     report.sections.insert(0, processes_section(rows, row(shown) if shown is not None else None, unsaved))
     return report

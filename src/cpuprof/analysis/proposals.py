@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..model import Profile
 from ..units import fmt_percent
 from .compare import run_metrics
+from .steps import DECODE, Steps
 
 # Spin (of the team's op time) above which a runtime that sleeps sooner is worth trying.
 SPIN_PROPOSAL_SHARE = 0.10
@@ -122,3 +123,61 @@ def _weight_bound_gemv_share(profile: Profile) -> float | None:
         if (g.bound == "memory") if g.bound is not None else g.intensity < MEMORY_BOUND_INTENSITY:
             bound += g.time_ns
     return bound / total
+
+
+# Share of the decode steps' wall time outside any ATen op above which the program's own per-step
+# work (Python, the framework between ops) is worth cutting.
+OUTSIDE_OPS_ADVICE_SHARE = 0.30
+
+
+def program_advice(profile: Profile, whole: Profile, steps: Steps) -> list[str]:
+    """What a program's user can change in the program or its launch, each with the measured share it
+    addresses: ``profile`` is over the decode ``steps`` where they could be split from the start-up,
+    ``whole`` the whole run (the threads' counters and waits are kept for the whole run only). The
+    built-in decoder's proposals (``decode --compile``, ``compare --from``) are not theirs to run."""
+    from .contention import analyse
+    from .roofline import PROGRAM_PREPACK
+    from .threads import compute_team
+
+    advice = []
+    decode = steps.of_kind(DECODE) or steps.steps
+    wall = sum(s.wall_ns for s in decode)
+    outside = sum(s.outside_ops_ns for s in decode) / wall if wall else 0.0
+    if outside >= OUTSIDE_OPS_ADVICE_SHARE:
+        advice.append(f"{fmt_percent(outside)} of the decode steps' time is outside ATen ops (Python and the "
+                      "framework between ops: the generation loop, logits processing, cache bookkeeping): "
+                      "torch.compile of the model's forward (a serving engine's compiled mode: vLLM without "
+                      "enforce_eager) runs it as one graph, with far less Python per op")
+    repack = _repack_share(profile)
+    if repack is not None and repack >= REPACK_PROPOSAL_SHARE:
+        advice.append(f"the GEMMs spend {fmt_percent(repack)} of their CPU repacking weights on every call: "
+                      f"{PROGRAM_PREPACK}")
+    gemv = _weight_bound_gemv_share(profile)
+    if gemv is not None and gemv >= GEMV_PROPOSAL_SHARE:
+        advice.append(f"memory-bound GEMVs over weights of 2 bytes or more take {fmt_percent(gemv)} of the op time "
+                      "in the steps: weight-only int8 (torchao's quantize_(model, Int8WeightOnlyConfig())) reads "
+                      f"half the bytes of bf16, a quarter of f32 ({NUMERICS_CHANGE})")
+    c = whole.collection
+    team = [whole.threads[i] for i in compute_team(whole)]
+    delays = [t.run_delay_ns for t in team if t.run_delay_ns is not None]
+    if c is not None and c.wall_ns and delays:
+        # The threads' counters are the whole run's: so is the profile's wall time they are read against.
+        delay = sum(delays) / (len(delays) * c.wall_ns)
+        in_force = whole.settings.in_force if whole.settings is not None else None
+        threads = in_force.torch.num_threads if in_force is not None and in_force.torch is not None else None
+        if delay >= RUN_DELAY_PROPOSAL_SHARE and threads is not None and threads > 1:
+            advice.append(f"its threads waited {fmt_percent(delay)} of the run for a CPU: one torch thread fewer "
+                          f"({threads - 1}: torch.set_num_threads({threads - 1}), or run --threads {threads - 1} "
+                          "where the program keeps the launch's count) leaves a CPU for what else runs")
+        elif delay >= RUN_DELAY_PROPOSAL_SHARE:
+            advice.append(f"its threads waited {fmt_percent(delay)} of the run for a CPU, with one torch thread: "
+                          "other threads or processes (the program's own, or another's) ran on its CPUs; give it "
+                          "CPUs of its own (run --cpus, or the engine's own CPU binding)")
+    contention = analyse(whole)
+    if contention is not None and contention.ops and contention.team:
+        team_time = sum(o.wall_ns for o in contention.ops) * contention.team
+        spin = contention.spin_ns / team_time if team_time else 0.0
+        if spin >= SPIN_PROPOSAL_SHARE:
+            advice.append(f"threads spin {fmt_percent(spin)} of the run's op time waiting for work: let them sleep at "
+                          "once (run --blocktime 0, or OMP_WAIT_POLICY=passive / KMP_BLOCKTIME=0)")
+    return advice

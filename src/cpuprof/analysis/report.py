@@ -16,9 +16,11 @@ from .memory import memory_section
 from .native import native_section, native_summary
 from .notes import limit_notes
 from .ops import counted_ratios, cpu_is_statistical, op_ratios, op_table, region_rows
+from .proposals import program_advice
 from .report_model import Column, Report, Section, Table
 from .roofline import gemm_summary, roofline_section
 from .roofs import roofs_section
+from .steady_state import SteadyState, startup_section, steady_state
 from .steps import Steps, decode_section, find_steps
 from .steps import ceiling_section as steps_ceiling_section
 from .threads import BACKGROUND_UTILISATION, run_queue_warning, split_background, thread_rows
@@ -42,7 +44,9 @@ class ProfileFigures:
     op_time: OpTimeSplit | None = None  # each team thread's time while ops ran: working, spinning, off CPU
 
 
-def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
+def build_report(profile: Profile, top: int = defaults.TOP_OPS, whole_run: bool = False) -> Report:
+    """``whole_run``: a program's op, region and GEMM tables over its whole run, not over the decode
+    steps found in it."""
     report = Report(title="cpuprof report", figures=ProfileFigures())
     if profile.settings:
         report.warnings.extend(profile.settings.warnings)
@@ -83,16 +87,33 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS) -> Report:
     for section in (ceiling_section(profile) or program_ceiling, roofs):
         if section is not None:
             report.sections.append(section)
+    # Steady state first: the tables of ops a program runs over its steps, its start-up apart.
+    view = profile
+    if isinstance(steps, Steps) and not whole_run:
+        state = steady_state(profile, steps)
+        if isinstance(state, SteadyState):
+            view = state.profile
+            report.sections.append(startup_section(state, profile, len(steps.steps)))
+        else:
+            report.warnings.append(f"the tables are over the whole run, not the decode steps: {state}")
+    if isinstance(steps, Steps):
+        advice = program_advice(view, profile, steps)
+        if advice:
+            after = report.section("ceiling") or report.section("decode")
+            assert after is not None  # steps give a Decode section
+            report.sections.insert(report.sections.index(after) + 1,
+                                   Section("advice", "What to try in the program (from the figures measured)",
+                                           advice))
     contention = analyse(profile)
     report.figures = ProfileFigures(busy_timeline(profile), op_time_split(profile, contention))
     report.sections.append(_profile_section(profile))
     if isinstance(steps, str):  # one line: why this program's report has no Decode section
         report.sections[-1].notes.append(f"decode steps: none found in the op stream ({steps})")
     report.sections.append(_threads_section(profile))
-    report.sections.append(_ops_section(profile, top))
+    report.sections.append(_ops_section(view, top, threads_of=profile))
     # Regions right after the ops they hold; then each GEMM against the roofs, what native code
     # the samples were in, and where the memory went.
-    for section in (_regions_section(profile), roofline_section(gemm_summary(profile), top),
+    for section in (_regions_section(view), roofline_section(gemm_summary(view), top),
                     contention_section(summarize_contention(profile, contention)),
                     native_section(native_summary(profile, top)), memory_section(profile)):
         if section is not None:
@@ -214,7 +235,9 @@ def _cpus_text(cpus: list[int] | None) -> str:
     return format_cpulist(cpus)
 
 
-def _ops_section(profile: Profile, top: int) -> Section:
+def _ops_section(profile: Profile, top: int, threads_of: Profile) -> Section:
+    """``threads_of``: the whole run's profile, whose threads' CPU says which are background (``profile``
+    may be a stretch of it, its threads' counters still the whole run's)."""
     c = profile.collection
     assert c is not None
     sampled = c.mode == SAMPLED
@@ -223,9 +246,9 @@ def _ops_section(profile: Profile, top: int) -> Section:
     table = op_table(profile, top)
     # A column per thread the Threads table shows on its own row; the background threads it groups
     # (a vLLM worker has 40 idle gloo threads) are one column together.
-    _, grouped = split_background(thread_rows(profile))
+    _, grouped = split_background(thread_rows(threads_of))
     background = {r.index for group in grouped.values() for r in group}
-    order = [i for i in team_order(profile) if i not in background]
+    order = [i for i in team_order(threads_of) if i not in background]
     counted = [(h, e, help_) for h, e, help_ in COUNTS if profile.has_event(e)]
     ratios = counted_ratios(profile)
     columns = [

@@ -128,6 +128,7 @@ class GemmGroup:
     native: NativeGemmSplit | None = None  # None: no stacks in this profile
     traffic: MeasuredTraffic | None = None  # None: no cache-miss counter was counted
     verdict: str = ""
+    program: bool = False  # a program's (run), not the built-in decoder's: its advice is the program's to apply
 
     @property
     def op_ids(self) -> list[int]:
@@ -257,6 +258,11 @@ def _short(value: float) -> str:
     return f"{value:.2g}"
 
 
+# What packs a program's weights once, where cpuprof's own decoder has its --compile.
+PROGRAM_PREPACK = ("torch.compile of the model with frozen weights (torch._inductor.config.freezing = True, "
+                   "under torch.no_grad()), or IPEX's ipex.optimize(model), packs them once")
+
+
 def _native_causes(group: GemmGroup) -> list[str]:
     """What the samples say about a GEMM below its roof."""
     split = group.native
@@ -268,13 +274,18 @@ def _native_causes(group: GemmGroup) -> list[str]:
     repack = split.share("repack")
     if repack >= CAUSE_SHARE:
         where = f" ({split.repack_function})" if split.repack_function else ""
-        causes.append(f"{fmt_percent(repack)} of its samples repack the weights{where}: weights packed once "
-                      "(decode --compile: torch.compile with frozen weights) usually fix that; measure it with "
-                      "compare --from this profile's directory")
+        if group.program:
+            causes.append(f"{fmt_percent(repack)} of its samples repack the weights{where}: {PROGRAM_PREPACK}")
+        else:
+            causes.append(f"{fmt_percent(repack)} of its samples repack the weights{where}: weights packed once "
+                          "(decode --compile: torch.compile with frozen weights) usually fix that; measure it with "
+                          "compare --from this profile's directory")
     openmp = split.share("openmp")
     if openmp >= CAUSE_SHARE:
         causes.append(f"{fmt_percent(openmp)} of its CPU is in the OpenMP runtime (threads waiting or spinning): "
-                      "compare thread counts, runtimes and binding (compare --from proposes them)")
+                      + ("try fewer threads, another runtime and binding (run --threads, --omp, --bind)"
+                         if group.program else "compare thread counts, runtimes and binding (compare --from "
+                                               "proposes them)"))
     if not causes:
         compute = split.share("compute")
         causes.append(f"{fmt_percent(compute)} of its samples are in the compute kernel: the kernel itself runs "
@@ -510,6 +521,7 @@ def gemm_groups(profile: Profile) -> list[GemmGroup]:
             group.native = splits[index]
         if event is not None and key not in missing_counts:
             group.traffic = MeasuredTraffic(event=event, bytes=misses[key] * CACHE_LINE_BYTES)
+        group.program = profile.workload is None
         group.verdict = verdict(group)
     return ordered
 
@@ -653,7 +665,8 @@ def roofline_section(summary: GemmSummary | None, top: int = defaults.TOP_OPS) -
         lines += _roofs_used(summary.roofs, sorted({g.work.dtype for g in groups}))
     else:
         lines.append("no roofs in this profile: FLOPs and bytes per second only, not judged "
-                     "(`cpuprof calibrate` measures the roofs; `decode` then uses them)")
+                     "(`cpuprof calibrate` measures the roofs; `decode` and `run` then use them, and measure them "
+                     "first where none are cached, unless --roofs off)")
     lines.append("FLOPs and bytes are analytic, from the recorded shapes: 2·m·n·k FLOPs per product, each operand "
                  "read once and the output written once (the least traffic any kernel needs); attention: QKᵀ and PV, "
                  "the KV cache read once at its KV heads")

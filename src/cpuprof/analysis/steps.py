@@ -350,8 +350,9 @@ def ceiling_section(profile: Profile, found: Steps) -> Section | None:
     title = "Decode against the memory roof"
     bandwidth = profile.roofs.memory_gb_per_s() if profile.roofs is not None else None
     if not bandwidth:
-        return Section("ceiling", title, ["no ceiling: no memory roof measured for this launch (measure it with: "
-                                          "python -m cpuprof calibrate and the same launch options)"])
+        return Section("ceiling", title, ["no ceiling: no memory roof measured for this launch (`run` measures "
+                                          "them before the program unless --roofs off; or: python -m cpuprof "
+                                          "calibrate with the same launch options)"])
     n = len(decode)
     mean = {key: sum(getattr(s, key) for s in decode) / n
             for key in ("wall_ns", "weight_bytes", "kv_bytes", "gemm_ns", "attention_ns", "other_ops_ns",
@@ -362,10 +363,16 @@ def ceiling_section(profile: Profile, found: Steps) -> Section | None:
     per_token = step_bytes / mean["sequences"]
     ceiling = bandwidth * 1e9 / per_token
     at_roof = 1e9 / (bandwidth * 1e9)  # ns per byte
+    # A paged attention kernel's shapes give no key length: its cache's bytes are then unknown, not nothing.
+    kv = fmt_bytes(mean["kv_bytes"]) if mean["kv_bytes"] else "not known"
     lines = [f"ceiling {fmt_rate(ceiling)} tokens/s: {fmt_bytes(per_token)} read per token (the decode steps' "
-             f"weights, {fmt_bytes(mean['weight_bytes'])}, and KV cache, {fmt_bytes(mean['kv_bytes'])}, per "
-             f"step of {mean['sequences']:.3g} sequences) at the measured {bandwidth:.1f} GB/s; measured "
+             f"weights, {fmt_bytes(mean['weight_bytes'])}, and KV cache, {kv}, per "
+             f"step of {mean['sequences']:.3g} sequence{'' if mean['sequences'] == 1 else 's'}) at the measured "
+             f"{bandwidth:.1f} GB/s; measured "
              f"{fmt_rate(tps)} tokens/s = {fmt_percent(tps / ceiling)} of it"]
+    if not mean["kv_bytes"]:
+        lines.append("the KV cache's bytes are not known (the attention's shapes do not give its key length, as a "
+                     "paged attention kernel's do not): the ceiling, from the weights alone, is an upper bound")
     if tps > ceiling:  # a small model's weights stay in the caches: a negative part below says so
         lines.append(above_the_roof("the share of the ceiling is"))
     parts = [

@@ -88,11 +88,12 @@ def after_report(fmt: str) -> tuple[TextIO, str]:
     return (sys.stdout, "\n") if get_renderer(fmt).for_a_person else (sys.stderr, "")
 
 
-def show_results(profile: Profile, out_dir: Path, fmt: str, top: int, flamegraph: bool) -> None:
+def show_results(profile: Profile, out_dir: Path, fmt: str, top: int, flamegraph: bool,
+                 whole_run: bool = False) -> None:
     """A launched run's report on stdout, then where its profile (and flame graph) were saved."""
     from ..reports import render
 
-    render(profile, sys.stdout, format=fmt, top=top)
+    render(profile, sys.stdout, format=fmt, top=top, whole_run=whole_run)
     what = "profile" if profile.profiled else "results (not profiled)"
     again = ["report", str(out_dir)] + (["--format", "markdown"] if fmt == "markdown" else [])
     where = f"{what} saved in {out_dir}; re-render with: {cpuprof_command(*again)}"

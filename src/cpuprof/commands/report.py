@@ -66,7 +66,8 @@ def load_source(path: str) -> Source:
 def run(args: argparse.Namespace) -> int:
     source = load_source(args.path)
     output = get_output(args.format, source.kind, roles=("report", "page"))
-    write_output(args.output, lambda out: output.write(source, out, OutputOptions(top=args.top)))
+    options = OutputOptions(top=args.top, whole_run=args.whole_run)
+    write_output(args.output, lambda out: output.write(source, out, options))
     if args.output != "-":
         say(f"wrote {args.output} ({args.format})")
     return 0

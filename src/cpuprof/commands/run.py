@@ -45,8 +45,8 @@ COMMAND = spec.Command(
                    spec.PROCESSES),
         spec.Group("the processes the program starts", spec.FOLLOW),
         spec.Group("a window of a long-running program (a server)", spec.WINDOW),
-        spec.Group("profiling", spec.for_program(spec.PROFILING, "the program")),
-        spec.Group("output", spec.output_options("run")),
+        spec.Group("profiling", (*spec.for_program(spec.PROFILING, "the program"), spec.PROGRAM_ROOFS)),
+        spec.Group("output", (*spec.output_options("run"), spec.WHOLE_RUN)),
         spec.Group(None, (spec.PROGRAM,)),
     ))
 
@@ -56,7 +56,7 @@ def program_options(args: argparse.Namespace) -> ProgramOptions:
     options = ProgramOptions(target=spec.PROGRAM.value(args), launch=launch_from_args(args),
                              profile=profile_options(args, timeline=defaults.PROGRAM_TIMELINE), follow=args.follow,
                              window=spec.build(WindowPlan, spec.WINDOW, args), nproc=args.nproc,
-                             ranks_per_node=args.ranks_per_node, rank_timeout_s=args.rank_timeout)
+                             ranks_per_node=args.ranks_per_node, rank_timeout_s=args.rank_timeout, roofs=args.roofs)
     check_profile_options(options.profile, args.flamegraph)
     return options
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             return show_processes_group(options, out_dir, fmt)
         outcome = program.run_program(options, out_dir)
         if options.window.on_demand and outcome.profile is not None:
-            show_windows(out_dir, fmt, args.top)
+            show_windows(out_dir, fmt, args.top, args.whole_run)
             lost = lost_windows(out_dir)
             if lost and outcome.returncode == exit_codes.OK:
                 numbers = ", ".join(str(n) for n in sorted({n for n, _ in lost}))
@@ -77,13 +77,13 @@ def run(args: argparse.Namespace) -> int:
                                    f"{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}; the other windows "
                                    "are saved")
         elif options.follow and (has_followed(out_dir) or unsaved_processes(out_dir)):
-            show_processes(out_dir, fmt, args.top)
+            show_processes(out_dir, fmt, args.top, args.whole_run)
         elif outcome.profile is not None:
-            show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph)
+            show_results(outcome.profile, outcome.out_dir, fmt, args.top, args.flamegraph, args.whole_run)
         return exit_code(outcome)
 
 
-def show_windows(out_dir: Path, fmt: str, top: int) -> None:
+def show_windows(out_dir: Path, fmt: str, top: int, whole_run: bool = False) -> None:
     """run --on-demand: the last window's report, then every window's directory."""
     from ..reports import OutputOptions, ProcessesSource, ProfileSource, get_output
 
@@ -95,18 +95,18 @@ def show_windows(out_dir: Path, fmt: str, top: int) -> None:
         return
     last = windows[-1]
     source: Any = ProcessesSource.load(last) if has_followed(last) else ProfileSource(Profile.load(last))
-    get_output(fmt, source.kind, roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
+    get_output(fmt, source.kind, roles=("report",)).write(source, sys.stdout, OutputOptions(top, whole_run))
     shown = "; ".join(cpuprof_command("report", str(w)) for w in windows)
     stream.write(gap + f"{len(windows)} window{'s' if len(windows) != 1 else ''} "
                  f"saved (the report above is of {last.name}); each window's report: {shown}\n")
 
 
-def show_processes(out_dir: Path, fmt: str, top: int) -> None:
+def show_processes(out_dir: Path, fmt: str, top: int, whole_run: bool = False) -> None:
     """The merged report of the program's processes on stdout, then where their profiles are."""
     from ..reports import OutputOptions, ProcessesSource, get_output
 
     source = ProcessesSource.load(out_dir)
-    get_output(fmt, "processes", roles=("report",)).write(source, sys.stdout, OutputOptions(top=top))
+    get_output(fmt, "processes", roles=("report",)).write(source, sys.stdout, OutputOptions(top, whole_run))
     stream, gap = after_report(fmt)
     followed = sum(1 for r in source.rows if r.followed)
     stream.write(gap + f"profiles of {followed} followed process"

@@ -324,6 +324,9 @@ class ChildRun:
     def ending_of(self, exc: BaseException) -> int:
         """The exit code of a run that raised ``exc``, its profile saved and its one line said."""
         self.progress.done("")
+        # A signal raised inside a class body being created (a module imported lazily at that moment)
+        # reaches here wrapped: Python 3.11 reports it as "Error calling __set_name__", caused by it.
+        exc = _signal_within(exc) or exc
         if isinstance(exc, SignalReceived):
             return self.interrupted(exc.args[0])
         if isinstance(exc, KeyboardInterrupt):
@@ -336,6 +339,18 @@ class ChildRun:
         if not isinstance(exc, Exception) or os.environ.get("CPUPROF_DEBUG"):
             raise exc  # SystemExit and the like are no failure of the run; a debug run wants the traceback
         return self.fail(f"{type(exc).__name__}: {exc}", debug_hint=True)
+
+
+def _signal_within(exc: BaseException) -> BaseException | None:
+    """The signal (SignalReceived, KeyboardInterrupt) an exception was raised from, if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, SignalReceived | KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def child_main(argv: list[str], config_type: type[C], make_run: Callable[[C], ChildRun]) -> int:

@@ -27,7 +27,7 @@ from ..model.run_layout import window_dir, window_requests_dir
 from ..safe_text import say
 from . import environment, parent
 from .followed_run import end_followed
-from .options import ProfileOptions
+from .options import DecodeOptions, ProfileOptions, Roofs
 from .ranks import DEFAULT_TIMEOUT_S
 from .script_child import MODULE, ScriptConfig, ScriptTarget
 from .window import WINDOW_ACTIONS, WindowControl, WindowPlan, take_window_requests, write_control
@@ -55,6 +55,7 @@ class ProgramOptions:
     nproc: int | None = None  # copies of the program, torchrun-style; None: one, not a group
     ranks_per_node: int | None = None
     rank_timeout_s: float = DEFAULT_TIMEOUT_S
+    roofs: Roofs = "auto"  # the machine's roofs: cached, else measured once before the program starts
 
     def __post_init__(self) -> None:
         """What contradicts, refused before anything starts (each flag's own range is its option's)."""
@@ -123,11 +124,37 @@ def run_program(options: ProgramOptions, out_dir: Path) -> parent.DecodeOutcome:
     outlives it, however it ended."""
     resolved, config = prepare(options.target, options.launch, options.profile, out_dir, follow=options.follow,
                                window=options.window)
+    if options.profile.enabled:
+        measure_roofs_first(options.launch, config, options.roofs)
     try:
         return _supervise(resolved, config, out_dir, options.follow)
     finally:
         if options.follow:
             end_followed(out_dir.resolve())
+
+
+def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig, mode: Roofs) -> None:
+    """The roofs a program's GEMMs and decode are judged against, measured before it starts, where
+    the cache has none for its launch: in a child launched as the program will be (its threads, CPUs,
+    OpenMP runtime and memory policy), so that nothing of the program's runs beside it; then cached,
+    and read by the program's processes as they save their profiles. Never during the program."""
+    from ..machine import roofs
+
+    requested = config.requested
+    if mode == "off" or (mode == "auto" and roofs.likely_cached(requested.threads, requested.cpus, requested.omp,
+                                                                 requested.mempolicy.mode)):
+        return
+    say("cpuprof: measuring the machine's roofs before the program starts, under its launch "
+        + ("(--roofs remeasure)" if mode == "remeasure" else "(none cached for it; once; --roofs off skips this)"))
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cpuprof-roofs-") as scratch:
+        options = DecodeOptions(launch=launch, profile=ProfileOptions(enabled=False), roofs=mode,
+                                calibrate_only=True)
+        outcome = parent.launch(options, Path(scratch))
+    if outcome.returncode != 0 or outcome.profile is None or outcome.profile.roofs is None:
+        say("cpuprof: note: the roofs could not be measured (see the lines above); the program runs, its GEMMs "
+            "are not judged against them")
 
 
 def run_processes(options: ProgramOptions, out_dir: Path) -> MultiRun:

@@ -584,6 +584,27 @@ def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | No
     return None, reasons[0] if reasons else None
 
 
+def likely_cached(threads: int, cpus: list[int], omp: str, mempolicy: str) -> bool:
+    """Whether the cache holds roofs for a launch of ``threads`` on ``cpus`` with this OpenMP runtime
+    (gnu, intel) and memory policy mode, read without torch: a launcher decides by it whether to
+    measure them before a program starts. The child that uses them checks the whole fingerprint."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        cache = _load(cache_path())
+        torch_version = version("torch")
+    except (_Unusable, PackageNotFoundError):
+        return False
+    if cache is None:
+        return False
+    cpu = _model_name(_read("/proc/cpuinfo")) or "unknown"
+    runtime = "libiomp" if omp == "intel" else "libgomp"
+    return any(e.threads == threads and e.cpus == sorted(cpus) and e.fingerprint.get("cpu") == cpu
+               and e.fingerprint.get("torch") == torch_version and e.fingerprint.get("openmp", "").startswith(runtime)
+               and e.fingerprint.get("memory_policy", "").startswith(mempolicy) and e.kernel_above_memory() is None
+               for e in cache.entries)
+
+
 def store(roofs: MachineRoofs) -> str | None:
     """Adds ``roofs`` to the cache, replacing its key's entry; returns a warning if it cannot."""
     path = cache_path()

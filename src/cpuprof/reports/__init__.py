@@ -42,8 +42,10 @@ def get_renderer(name: str) -> Renderer:
     return output
 
 
-def render(profile: Profile, out: TextIO, format: str = "terminal", top: int = defaults.TOP_OPS) -> None:
-    get_output(format, "profile", roles=("report",)).write(ProfileSource(profile), out, OutputOptions(top=top))
+def render(profile: Profile, out: TextIO, format: str = "terminal", top: int = defaults.TOP_OPS,
+           whole_run: bool = False) -> None:
+    get_output(format, "profile", roles=("report",)).write(ProfileSource(profile), out,
+                                                           OutputOptions(top=top, whole_run=whole_run))
 
 
 __all__ = ["FORMATS", "OUTPUTS", "RENDERERS", "REPORT_FORMATS", "DiffSource", "Output", "OutputOptions",

@@ -30,6 +30,7 @@ class OutputOptions:
     """What the caller chose about an output beyond its format."""
 
     top: int = defaults.TOP_OPS  # rows of the ops (and GEMM, region) tables
+    whole_run: bool = False  # a program's tables over its whole run, not over the decode steps found in it
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class ProfileSource:
     def report(self, options: OutputOptions) -> Report:
         from ..analysis.report import build_report
 
-        return build_report(self.profile, top=options.top)
+        return build_report(self.profile, top=options.top, whole_run=options.whole_run)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class ProcessesSource:
         from ..analysis.processes import processes_report
         from ..model.run_layout import unsaved_processes
 
-        return processes_report(self.rows, self.shown, top=options.top, unsaved=unsaved_processes(self.directory))
+        return processes_report(self.rows, self.shown, top=options.top, unsaved=unsaved_processes(self.directory),
+                                whole_run=options.whole_run)
 
     @classmethod
     def load(cls, directory: str | Path) -> ProcessesSource:
