@@ -303,7 +303,7 @@ def test_a_signal_raised_while_a_class_is_created_is_still_the_signal():
     """A SIGINT that lands while a module is imported lazily, inside a class body's __set_name__ (a
     dataclass field), reaches the run wrapped in another error (Python 3.11's RuntimeError "Error
     calling __set_name__"): it is still the interrupt, not a failure of the run."""
-    from cpuprof.launch.child_run import _signal_within
+    from cpuprof.launch.child_run import signal_within
 
     class Interrupting:
         def __set_name__(self, owner: type, name: str) -> None:
@@ -313,5 +313,5 @@ def test_a_signal_raised_while_a_class_is_created_is_still_the_signal():
         type("Created", (), {"field": Interrupting()})
     except BaseException as exc:  # noqa: BLE001 (what the run's ending sees)
         caught = exc
-    assert isinstance(_signal_within(caught), KeyboardInterrupt)
-    assert _signal_within(ValueError("a real failure")) is None
+    assert isinstance(signal_within(caught), KeyboardInterrupt)
+    assert signal_within(ValueError("a real failure")) is None

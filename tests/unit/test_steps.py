@@ -10,7 +10,7 @@ from profiles import MS, make_profile, make_sampled_profile, tensor
 
 from cpuprof.analysis.labels import inputs_text
 from cpuprof.analysis.report import build_report
-from cpuprof.analysis.steady_state import SteadyState, steady_state
+from cpuprof.analysis.steady_state import SteadyState, _span_self_times, steady_state
 from cpuprof.analysis.steps import DECODE, MIXED, PREFILL, Steps, find_steps
 from cpuprof.model import OpInput, OpStat, Spans
 from cpuprof.units import fmt_rate
@@ -310,6 +310,9 @@ def test_a_programs_tables_are_over_its_steps_its_start_up_apart():
     steady_add = next(op for op in state.profile.ops if op.id == add.id)
     assert steady_add.calls == add.calls - 1 and steady_add.self_ns == add.self_ns - 6 * MS
     assert steady_add.counters_self["task-clock"][0] == steady_add.self_ns
+    # T1's CPU in it was half of each call's self time: scaled by the same share, it stays half.
+    assert steady_add.counters_self["task-clock"][1] == pytest.approx(add.counters_self["task-clock"][1]
+                                                                      * steady_add.self_ns / add.self_ns, abs=1)
     assert state.scaled_keys == 1
     assert state.profile.collection.wall_ns == end - start
     startup = [(op.name, time.calls, time.self_ns) for op, time in state.startup_ops]
@@ -321,7 +324,9 @@ def test_a_programs_tables_are_over_its_steps_its_start_up_apart():
     top = report.section("ops").tables[0].rows[0]
     assert top["op"] == "aten::mm" and top["calls"] == 5  # the LM head's product: the steps' largest
     assert report.section("startup").tables[0].rows[0]["op"] == "aten::fill_"
-    assert "over the 5 steps only" in " ".join(report.section("startup").lines)
+    assert "over the 5 steps: from the first one's start to the last one's end" in " ".join(
+        report.section("startup").lines)
+    assert "whatever the program did first" in report.section("startup").lines[0]
     whole = build_report(profile, whole_run=True)
     assert whole.section("ops").tables[0].rows[0]["op"] == "aten::fill_"
     assert "startup" not in [s.id for s in whole.sections]
@@ -371,7 +376,7 @@ def test_a_program_is_advised_what_it_can_apply_with_the_share_measured(between_
         assert share < 0.01 and not any("outside ATen ops" in line for line in advice.lines)
         return
     assert share == pytest.approx(6 / (6 + 2.42), rel=0.01)  # 7 linears, the LM head, sdpa, an add: 2.42 ms
-    assert advice is not None and ids_before(report, "advice", "startup")
+    assert advice is not None and ids_before(report, "advice", "ops")
     text = " ".join(advice.lines)
     assert f"{round(share * 100)}% of the decode steps' time is outside ATen ops" in text
     assert "torch.compile" in text and "decode --compile" not in text
@@ -380,3 +385,78 @@ def test_a_program_is_advised_what_it_can_apply_with_the_share_measured(between_
 def ids_before(report, first: str, second: str) -> bool:  # noqa: ANN001
     ids = [s.id for s in report.sections]
     return ids.index(first) < ids.index(second)
+
+
+def test_a_span_whose_parent_never_ended_is_no_child_of_an_earlier_span():
+    """Self times from the spans' end order: A ended, then two spans at depth 1 whose parent was still
+    open when the profile stopped (never recorded): A keeps its own time."""
+    spans = Spans(op=[1, 2, 2], thread=[0, 0, 0], depth=[0, 1, 1], start_ns=[0, 20, 30], dur_ns=[10, 5, 5],
+                  counters=[[], [], []])
+    assert _span_self_times(spans) == [10, 5, 5]
+    nested = Spans(op=[2, 2, 1], thread=[0, 0, 0], depth=[1, 1, 0], start_ns=[2, 6, 0], dur_ns=[3, 2, 10],
+                   counters=[[], [], []])
+    assert _span_self_times(nested) == [3, 2, 5]
+
+
+def test_a_timeline_cut_on_the_steps_thread_is_not_called_the_programs_start():
+    """The ring of the steps' thread kept only the last steps: what came before them holds earlier
+    steps, and the section says the profile began mid-run, not what a program does first."""
+    t = Timeline()
+    _startup_and_steps(t, decode_steps=8)
+    profile = t.profile()
+    s = profile.spans
+    keep = len(s) - 60  # the newest 60 spans: the last few steps
+    profile.spans = Spans(op=s.op[keep:], thread=s.thread[keep:], depth=s.depth[keep:], start_ns=s.start_ns[keep:],
+                          dur_ns=s.dur_ns[keep:], counters=s.counters[keep:])
+    profile.limits.span_capacity, profile.limits.spans_dropped = 60, keep
+    report = build_report(profile)
+    startup = report.section("startup")
+    assert startup is not None and "the profile began mid-run" in startup.lines[0]
+    assert "whatever the program did first" not in startup.lines[0]
+
+
+def test_a_long_span_kept_from_before_the_steps_does_not_hide_spans_dropped_within_them():
+    """Rings keep the newest spans by their end: another thread's full ring whose oldest kept span began
+    before the first step but ended within the steps may have dropped spans that ended within them."""
+    t = Timeline()
+    _startup_and_steps(t)
+    profile = t.profile()
+    steps = find_steps(profile)
+    assert isinstance(steps, Steps)
+    first = steps.steps[0].start_ns
+    s = profile.spans
+    add = next(op.id for op in profile.ops if op.name == "aten::add")
+    for begin, dur in ((first + 2 * MS, 10_000), (first - MS, 5 * MS)):  # one short, one long from before
+        s.op.append(add), s.thread.append(1), s.depth.append(0), s.start_ns.append(begin)
+        s.dur_ns.append(dur), s.counters.append([])
+    profile.limits.span_capacity, profile.limits.spans_dropped = 2, 40
+    assert steady_state(profile, steps) == ("the timeline dropped spans of 1 thread(s) after the first step began "
+                                            "(--timeline N keeps more)")
+
+
+def test_op_times_of_several_threads_before_the_first_step_are_summed_not_a_share_of_its_time():
+    t = Timeline()
+    _startup_and_steps(t)
+    profile = t.profile()
+    s = profile.spans
+    fill = next(op for op in profile.ops if op.name == "aten::fill_")
+    # A second thread filled another cache for 140 ms beside the first one's start-up of 146 ms.
+    s.op.append(fill.id), s.thread.append(1), s.depth.append(0), s.start_ns.append(0), s.dur_ns.append(140 * MS)
+    s.counters.append([])
+    fill.calls += 1
+    fill.self_ns += 140 * MS
+    fill.incl_ns += 140 * MS
+    startup = build_report(profile).section("startup")
+    assert startup is not None
+    assert "ATen ops ran 266.0 ms in it, summed over 2 threads" in startup.lines[0]
+    assert [c.key for c in startup.tables[0].columns] == ["op", "inputs", "calls", "self"]  # no share of the time
+
+
+def test_no_start_up_section_when_nothing_came_before_the_first_step():
+    t = Timeline()
+    t.forward(batch=1, positions=4, kv_len=4)
+    for step in range(3):
+        t.gap(MS)
+        t.forward(batch=1, positions=1, kv_len=5 + step)
+    report = build_report(t.profile())
+    assert report.section("decode") is not None and report.section("startup") is None

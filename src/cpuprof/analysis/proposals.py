@@ -130,7 +130,7 @@ def _weight_bound_gemv_share(profile: Profile) -> float | None:
 OUTSIDE_OPS_ADVICE_SHARE = 0.30
 
 
-def program_advice(profile: Profile, whole: Profile, steps: Steps) -> list[str]:
+def program_advice(profile: Profile, whole: Profile, steps: Steps, over_steps: bool = True) -> list[str]:
     """What a program's user can change in the program or its launch, each with the measured share it
     addresses: ``profile`` is over the decode ``steps`` where they could be split from the start-up,
     ``whole`` the whole run (the threads' counters and waits are kept for the whole run only). The
@@ -140,11 +140,13 @@ def program_advice(profile: Profile, whole: Profile, steps: Steps) -> list[str]:
     from .threads import compute_team
 
     advice = []
-    decode = steps.of_kind(DECODE) or steps.steps
+    decode = steps.of_kind(DECODE)
+    which = "decode steps'" if decode else "steps'"
+    decode = decode or steps.steps
     wall = sum(s.wall_ns for s in decode)
     outside = sum(s.outside_ops_ns for s in decode) / wall if wall else 0.0
     if outside >= OUTSIDE_OPS_ADVICE_SHARE:
-        advice.append(f"{fmt_percent(outside)} of the decode steps' time is outside ATen ops (Python and the "
+        advice.append(f"{fmt_percent(outside)} of the {which} time is outside ATen ops (Python and the "
                       "framework between ops: the generation loop, logits processing, cache bookkeeping): "
                       "torch.compile of the model's forward (a serving engine's compiled mode: vLLM without "
                       "enforce_eager) runs it as one graph, with far less Python per op")
@@ -154,9 +156,10 @@ def program_advice(profile: Profile, whole: Profile, steps: Steps) -> list[str]:
                       f"{PROGRAM_PREPACK}")
     gemv = _weight_bound_gemv_share(profile)
     if gemv is not None and gemv >= GEMV_PROPOSAL_SHARE:
+        where = "in the steps" if over_steps else "of the run"
         advice.append(f"memory-bound GEMVs over weights of 2 bytes or more take {fmt_percent(gemv)} of the op time "
-                      "in the steps: weight-only int8 (torchao's quantize_(model, Int8WeightOnlyConfig())) reads "
-                      f"half the bytes of bf16, a quarter of f32 ({NUMERICS_CHANGE})")
+                      f"{where}: weight-only int8 (torchao's quantize_(model, Int8WeightOnlyConfig())) reads half the "
+                      f"bytes of bf16, a quarter of f32 ({NUMERICS_CHANGE})")
     c = whole.collection
     team = [whole.threads[i] for i in compute_team(whole)]
     delays = [t.run_delay_ns for t in team if t.run_delay_ns is not None]
@@ -169,7 +172,7 @@ def program_advice(profile: Profile, whole: Profile, steps: Steps) -> list[str]:
             advice.append(f"its threads waited {fmt_percent(delay)} of the run for a CPU: one torch thread fewer "
                           f"({threads - 1}: torch.set_num_threads({threads - 1}), or run --threads {threads - 1} "
                           "where the program keeps the launch's count) leaves a CPU for what else runs")
-        elif delay >= RUN_DELAY_PROPOSAL_SHARE:
+        elif delay >= RUN_DELAY_PROPOSAL_SHARE and threads == 1:
             advice.append(f"its threads waited {fmt_percent(delay)} of the run for a CPU, with one torch thread: "
                           "other threads or processes (the program's own, or another's) ran on its CPUs; give it "
                           "CPUs of its own (run --cpus, or the engine's own CPU binding)")

@@ -93,11 +93,13 @@ def build_report(profile: Profile, top: int = defaults.TOP_OPS, whole_run: bool 
         state = steady_state(profile, steps)
         if isinstance(state, SteadyState):
             view = state.profile
-            report.sections.append(startup_section(state, profile, len(steps.steps)))
+            startup = startup_section(state, profile, len(steps.steps))
+            if startup is not None:
+                report.sections.append(startup)
         else:
             report.warnings.append(f"the tables are over the whole run, not the decode steps: {state}")
     if isinstance(steps, Steps):
-        advice = program_advice(view, profile, steps)
+        advice = program_advice(view, profile, steps, over_steps=view is not profile)
         if advice:
             after = report.section("ceiling") or report.section("decode")
             assert after is not None  # steps give a Decode section

@@ -53,6 +53,8 @@ class SteadyState:
     after_ns: int  # from the last step's end to the profile's end
     startup_ops: list[tuple[OpStat, KeyTime]]  # op keys by their self time before the first step
     scaled_keys: int  # keys with calls in and outside the steps: their counters scaled by self time
+    mid_run: bool = False  # the profile began mid-run (a window, older spans dropped, a cut first forward)
+    startup_threads: int = 1  # threads that ran ops before the first step (their op times are summed)
 
 
 def steady_state(profile: Profile, steps: Steps) -> SteadyState | str:
@@ -68,9 +70,11 @@ def steady_state(profile: Profile, steps: Steps) -> SteadyState | str:
                 "(--timeline N keeps more)")
     inside: dict[int, KeyTime] = {}
     since: dict[int, KeyTime] = {}  # every span from the first step's start on, the steps' and after
+    threads_before: set[int] = set()
     for i, self_ns in enumerate(_span_self_times(spans)):
         at = spans.start_ns[i]
         if at < start:
+            threads_before.add(spans.thread[i])
             continue
         since.setdefault(spans.op[i], KeyTime()).add(self_ns, spans.dur_ns[i])
         if at < end:
@@ -94,40 +98,43 @@ def steady_state(profile: Profile, steps: Steps) -> SteadyState | str:
     startup.sort(key=lambda pair: pair[1].self_ns, reverse=True)
     view = dataclasses.replace(profile, ops=ops,
                                collection=dataclasses.replace(c, started_ns=start, stopped_ns=end))
+    dropped = profile.limits.spans_dropped if profile.limits is not None else 0
+    windowed = any(flag in profile.meta.command for flag in ("--on-demand", "--delay", "--duration"))
     return SteadyState(profile=view, start_ns=start, end_ns=end, startup_ns=max(0, start - c.started_ns),
-                       after_ns=max(0, c.stopped_ns - end), startup_ops=startup, scaled_keys=scaled)
+                       after_ns=max(0, c.stopped_ns - end), startup_ops=startup, scaled_keys=scaled,
+                       mid_run=bool(dropped) or steps.partial_first or windowed,
+                       startup_threads=max(1, len(threads_before)))
 
 
 def _threads_not_covered(profile: Profile, spans: Spans, start: int) -> int:
-    """Dispatching threads whose ring of spans was full and kept nothing from before ``start``: some
-    of their spans in the steps may be gone."""
+    """Dispatching threads whose ring of spans was full and whose oldest kept span ended after
+    ``start``: spans that ended within the steps may be gone. (Rings keep the newest spans by their
+    end: one long span kept, begun before the steps, says nothing of those dropped.)"""
     capacity = profile.limits.span_capacity if profile.limits is not None else 0
     if not capacity or not (profile.limits and profile.limits.spans_dropped):
         return 0
-    first: dict[int, int] = {}
+    first_end: dict[int, int] = {}
     count: dict[int, int] = {}
-    for thread, at in zip(spans.thread, spans.start_ns, strict=True):
-        first[thread] = min(first.get(thread, at), at)
+    for thread, at, dur in zip(spans.thread, spans.start_ns, spans.dur_ns, strict=True):
+        first_end[thread] = min(first_end.get(thread, at + dur), at + dur)
         count[thread] = count.get(thread, 0) + 1
-    return sum(1 for t, n in count.items() if n >= capacity and first[t] > start)
+    return sum(1 for t, n in count.items() if n >= capacity and first_end[t] > start)
 
 
 def _span_self_times(spans: Spans) -> list[int]:
-    """Each span's wall time less its direct children's, the nesting read per thread from depths in
-    start order (a parent's duration leaves out the profiler's time under it: it may seem to end
-    before its children, so ends do not say it)."""
+    """Each span's wall time less its direct children's. Spans are kept in the order they ended, on
+    each thread: the children of a span at depth d are the spans at depth d + 1 that ended since the
+    last span at depth d did, and began after it began (a child whose parent never ended, still open
+    when the profile stopped, is no child of an earlier span)."""
     self_ns = list(spans.dur_ns)
-    order = sorted(range(len(spans.op)), key=lambda i: (spans.thread[i], spans.start_ns[i], spans.depth[i]))
-    stack: list[int] = []
-    thread = None
-    for i in order:
-        if spans.thread[i] != thread:
-            stack, thread = [], spans.thread[i]
-        while stack and spans.depth[stack[-1]] >= spans.depth[i]:
-            stack.pop()
-        if stack:
-            self_ns[stack[-1]] -= spans.dur_ns[i]
-        stack.append(i)
+    pending: dict[tuple[int, int], list[int]] = {}  # (thread, depth) -> spans ended, their parent not yet
+    for i, (thread, depth, start) in enumerate(zip(spans.thread, spans.depth, spans.start_ns, strict=True)):
+        if thread < 0:  # a span of no known thread: nothing to nest it with
+            continue
+        for child in pending.pop((thread, depth + 1), []):
+            if spans.start_ns[child] >= start:
+                self_ns[i] -= spans.dur_ns[child]
+        pending.setdefault((thread, depth), []).append(i)
     return [max(0, v) for v in self_ns]
 
 
@@ -151,31 +158,47 @@ def _over(op: OpStat, time: KeyTime, whole: bool) -> OpStat:
         frees=round(op.frees * self_share))
 
 
-def startup_section(state: SteadyState, profile: Profile, n_steps: int) -> Section:
-    """What the program did before its first step, and which stretch the tables below cover."""
+# Less than this before the first step and nothing ran in it: no start-up worth a section.
+MIN_STARTUP_NS = 1_000_000
+
+
+def startup_section(state: SteadyState, profile: Profile, n_steps: int) -> Section | None:
+    """What the program did before its first step, and which stretch the tables below cover; None
+    when nothing came before it."""
     c = profile.collection
     assert c is not None
+    if state.startup_ns < MIN_STARTUP_NS and not state.startup_ops:
+        return None
     wall = c.wall_ns or 1
     steps_ns = state.end_ns - state.start_ns
     in_ops = sum(t.self_ns for op, t in state.startup_ops if op.kind == "op")
+    if state.mid_run:
+        what = ("the profile began mid-run (a window, or the timeline dropped older spans): earlier steps, if any, "
+                "are in it")
+    else:
+        what = ("whatever the program did first (imports, building or loading the model, initialising weights and "
+                "caches, warm-up)")
+    threads = state.startup_threads
+    where = (f"{fmt_ns(in_ops)} of it in ATen ops, the rest in Python and the framework outside them" if threads == 1
+             else f"ATen ops ran {fmt_ns(in_ops)} in it, summed over {threads} threads")
     lines = [f"{fmt_ns(state.startup_ns)} before the first step ({fmt_percent(state.startup_ns / wall)} of the "
-             f"{fmt_ns(c.wall_ns)} profiled), whatever the program did first (imports, building or loading the "
-             f"model, initialising weights and caches, warm-up): {fmt_ns(in_ops)} of it in ATen ops, the rest in "
-             "Python and the framework outside them"
+             f"{fmt_ns(c.wall_ns)} profiled), {what}: {where}"
              + (f"; {fmt_ns(state.after_ns)} after the last step" if state.after_ns else ""),
-             f"the op, region and GEMM tables below are over the {n_steps} steps only ({fmt_ns(steps_ns)}, "
-             f"{fmt_percent(steps_ns / wall)} of the run), made from the op timeline; the threads and contention "
-             "tables are over the whole run (their counters are not kept per stretch of time); `--whole-run` "
-             "shows every table over the whole run"]
+             f"the op, region and GEMM tables below are over the {n_steps} steps: from the first one's start to the "
+             f"last one's end ({fmt_ns(steps_ns)}, {fmt_percent(steps_ns / wall)} of the run, pauses between steps "
+             "included), made from the op timeline; over the whole run: the threads, contention, native-code and "
+             "memory sections and the GEMMs' repack and OpenMP shares (their counters and samples are not kept per "
+             "stretch of time); `--whole-run` shows every table over the whole run"]
     if state.scaled_keys:
         lines.append(f"{state.scaled_keys} op key(s) ran in the steps and outside them: their CPU and other "
                      "counters are scaled by the share of their self time inside the steps (the calls and times are "
                      "exact)")
     columns = [Column("op", "op"), Column("inputs", "inputs"), Column("calls", "calls", "int"),
-               Column("self", "self", "ns", help="wall time in the op itself before the first step"),
-               Column("share", "% start-up", "share", help="self / the time before the first step")]
+               Column("self", "self", "ns", help="wall time in the op itself before the first step")]
+    if threads == 1:  # one thread's op times are a share of the wall time; several threads' are not
+        columns.append(Column("share", "% start-up", "share", help="self / the time before the first step"))
     rows = [{"op": op.name, "inputs": inputs_text(op), "calls": t.calls, "self": t.self_ns,
              "share": t.self_ns / state.startup_ns if state.startup_ns else None}
             for op, t in [pair for pair in state.startup_ops if pair[0].kind == "op"][:STARTUP_TOP]]
-    tables = [Table(columns, rows, caption=f"top {len(rows)} ops of the start-up by self time")] if rows else []
+    tables = [Table(columns, rows, caption=f"top {len(rows)} ops before the first step by self time")] if rows else []
     return Section("startup", "Start-up (before the first step)", lines, tables)

@@ -326,7 +326,7 @@ class ChildRun:
         self.progress.done("")
         # A signal raised inside a class body being created (a module imported lazily at that moment)
         # reaches here wrapped: Python 3.11 reports it as "Error calling __set_name__", caused by it.
-        exc = _signal_within(exc) or exc
+        exc = signal_within(exc) or exc
         if isinstance(exc, SignalReceived):
             return self.interrupted(exc.args[0])
         if isinstance(exc, KeyboardInterrupt):
@@ -341,7 +341,7 @@ class ChildRun:
         return self.fail(f"{type(exc).__name__}: {exc}", debug_hint=True)
 
 
-def _signal_within(exc: BaseException) -> BaseException | None:
+def signal_within(exc: BaseException) -> BaseException | None:
     """The signal (SignalReceived, KeyboardInterrupt) an exception was raised from, if any."""
     seen: set[int] = set()
     cause: BaseException | None = exc
@@ -349,7 +349,7 @@ def _signal_within(exc: BaseException) -> BaseException | None:
         if isinstance(cause, SignalReceived | KeyboardInterrupt):
             return cause
         seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     return None
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import exit_codes
 from ..errors import UsageError
 from ..machine.topology import read_topology
 from ..model.ranks import MultiRun
@@ -142,7 +143,7 @@ def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig
 
     requested = config.requested
     if mode == "off" or (mode == "auto" and roofs.likely_cached(requested.threads, requested.cpus, requested.omp,
-                                                                 requested.mempolicy.mode)):
+                                                                 requested.mempolicy.mode, requested.mempolicy.nodes)):
         return
     say("cpuprof: measuring the machine's roofs before the program starts, under its launch "
         + ("(--roofs remeasure)" if mode == "remeasure" else "(none cached for it; once; --roofs off skips this)"))
@@ -152,6 +153,11 @@ def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig
         options = DecodeOptions(launch=launch, profile=ProfileOptions(enabled=False), roofs=mode,
                                 calibrate_only=True)
         outcome = parent.launch(options, Path(scratch))
+    if outcome.interrupted:
+        from ..errors import ChildFailed
+
+        raise ChildFailed("interrupted while the machine's roofs were measured, before the program started: it did "
+                          "not run", exit_codes.INTERRUPTED)
     if outcome.returncode != 0 or outcome.profile is None or outcome.profile.roofs is None:
         say("cpuprof: note: the roofs could not be measured (see the lines above); the program runs, its GEMMs "
             "are not judged against them")

@@ -41,7 +41,7 @@ from ..errors import CpuprofError
 from ..model import Profile, Requested, Topology
 from ..safe_text import say
 from . import child_signals
-from .child_run import ChildRun, child_main, error_line, program_context
+from .child_run import ChildRun, child_main, error_line, program_context, signal_within
 from .environment import LaunchSettings
 from .exec_hook import save_before_exec
 from .followed_run import FollowConfig, enable
@@ -206,6 +206,8 @@ class ScriptRun(ChildRun):
         except ProfilerFailed as exc:
             return Ending(status=exc.error.exit_code, reason=str(exc.error), usage=True)
         except BaseException as exc:  # the program's own failure: its traceback, as Python would print it
+            if isinstance(signal_within(exc), KeyboardInterrupt):  # a Ctrl-C inside a class being created
+                return interrupted_ending(signal.SIGINT)
             _print_program_traceback(exc)
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return Ending(status=exit_codes.FAILED, reason=f"the program raised {what.splitlines()[0]}")

@@ -584,10 +584,11 @@ def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | No
     return None, reasons[0] if reasons else None
 
 
-def likely_cached(threads: int, cpus: list[int], omp: str, mempolicy: str) -> bool:
+def likely_cached(threads: int, cpus: list[int], omp: str, mempolicy: str, nodes: Sequence[int] = ()) -> bool:
     """Whether the cache holds roofs for a launch of ``threads`` on ``cpus`` with this OpenMP runtime
-    (gnu, intel) and memory policy mode, read without torch: a launcher decides by it whether to
-    measure them before a program starts. The child that uses them checks the whole fingerprint."""
+    (gnu: torch's own, whichever it is; intel) and memory policy (mode and nodes), read without
+    torch: a launcher decides by it whether to measure them before a program starts. The child that
+    uses them checks the whole fingerprint."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -598,10 +599,14 @@ def likely_cached(threads: int, cpus: list[int], omp: str, mempolicy: str) -> bo
     if cache is None:
         return False
     cpu = _model_name(_read("/proc/cpuinfo")) or "unknown"
-    runtime = "libiomp" if omp == "intel" else "libgomp"
+    policy = f"{mempolicy} {','.join(map(str, nodes)) or '-'};"  # as _memory_policy() writes it
+
+    def runtime_matches(runtime: str) -> bool:
+        return runtime.startswith("libiomp") == (omp == "intel")
+
     return any(e.threads == threads and e.cpus == sorted(cpus) and e.fingerprint.get("cpu") == cpu
-               and e.fingerprint.get("torch") == torch_version and e.fingerprint.get("openmp", "").startswith(runtime)
-               and e.fingerprint.get("memory_policy", "").startswith(mempolicy) and e.kernel_above_memory() is None
+               and e.fingerprint.get("torch") == torch_version and runtime_matches(e.fingerprint.get("openmp", ""))
+               and e.fingerprint.get("memory_policy", "").startswith(policy) and e.kernel_above_memory() is None
                for e in cache.entries)
 
 
