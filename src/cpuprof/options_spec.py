@@ -419,14 +419,17 @@ NO_PROFILE = Option("--no-profile", "decode without the profiler (a baseline)", 
                     dest="profile", action="store_false")
 ROOFS = Option("--roofs", "the machine's measured roofs (memory bandwidth, compute, GEMV kernel) every GEMM and the "
                           "decode ceiling are judged against: auto (default) takes them from the cache for this "
-                          "machine, torch and launch, or measures them first (a few seconds, once); remeasure; off",
+                          "machine, torch and launch once a short probe of the memory (0.2 s) agrees with them, or "
+                          "measures them (a few seconds); remeasure; cached: keep a cached roof the probe disagrees "
+                          "with (the report gives both); off",
                (DecodeOptions, "roofs"))
 
 PROGRAM_ROOFS = Option("--roofs", "the machine's measured roofs (memory bandwidth, compute, GEMV kernel) the program's "
-                                  "GEMMs and decode are judged against: auto (default) takes them from the cache for "
-                                  "this machine, torch and launch, or measures them once before the program starts (a "
-                                  "few seconds, in a child launched as the program is); remeasure; off",
-                       choices=("auto", "remeasure", "off"), default="auto")
+                                  "GEMMs and decode are judged against, settled before the program starts, in a child "
+                                  "launched as it is: auto (default) takes them from the cache once a short probe of "
+                                  "the memory agrees with them, or measures them (a few seconds); remeasure; cached: "
+                                  "keep a cached roof the probe disagrees with; off",
+                       choices=("auto", "remeasure", "cached", "off"), default="auto")
 
 
 # -- the output -------------------------------------------------------------------------------------

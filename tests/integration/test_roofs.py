@@ -18,10 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runs import cpuprof as run_cpuprof
 
 import cpuprof
 from cpuprof import native
 from cpuprof.machine import roofs as machine_roofs
+from cpuprof.model import Profile
+from cpuprof.model.codec import to_json
 
 SRC = str(Path(cpuprof.__path__[0]).parent)
 
@@ -355,3 +358,32 @@ def test_a_bandwidth_disturbed_every_time_is_said_and_not_cached(monkeypatch: py
     lines = roofs_lines(roofs)
     assert "memory was busy" in lines[0] and lines[0].startswith("measured for this run")
     assert any("more than this memory roof allows" in line for line in lines)
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_a_cached_roof_the_memory_no_longer_gives_is_measured_again_before_it_is_used(tmp_path: Path,
+                                                                                     factor: float):
+    """Known answer: a calibration's memory roof, measured here (the live figure). Its cache entry is
+    written with the bandwidths halved, or doubled, as a change of the shared machine's memory state
+    leaves a cached roof; the next decode's probe finds it out, and the roofs it uses are within 20%
+    of the live figure again, the report saying the cached one was replaced."""
+    env = {**os.environ, "CPUPROF_CACHE_DIR": str(tmp_path / "cache")}
+    calibrated = run_cpuprof("calibrate", "--threads", "1", "--cpus", "0", "--out", str(tmp_path / "cal"), env=env)
+    assert calibrated.returncode == 0, calibrated.stderr
+    live = Profile.load(tmp_path / "cal").roofs
+    assert live is not None and live.memory_gb_per_s() is not None
+    for b in live.bandwidth:
+        b.gb_per_s.best *= factor
+        b.gb_per_s.median *= factor
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    (tmp_path / "cache" / "roofs.json").write_text(json.dumps(
+        {"version": machine_roofs.CACHE_VERSION, "entries": [to_json(live)]}))
+    decoded = run_cpuprof("decode", "--preset", "tiny", "--threads", "1", "--cpus", "0", "--new-tokens", "4",
+                      "--out", str(tmp_path / "dec"), env=env)
+    assert decoded.returncode == 0, decoded.stderr
+    used = Profile.load(tmp_path / "dec").roofs
+    assert used is not None and used.probe is not None and used.probe.outcome == "remeasured"
+    assert used.memory_gb_per_s() == pytest.approx(live.memory_gb_per_s() / factor, rel=0.2)
+    assert "disagrees with a probe now" in decoded.stderr
+    report = " ".join(decoded.stdout.split())
+    assert "disagrees (the memory is in another state), so the roofs above were measured again" in report

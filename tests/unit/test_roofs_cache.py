@@ -59,7 +59,24 @@ def fingerprint(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def measure(monkeypatch: pytest.MonkeyPatch, fingerprint: dict[str, str]) -> FakeMeasure:
     fake = FakeMeasure()
     monkeypatch.setattr(roofs, "calibrate", fake)
+    monkeypatch.setattr(roofs, "probe", lambda cached, progress=None: None)  # no probe unless a test reads one
     return fake
+
+
+def probe_reading(monkeypatch: pytest.MonkeyPatch, gb_per_s: float) -> None:
+    """The probe's triad reads ``gb_per_s`` (the real decision, a fake measurement)."""
+    rep = Repeated(best=gb_per_s, median=gb_per_s, spread=0.02, repetitions=roofs.PROBE_REPETITIONS)
+
+    def triad(kernel: str, array_bytes: int, threads: int, repetitions: int, available: int | None, progress,
+              what: str = "calibrating") -> BandwidthRoof:
+        assert (kernel, repetitions, what) == ("triad", roofs.PROBE_REPETITIONS, "probing")
+        return BandwidthRoof(kernel=kernel, gb_per_s=rep, threads=threads, array_bytes=array_bytes, node=0)
+
+    monkeypatch.setattr(roofs, "_bandwidth", triad)
+    monkeypatch.setattr(roofs, "probe", PROBE)
+
+
+PROBE = roofs.probe
 
 
 def test_cache_path_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -375,3 +392,92 @@ def test_a_programs_run_says_why_the_cached_roofs_were_not_used(cache_dir: Path,
     (note,) = said
     assert note.startswith("note: the cached memory roof (14.0 GB/s) is below what its bf16 GEMV read from memory "
                            "(42.0 GB/s), so GEMMs are not judged against them"), note
+
+
+def test_a_cached_roof_the_memory_agrees_with_is_used_and_the_probe_kept_with_it(
+        cache_dir: Path, measure: FakeMeasure, monkeypatch: pytest.MonkeyPatch):
+    """Known answer: the fake calibration's triad is 42 GB/s at 2 threads; a probe reading 40 is within
+    the tolerance: the cached roofs are used, and the probe is stored with them for later readers."""
+    roofs.ensure(2, [0, 1])
+    probe_reading(monkeypatch, 40.0)
+    again, warnings = roofs.ensure(2, [0, 1])
+    assert again.from_cache and warnings == [] and len(measure.calls) == 1
+    assert again.probe is not None and again.probe.outcome == "agrees"
+    assert (again.probe.gb_per_s, again.probe.cached_gb_per_s) == (40.0, 42.0)
+    stored, _ = roofs.cached(2, [0, 1])
+    assert stored is not None and stored.probe == again.probe
+
+
+@pytest.mark.parametrize("reading", [21.0, 84.0])  # the cached bandwidth halved, or doubled, since
+def test_a_cached_roof_the_memory_disagrees_with_is_measured_again_and_said(
+        cache_dir: Path, measure: FakeMeasure, monkeypatch: pytest.MonkeyPatch, reading: float):
+    roofs.ensure(2, [0, 1])
+    probe_reading(monkeypatch, reading)
+    fresh, warnings = roofs.ensure(2, [0, 1])
+    assert not fresh.from_cache and len(measure.calls) == 2
+    assert fresh.probe is not None and fresh.probe.outcome == "remeasured" and fresh.probe.gb_per_s == reading
+    assert warnings == [f"the cached memory roof (42.0 GB/s, measured 2025-01-01 00:00 UTC) disagrees with a probe now "
+                        f"({reading:.1f} GB/s): the memory is in another state; measuring the roofs again"]
+    assert roofs.cached(2, [0, 1])[0].measured == fresh.measured  # the new ones replaced them in the cache
+
+
+def test_with_roofs_cached_a_disagreeing_roof_is_kept_and_both_figures_said(
+        cache_dir: Path, measure: FakeMeasure, monkeypatch: pytest.MonkeyPatch):
+    roofs.ensure(2, [0, 1])
+    probe_reading(monkeypatch, 21.0)
+    kept, warnings = roofs.ensure(2, [0, 1], keep_cached=True)
+    assert kept.from_cache and len(measure.calls) == 1
+    assert kept.probe is not None and kept.probe.outcome == "kept" and kept.memory_gb_per_s() == 42.0
+    assert len(warnings) == 1 and "(42.0 GB/s" in warnings[0] and "(21.0 GB/s): kept (--roofs cached)" in warnings[0]
+
+
+def test_a_roof_measured_again_that_cannot_be_cached_takes_the_wrong_one_out_of_the_cache(
+        cache_dir: Path, measure: FakeMeasure, monkeypatch: pytest.MonkeyPatch):
+    """The probe found the cached roof wrong, and the roofs measured again were taken on a busy machine
+    (used, never cached): the wrong entry is not left for the next run to take."""
+    roofs.ensure(2, [0, 1])
+    probe_reading(monkeypatch, 84.0)
+    busy = FakeMeasure()
+
+    def measured_busy(*args, **kwargs) -> MachineRoofs:  # noqa: ANN002, ANN003
+        found = busy(*args, **kwargs)
+        found.run_queue_share = 0.5
+        return found
+
+    monkeypatch.setattr(roofs, "calibrate", measured_busy)
+    fresh, warnings = roofs.ensure(2, [0, 1])
+    assert fresh.probe is not None and fresh.probe.outcome == "remeasured"
+    assert any("busy" in w for w in warnings)
+    assert roofs.cached(2, [0, 1]) == (None, None)
+
+
+def test_the_probes_tolerance_is_the_cached_triads_spread_where_that_is_wider(monkeypatch: pytest.MonkeyPatch,
+                                                                              fingerprint: dict[str, str]):
+    cached = FakeMeasure()(2, [0, 1])  # triad 42 GB/s, spread 5%
+    probe_reading(monkeypatch, 42.0 * 0.70)
+    assert roofs.probe(cached).outcome == "remeasured"  # 30% below: beyond the 25% tolerance
+    cached.bandwidth[0].gb_per_s.spread = 0.40  # a roof that noisy cannot say 30% is another state
+    assert roofs.probe(cached).outcome == "agrees"
+
+
+@pytest.mark.parametrize("outcome, said", [
+    ("agrees", "agrees, the cached roofs are used"),
+    ("kept", "disagrees, kept as asked (--roofs cached)"),
+    ("remeasured", "disagrees (the memory is in another state), so the roofs above were measured again")])
+def test_a_report_says_how_old_its_roofs_are_and_what_the_probe_read(fingerprint: dict[str, str], outcome: str,
+                                                                      said: str):
+    from cpuprof.analysis.roofs import roofs_lines
+    from cpuprof.model.roofs import RoofProbe
+
+    measured = FakeMeasure()(2, [0, 1])  # measured 2025-01-01T00:00:01, triad 42 GB/s
+    measured.from_cache = outcome != "remeasured"
+    measured.probe = RoofProbe(at="2025-01-01T03:00:01+00:00", gb_per_s=21.0, seconds=0.2, cached_gb_per_s=42.0,
+                               cached_measured="2025-01-01T00:00:01+00:00", outcome=outcome)
+    lines = roofs_lines(measured, now="2025-01-01T03:00:31+00:00")
+    if measured.from_cache:
+        assert lines[0].startswith("from the cache (measured 2025-01-01 00:00 UTC, 3.0 h before this profile, "
+                                   "in 1.5 s)")
+    probe = next(line for line in lines if line.startswith("probe of the memory"))
+    assert probe == ("probe of the memory at 2025-01-01 03:00 UTC (30 s before this profile): triad 21.0 GB/s, 50% of "
+                     f"the cached 42.0 GB/s (measured 2025-01-01 00:00 UTC): {said}" + (
+                         ": the ceiling and every share of a roof are off by it" if outcome == "kept" else ""))

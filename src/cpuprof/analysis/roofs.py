@@ -61,13 +61,51 @@ def roofs_table(roofs: MachineRoofs) -> Table:
     return Table(columns, rows, caption="measured roofs: the best repetition is the roof")
 
 
-def roofs_lines(roofs: MachineRoofs) -> list[str]:
+def _age(then: str, now: str) -> str | None:
+    """How long before ``now`` the ISO 8601 instant ``then`` was, in words; None if unreadable."""
+    import datetime
+
+    try:
+        seconds = (datetime.datetime.fromisoformat(now) - datetime.datetime.fromisoformat(then)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    if seconds < 120:
+        return f"{max(0, seconds):.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def _probe_line(roofs: MachineRoofs, now: str | None) -> str | None:
+    """What the probe of the memory read just before the roofs were used, against the cached roof."""
+    checked = roofs.probe
+    if checked is None:
+        return ("not probed: roofs read from the cache by a cpuprof that did not probe them" if roofs.from_cache
+                else None)
+    when = checked.at[:16].replace("T", " ") + " UTC"
+    ago = _age(checked.at, now) if now else None
+    read = (f"probe of the memory at {when}" + (f" ({ago} before this profile)" if ago else "")
+            + f": triad {checked.gb_per_s:.1f} GB/s, {fmt_percent(checked.ratio)} of the cached "
+            f"{checked.cached_gb_per_s:.1f} GB/s (measured {checked.cached_measured[:16].replace('T', ' ')} UTC)")
+    if checked.outcome == "agrees":
+        return read + ": agrees, the cached roofs are used"
+    if checked.outcome == "kept":
+        return read + ": disagrees, kept as asked (--roofs cached): the ceiling and every share of a roof are off by it"
+    return read + ": disagrees (the memory is in another state), so the roofs above were measured again"
+
+
+def roofs_lines(roofs: MachineRoofs, now: str | None = None) -> list[str]:
+    """``now``: when the profile was made (ISO 8601), for the roofs' age."""
     busy = roofs.run_queue_share is not None and roofs.run_queue_share > defaults.BUSY_CALIBRATION_SHARE
     above = roofs.kernel_above_memory()
     refused = [why for why, held in (("no memory bandwidth", roofs.memory_gb_per_s() is None),
                                      ("memory was busy", above is not None), ("the machine was busy", busy)) if held]
     kept = f"not cached: {' and '.join(refused)}" if refused else "now cached"
-    origin = (f"from the cache (measured {roofs.measured[:16].replace('T', ' ')} UTC in {roofs.seconds:.1f} s)"
+    age = _age(roofs.measured, now) if now else None
+    origin = (f"from the cache (measured {roofs.measured[:16].replace('T', ' ')} UTC"
+              + (f", {age} before this profile" if age else "") + f", in {roofs.seconds:.1f} s)"
               if roofs.from_cache else f"measured for this run in {roofs.seconds:.1f} s ({kept})")
     fp = roofs.fingerprint
     machine = ", ".join(f"{k} {v}" for k, v in fp.items())
@@ -84,6 +122,9 @@ def roofs_lines(roofs: MachineRoofs) -> list[str]:
         lines.append(f"while measuring, its threads waited for a CPU {fmt_percent(roofs.run_queue_share)} of the time "
                      "(run-queue delay: another process on these CPUs)"
                      + ("; these roofs are low: measure them again on a quiet machine" if busy else ""))
+    probed = _probe_line(roofs, now)
+    if probed:
+        lines.append(probed)
     lines += roofs.errors  # each line names what was not measured, or what the cache said
     return lines
 
@@ -92,4 +133,5 @@ def roofs_section(profile: Profile) -> Section | None:
     roofs = profile.roofs
     if roofs is None:
         return None
-    return Section("roofs", "Machine roofs (measured)", roofs_lines(roofs), [roofs_table(roofs)])
+    return Section("roofs", "Machine roofs (measured)", roofs_lines(roofs, profile.meta.created),
+                   [roofs_table(roofs)])

@@ -251,15 +251,19 @@ class DecodeRun(ChildRun):
             roofs.QuantKernel(ROOF_DTYPES[self.wl.dtype], QUANT_WEIGHT_CODES[quant.mode], quant.groups)]
         measured, notes = roofs.ensure(self.config.threads, cpus, force=mode == "remeasure",
                                        progress=lambda line: self.progress.show(line, phase="calibrate"),
-                                       quant_kernels=kernels)
+                                       quant_kernels=kernels, keep_cached=mode == "cached")
         for note in notes:
             self.progress.done(f"note: {note}")
         # Kept for the report, but for why the roofs were not cached: the report says that from the roofs.
-        measured.errors.extend(note for note in notes if note != roofs.not_cached_because(measured))
+        measured.errors.extend(note for note in notes if note != roofs.not_cached_because(measured)
+                               and not note.startswith(roofs.PROBE_NOTE))
         self.roofs = measured
         if measured.from_cache:
+            checked = measured.probe
+            probed = (f"; a probe of the memory now read {checked.gb_per_s:.1f} GB/s: {checked.outcome}"
+                      if checked is not None else "")
             self.progress.done(f"machine roofs from the cache (measured {measured.measured[:10]}, "
-                               f"{measured.seconds:.1f} s; re-measure with: python -m cpuprof calibrate)")
+                               f"{measured.seconds:.1f} s{probed}; re-measure with: python -m cpuprof calibrate)")
         else:
             refused = any("not cached" in note or "cannot write" in note for note in notes)
             kept = "not cached: see the note above" if refused else "cached for the next runs"

@@ -24,7 +24,7 @@ from .environment import LaunchSettings
 CRASH_FILENAME = "crash.txt"
 
 # The machine's roofs: "auto" (cached, else measured before decoding), "remeasure", "off".
-Roofs = Literal["auto", "remeasure", "off"]
+Roofs = Literal["auto", "remeasure", "cached", "off"]
 ROOFS_CHOICES: Final[tuple[Roofs, ...]] = typing.get_args(Roofs)
 
 

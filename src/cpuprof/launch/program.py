@@ -135,18 +135,20 @@ def run_program(options: ProgramOptions, out_dir: Path) -> parent.DecodeOutcome:
 
 
 def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig, mode: Roofs) -> None:
-    """The roofs a program's GEMMs and decode are judged against, measured before it starts, where
-    the cache has none for its launch: in a child launched as the program will be (its threads, CPUs,
-    OpenMP runtime and memory policy), so that nothing of the program's runs beside it; then cached,
-    and read by the program's processes as they save their profiles. Never during the program."""
+    """The roofs a program's GEMMs and decode are judged against, settled before it starts, in a
+    child launched as the program will be (its threads, CPUs, OpenMP runtime and memory policy), so
+    that nothing of the program's runs beside it: the cached ones probed against the memory now, or
+    measured where there are none or the probe disagrees; then cached, probe included, and read by
+    the program's processes as they save their profiles. Never during the program."""
     from ..machine import roofs
 
-    requested = config.requested
-    if mode == "off" or (mode == "auto" and roofs.likely_cached(requested.threads, requested.cpus, requested.omp,
-                                                                 requested.mempolicy.mode, requested.mempolicy.nodes)):
+    if mode == "off":
         return
-    say("cpuprof: measuring the machine's roofs before the program starts, under its launch "
-        + ("(--roofs remeasure)" if mode == "remeasure" else "(none cached for it; once; --roofs off skips this)"))
+    requested = config.requested
+    if mode == "remeasure" or not roofs.likely_cached(requested.threads, requested.cpus, requested.omp,
+                                                      requested.mempolicy.mode, requested.mempolicy.nodes):
+        say("cpuprof: measuring the machine's roofs before the program starts, under its launch "
+            + ("(--roofs remeasure)" if mode == "remeasure" else "(none cached for it; once; --roofs off skips this)"))
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="cpuprof-roofs-") as scratch:

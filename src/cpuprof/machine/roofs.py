@@ -25,7 +25,7 @@ from .. import defaults
 from ..errors import FileFormatError, NativeModuleError
 from ..model.codec import DecodeError, from_json, to_json
 from ..model.io import parse_json, read_regular_file
-from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated
+from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated, RoofProbe
 from ..output_file import write_text
 from .openmp import openmp_in_process
 from .topology import _meminfo, _model_name
@@ -41,6 +41,17 @@ DEFAULT_REPETITIONS = 7
 # (MachineRoofs.kernel_above_memory): a burst of another process's memory traffic is short.
 BANDWIDTH_REMEASURES = 2
 MIN_REPETITIONS = 5
+# The probe before cached roofs are used: a few triad passes over arrays twice the last-level cache
+# (three of them: six times it per pass, so the caches serve little), in about 0.2 s with their
+# first touch; the calibration's arrays are twice as large and it takes seconds.
+PROBE_REPETITIONS = 3
+PROBE_LLC_MULTIPLE = 2
+# How the warnings about a probe begin: its figures are the report's probe line, not a note again.
+PROBE_NOTE = "the cached memory roof ("
+# A probe further than this (or than the cached triad's own spread, if wider) from the cached memory
+# roof says the memory is in another state than when it was measured: measure again. A shared VM's
+# memory was seen moving between 49 and 74 GB/s within an hour; repetitions agree within ~10%.
+PROBE_TOLERANCE = 0.25
 # Every streamed array (and the GEMV weight) is at least this, and at least LLC_MULTIPLE times the
 # last-level cache, so what is measured is memory, not cache.
 MIN_STREAM_BYTES = 32 << 20
@@ -194,7 +205,8 @@ def _memory_node() -> int | None:
 
 
 def _bandwidth(
-    kernel: str, array_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress
+    kernel: str, array_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress,
+    what: str = "calibrating",
 ) -> BandwidthRoof:
     from .. import native
 
@@ -203,7 +215,7 @@ def _bandwidth(
         raise MemoryError(
             f"{arrays} arrays of {_mib(array_bytes)} need more than half of the {_mib(available)} available"
         )
-    progress(f"calibrating: {kernel} bandwidth ({_threads(threads)}, {arrays} arrays of {_mib(array_bytes)}) ...")
+    progress(f"{what}: {kernel} bandwidth ({_threads(threads)}, {arrays} arrays of {_mib(array_bytes)}) ...")
     seconds = native.load().stream_seconds(kernel, array_bytes, threads, repetitions)
     moved = arrays * (array_bytes // 8 * 8)
     return BandwidthRoof(
@@ -610,6 +622,46 @@ def likely_cached(threads: int, cpus: list[int], omp: str, mempolicy: str, nodes
                for e in cache.entries)
 
 
+def probe(cached: MachineRoofs, progress: Progress | None = None) -> RoofProbe | None:
+    """A short triad at the cached roofs' thread count, held against their memory roof (outcome
+    "agrees" or "remeasured", which the caller settles); None where it cannot run."""
+    memory = cached.memory_gb_per_s()
+    if memory is None:
+        return None
+    llc = llc_bytes() or FALLBACK_LLC_BYTES
+    started = time.perf_counter()
+    try:
+        measured = _bandwidth("triad", max(PROBE_LLC_MULTIPLE * llc, MIN_STREAM_BYTES), cached.threads,
+                              PROBE_REPETITIONS, mem_available_bytes(), progress or (lambda _line: None),
+                              what="probing")
+    except (ValueError, MemoryError, RuntimeError, NativeModuleError):
+        return None
+    best = measured.gb_per_s.best
+    spread = max((b.gb_per_s.spread for b in cached.bandwidth if b.kernel == "triad"), default=0.0)
+    tolerance = max(PROBE_TOLERANCE, spread)
+    agrees = (1 - tolerance) * memory <= best <= (1 + tolerance) * memory
+    return RoofProbe(at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), gb_per_s=best,
+                     seconds=time.perf_counter() - started, cached_gb_per_s=memory, cached_measured=cached.measured,
+                     outcome="agrees" if agrees else "remeasured")
+
+
+def evict(key: str) -> str | None:
+    """Removes ``key``'s entry from the cache; returns a warning if it cannot."""
+    path = cache_path()
+    try:
+        cache = _load(path)
+    except _Unusable:
+        return None
+    if cache is None or not any(e.key == key for e in cache.entries):
+        return None
+    cache.entries = [e for e in cache.entries if e.key != key]
+    try:
+        write_text(path, json.dumps(to_json(cache), indent=1) + "\n", make_parents=True)
+    except OSError as exc:
+        return f"cannot write the roofs cache {path} ({exc.strerror or exc})"
+    return None
+
+
 def store(roofs: MachineRoofs) -> str | None:
     """Adds ``roofs`` to the cache, replacing its key's entry; returns a warning if it cannot."""
     path = cache_path()
@@ -652,50 +704,89 @@ def not_cached_because(roofs: MachineRoofs) -> str | None:
 
 def ensure(
     threads: int, cpus: list[int], force: bool = False, progress: Progress | None = None,
-    quant_kernels: Sequence[QuantKernel] = (),
+    quant_kernels: Sequence[QuantKernel] = (), keep_cached: bool = False,
 ) -> tuple[MachineRoofs, list[str]]:
-    """The roofs for this process's machine, software and binding: cached, else measured and stored.
-    ``quant_kernels``: the quantized GEMV roofs the run needs too; those the cached entry lacks are
-    measured and added to it.
+    """The roofs for this process's machine, software and binding: cached and confirmed by a probe of
+    the memory now, else measured and stored. ``keep_cached``: a cached roof the probe disagrees with
+    is kept (and said), not measured again. ``quant_kernels``: the quantized GEMV roofs the run needs
+    too; those the cached entry lacks are measured and added to it.
 
-    Returns the roofs (``from_cache`` says which) and one-line warnings about the cache; what could
-    not be measured is in the roofs' own ``errors``. Roofs without a memory bandwidth are not
-    stored, so a run with more memory free measures them again.
+    Returns the roofs (``from_cache`` says which; ``probe`` what the probe read) and one-line
+    warnings about the cache; what could not be measured is in the roofs' own ``errors``. Roofs
+    without a memory bandwidth are not stored, so a run with more memory free measures them again.
     """
     warnings: list[str] = []
+    checked: RoofProbe | None = None
     if not force:
         roofs, reason = cached(threads, cpus)
         if roofs is not None:
+            checked = _probed(roofs, keep_cached, progress, warnings)
+            if checked is not None and checked.outcome == "remeasured":
+                roofs = None
+        if roofs is not None:
             missing = [k for k in quant_kernels if not any(k.measured_by(r) for r in roofs.kernel)]
-            if not missing:
-                return roofs, warnings
-            errors = len(roofs.errors)
-            before = process_run_delay_ns()
-            started = time.perf_counter()
-            measure_quant_kernels(roofs, missing, progress)
-            seconds = time.perf_counter() - started
-            busy = _busy_share(before, seconds, threads)
-            if len(roofs.errors) > errors:
-                pass  # one could not be measured (its line is in the roofs): kept out of the cache, tried next run
-            elif busy is not None and seconds >= MIN_BUSY_WINDOW_S and busy > defaults.BUSY_CALIBRATION_SHARE:
-                warnings.append(f"the machine was busy while the quantized kernel roofs were measured (their threads "
-                                f"waited for a CPU {busy:.0%} of the time): used for this run, not cached")
-            else:
-                problem = store(roofs)
-                if problem:
-                    warnings.append(problem)
+            _add_quant_kernels(roofs, missing, threads, progress, warnings)
             roofs.from_cache = True
             return roofs, warnings
         if reason:
             warnings.append(reason)
     roofs = calibrate(threads, cpus, progress=progress)
+    roofs.probe = checked  # the probe that found the cached roofs out of date, if one did
     if quant_kernels:
         measure_quant_kernels(roofs, quant_kernels, progress)
     reason = not_cached_because(roofs)
     if reason:
         warnings.append(reason)
+        if checked is not None:  # the cached entry is known wrong now: no later run may take it
+            problem = evict(roofs.key)
+            if problem:
+                warnings.append(problem)
     else:
         problem = store(roofs)
         if problem:
             warnings.append(problem)
     return roofs, warnings
+
+
+def _probed(roofs: MachineRoofs, keep_cached: bool, progress: Progress | None,
+            warnings: list[str]) -> RoofProbe | None:
+    """Probes the memory against cached ``roofs`` (the cache carries a roof from one state of a
+    shared machine's memory into another); sets ``roofs.probe`` unless it disagreed and is to be
+    measured again (outcome "remeasured")."""
+    checked = probe(roofs, progress)
+    if checked is None:
+        return None
+    if checked.outcome != "remeasured" or keep_cached:
+        roofs.probe = checked
+    then = f"{checked.cached_gb_per_s:.1f} GB/s, measured {checked.cached_measured[:16].replace('T', ' ')} UTC"
+    if checked.outcome != "agrees" and keep_cached:
+        checked.outcome = "kept"
+        warnings.append(f"{PROBE_NOTE}{then}) disagrees with a probe now ({checked.gb_per_s:.1f} GB/s): "
+                        "kept (--roofs cached); the ceiling and the GEMMs' shares of it are off by that much")
+    if checked.outcome == "remeasured":
+        warnings.append(f"{PROBE_NOTE}{then}) disagrees with a probe now ({checked.gb_per_s:.1f} GB/s): "
+                        "the memory is in another state; measuring the roofs again")
+    return checked
+
+
+def _add_quant_kernels(roofs: MachineRoofs, missing: list[QuantKernel], threads: int, progress: Progress | None,
+                       warnings: list[str]) -> None:
+    """Measures the quantized kernel roofs the cached ``roofs`` lack into them, and stores them (with
+    the probe that confirmed them) where that is sound."""
+    errors = len(roofs.errors)
+    before = process_run_delay_ns()
+    started = time.perf_counter()
+    if missing:
+        measure_quant_kernels(roofs, missing, progress)
+    seconds = time.perf_counter() - started
+    busy = _busy_share(before, seconds, threads) if missing else None
+    if len(roofs.errors) > errors:
+        return  # one could not be measured (its line is in the roofs): kept out of the cache, tried next run
+    if busy is not None and seconds >= MIN_BUSY_WINDOW_S and busy > defaults.BUSY_CALIBRATION_SHARE:
+        warnings.append(f"the machine was busy while the quantized kernel roofs were measured (their threads "
+                        f"waited for a CPU {busy:.0%} of the time): used for this run, not cached")
+        return
+    if missing or roofs.probe is not None:  # the probe is kept with the entry: later readers see when and what
+        problem = store(roofs)
+        if problem:
+            warnings.append(problem)

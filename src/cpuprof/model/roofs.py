@@ -69,6 +69,24 @@ class KernelRoof:
 
 
 @dataclass
+class RoofProbe:
+    """A short triad run just before cached roofs were used: whether the memory is in the state the
+    cached roof was measured in (a shared machine's memory moves between states its neighbours make,
+    which no run-queue figure sees)."""
+
+    at: str  # ISO 8601, UTC
+    gb_per_s: float  # the best of its repetitions
+    seconds: float
+    cached_gb_per_s: float  # the cached memory roof it was held against
+    cached_measured: str  # when that roof was measured (ISO 8601, UTC)
+    outcome: str  # "agrees"; "remeasured": it disagreed, the roofs were measured again; "kept": --roofs cached
+
+    @property
+    def ratio(self) -> float:
+        return self.gb_per_s / self.cached_gb_per_s if self.cached_gb_per_s else float("nan")
+
+
+@dataclass
 class MachineRoofs:
     """Roofs for one machine fingerprint, thread count and binding; cached, with their date."""
 
@@ -86,6 +104,7 @@ class MachineRoofs:
     # How busy the machine was while measuring: the calibrating threads' time runnable but waiting for
     # a CPU (schedstat) / (the calibration's wall time x its threads); None where it could not be read.
     run_queue_share: float | None = None
+    probe: RoofProbe | None = None  # the probe before this run used them (never cached)
 
     def memory_gb_per_s(self) -> float | None:
         """The memory roof: the best triad (STREAM's headline kernel), else the best copy."""
