@@ -69,8 +69,10 @@ def _age(then: str, now: str) -> str | None:
         seconds = (datetime.datetime.fromisoformat(now) - datetime.datetime.fromisoformat(then)).total_seconds()
     except (TypeError, ValueError):
         return None
+    if seconds < 0:
+        return None  # after it: a later run probed the entry this one read
     if seconds < 120:
-        return f"{max(0, seconds):.0f} s"
+        return f"{seconds:.0f} s"
     if seconds < 2 * 3600:
         return f"{seconds / 60:.0f} min"
     if seconds < 2 * 86400:
@@ -82,11 +84,10 @@ def _probe_line(roofs: MachineRoofs, now: str | None) -> str | None:
     """What the probe of the memory read just before the roofs were used, against the cached roof."""
     checked = roofs.probe
     if checked is None:
-        return ("not probed: roofs read from the cache by a cpuprof that did not probe them" if roofs.from_cache
-                else None)
+        return "no probe of the memory recorded with these cached roofs" if roofs.from_cache else None
     when = checked.at[:16].replace("T", " ") + " UTC"
     ago = _age(checked.at, now) if now else None
-    read = (f"probe of the memory at {when}" + (f" ({ago} before this profile)" if ago else "")
+    read = (f"last probe of the memory, at {when}" + (f" ({ago} before this profile)" if ago else "")
             + f": triad {checked.gb_per_s:.1f} GB/s, {fmt_percent(checked.ratio)} of the cached "
             f"{checked.cached_gb_per_s:.1f} GB/s (measured {checked.cached_measured[:16].replace('T', ' ')} UTC)")
     if checked.outcome == "agrees":

@@ -251,7 +251,9 @@ class DecodeRun(ChildRun):
             roofs.QuantKernel(ROOF_DTYPES[self.wl.dtype], QUANT_WEIGHT_CODES[quant.mode], quant.groups)]
         measured, notes = roofs.ensure(self.config.threads, cpus, force=mode == "remeasure",
                                        progress=lambda line: self.progress.show(line, phase="calibrate"),
-                                       quant_kernels=kernels, keep_cached=mode == "cached")
+                                       quant_kernels=kernels, keep_cached=mode == "cached",
+                                       # The ranks of a group start together: each probe would read the others'.
+                                       probe_memory=self.config.rank is None)
         for note in notes:
             self.progress.done(f"note: {note}")
         # Kept for the report, but for why the roofs were not cached: the report says that from the roofs.

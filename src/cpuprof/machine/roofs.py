@@ -9,6 +9,7 @@ torch or OpenMP runtime is not reused, and the reason is said in one line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -17,7 +18,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from .openmp import openmp_in_process
 from .topology import _meminfo, _model_name
 
 # 2: kernel roofs of quantized weights (KernelRoof.weights, group_size, elements_per_s, cached_shape).
-CACHE_VERSION = 2
+# 3: the last probe of the memory kept with each entry (MachineRoofs.probe).
+CACHE_VERSION = 3
 CACHE_FILE = "roofs.json"
 # Entries kept in the cache file; the oldest go first (one per machine, torch, runtime and binding).
 MAX_CACHE_ENTRIES = 64
@@ -41,13 +43,12 @@ DEFAULT_REPETITIONS = 7
 # (MachineRoofs.kernel_above_memory): a burst of another process's memory traffic is short.
 BANDWIDTH_REMEASURES = 2
 MIN_REPETITIONS = 5
-# The probe before cached roofs are used: a few triad passes over arrays twice the last-level cache
-# (three of them: six times it per pass, so the caches serve little), in about 0.2 s with their
-# first touch; the calibration's arrays are twice as large and it takes seconds.
+# The probe before cached roofs are used: a few triad passes over arrays half the size of the
+# calibration's (three of them, together six times the last-level cache where the calibration's are
+# twelve, so the caches serve little), in about 0.2 s with their first touch.
 PROBE_REPETITIONS = 3
-PROBE_LLC_MULTIPLE = 2
 # How the warnings about a probe begin: its figures are the report's probe line, not a note again.
-PROBE_NOTE = "the cached memory roof ("
+PROBE_NOTE = "a probe of the memory now read "
 # A probe further than this (or than the cached triad's own spread, if wider) from the cached memory
 # roof says the memory is in another state than when it was measured: measure again. A shared VM's
 # memory was seen moving between 49 and 74 GB/s within an hour; repetitions agree within ~10%.
@@ -628,12 +629,12 @@ def probe(cached: MachineRoofs, progress: Progress | None = None) -> RoofProbe |
     memory = cached.memory_gb_per_s()
     if memory is None:
         return None
-    llc = llc_bytes() or FALLBACK_LLC_BYTES
+    triads = [b.array_bytes for b in cached.bandwidth if b.kernel == "triad"]
+    array_bytes = max(max(triads, default=0) // 2, MIN_STREAM_BYTES)
     started = time.perf_counter()
     try:
-        measured = _bandwidth("triad", max(PROBE_LLC_MULTIPLE * llc, MIN_STREAM_BYTES), cached.threads,
-                              PROBE_REPETITIONS, mem_available_bytes(), progress or (lambda _line: None),
-                              what="probing")
+        measured = _bandwidth("triad", array_bytes, cached.threads, PROBE_REPETITIONS, mem_available_bytes(),
+                              progress or (lambda _line: None), what="probing")
     except (ValueError, MemoryError, RuntimeError, NativeModuleError):
         return None
     best = measured.gb_per_s.best
@@ -645,9 +646,49 @@ def probe(cached: MachineRoofs, progress: Progress | None = None) -> RoofProbe |
                      outcome="agrees" if agrees else "remeasured")
 
 
+@contextlib.contextmanager
+def _cache_lock(path: Path) -> Iterator[None]:
+    """Other runs' read-modify-writes of the cache file wait for this one's; where no lock file can be
+    made (a read-only directory), none is taken: the write that follows fails on its own and says so."""
+    import fcntl
+
+    try:
+        lock = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 (held across the yield)
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def record_probe(roofs: MachineRoofs) -> None:
+    """Keeps ``roofs.probe`` with its cache entry: the file read again and only that entry's probe
+    changed, and only if it is still the entry measured then (another run may have replaced it
+    since), under a lock against other runs doing the same. Best effort, silent: the probe is a
+    record for later readers, and this run has it already."""
+    path = cache_path()
+    try:
+        with _cache_lock(path):
+            cache = _load(path)
+            entry = next((e for e in cache.entries if e.key == roofs.key and e.measured == roofs.measured),
+                         None) if cache is not None else None
+            if cache is None or entry is None:
+                return
+            entry.probe = roofs.probe
+            write_text(path, json.dumps(to_json(cache), indent=1) + "\n", make_parents=True)
+    except (OSError, _Unusable):
+        return
+
+
 def evict(key: str) -> str | None:
     """Removes ``key``'s entry from the cache; returns a warning if it cannot."""
     path = cache_path()
+    with _cache_lock(path):
+        return _evict(path, key)
+
+
+def _evict(path: Path, key: str) -> str | None:
     try:
         cache = _load(path)
     except _Unusable:
@@ -665,6 +706,11 @@ def evict(key: str) -> str | None:
 def store(roofs: MachineRoofs) -> str | None:
     """Adds ``roofs`` to the cache, replacing its key's entry; returns a warning if it cannot."""
     path = cache_path()
+    with _cache_lock(path):
+        return _store(path, roofs)
+
+
+def _store(path: Path, roofs: MachineRoofs) -> str | None:
     try:
         cache = _load(path) or RoofsCache(version=CACHE_VERSION)
     except _Unusable:
@@ -704,11 +750,13 @@ def not_cached_because(roofs: MachineRoofs) -> str | None:
 
 def ensure(
     threads: int, cpus: list[int], force: bool = False, progress: Progress | None = None,
-    quant_kernels: Sequence[QuantKernel] = (), keep_cached: bool = False,
+    quant_kernels: Sequence[QuantKernel] = (), keep_cached: bool = False, probe_memory: bool = True,
 ) -> tuple[MachineRoofs, list[str]]:
     """The roofs for this process's machine, software and binding: cached and confirmed by a probe of
     the memory now, else measured and stored. ``keep_cached``: a cached roof the probe disagrees with
-    is kept (and said), not measured again. ``quant_kernels``: the quantized GEMV roofs the run needs
+    is kept (and said), not measured again. ``probe_memory``: False where the probe would read what
+    other processes do at the same moment (the ranks of a group): the cached roofs are used as they
+    are, with their last probe. ``quant_kernels``: the quantized GEMV roofs the run needs
     too; those the cached entry lacks are measured and added to it.
 
     Returns the roofs (``from_cache`` says which; ``probe`` what the probe read) and one-line
@@ -719,7 +767,8 @@ def ensure(
     checked: RoofProbe | None = None
     if not force:
         roofs, reason = cached(threads, cpus)
-        if roofs is not None:
+        if roofs is not None and probe_memory:
+            roofs.probe = None  # the entry's last probe is another run's: this one probes for itself
             checked = _probed(roofs, keep_cached, progress, warnings)
             if checked is not None and checked.outcome == "remeasured":
                 roofs = None
@@ -755,17 +804,20 @@ def _probed(roofs: MachineRoofs, keep_cached: bool, progress: Progress | None,
     measured again (outcome "remeasured")."""
     checked = probe(roofs, progress)
     if checked is None:
+        if roofs.memory_gb_per_s() is not None:
+            warnings.append("the cached roofs could not be probed against the memory now (not enough memory free, "
+                            "or the native module failed): used as cached")
         return None
     if checked.outcome != "remeasured" or keep_cached:
         roofs.probe = checked
     then = f"{checked.cached_gb_per_s:.1f} GB/s, measured {checked.cached_measured[:16].replace('T', ' ')} UTC"
     if checked.outcome != "agrees" and keep_cached:
         checked.outcome = "kept"
-        warnings.append(f"{PROBE_NOTE}{then}) disagrees with a probe now ({checked.gb_per_s:.1f} GB/s): "
-                        "kept (--roofs cached); the ceiling and the GEMMs' shares of it are off by that much")
+        warnings.append(f"{PROBE_NOTE}{checked.gb_per_s:.1f} GB/s, against the cached memory roof ({then}): kept "
+                        "(--roofs cached); the ceiling and the GEMMs' shares of it are off by that much")
     if checked.outcome == "remeasured":
-        warnings.append(f"{PROBE_NOTE}{then}) disagrees with a probe now ({checked.gb_per_s:.1f} GB/s): "
-                        "the memory is in another state; measuring the roofs again")
+        warnings.append(f"{PROBE_NOTE}{checked.gb_per_s:.1f} GB/s, against the cached memory roof ({then}): the "
+                        "memory is in another state; measuring the roofs again")
     return checked
 
 
@@ -786,7 +838,10 @@ def _add_quant_kernels(roofs: MachineRoofs, missing: list[QuantKernel], threads:
         warnings.append(f"the machine was busy while the quantized kernel roofs were measured (their threads "
                         f"waited for a CPU {busy:.0%} of the time): used for this run, not cached")
         return
-    if missing or roofs.probe is not None:  # the probe is kept with the entry: later readers see when and what
+    kept = roofs.probe is not None and roofs.probe.outcome == "kept"
+    if missing and not kept:  # quantized roofs measured in another state than the kept memory roof: never stored
         problem = store(roofs)
         if problem:
             warnings.append(problem)
+    elif roofs.probe is not None and not kept:  # later readers see when the entry was last probed and what it read
+        record_probe(roofs)

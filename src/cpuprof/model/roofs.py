@@ -104,7 +104,7 @@ class MachineRoofs:
     # How busy the machine was while measuring: the calibrating threads' time runnable but waiting for
     # a CPU (schedstat) / (the calibration's wall time x its threads); None where it could not be read.
     run_queue_share: float | None = None
-    probe: RoofProbe | None = None  # the probe before this run used them (never cached)
+    probe: RoofProbe | None = None  # the last probe of the memory against them (kept with the cache entry)
 
     def memory_gb_per_s(self) -> float | None:
         """The memory roof: the best triad (STREAM's headline kernel), else the best copy."""
