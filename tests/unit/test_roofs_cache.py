@@ -531,3 +531,26 @@ def test_the_probe_is_not_run_where_other_processes_start_at_the_same_moment(
     probe_reading(monkeypatch, 21.0)  # it would disagree
     used, warnings = roofs.ensure(2, [0, 1], probe_memory=False)
     assert used.from_cache and used.probe is None and warnings == [] and len(measure.calls) == 1
+
+
+def test_roofs_measured_or_confirmed_moments_ago_are_not_probed_again_by_a_launcher(fingerprint: dict[str, str]):
+    """run's launcher starts no probing child for roofs measured, or confirmed by a probe, within the
+    time a probe holds; a probe kept despite disagreeing confirms nothing."""
+    import datetime
+
+    from cpuprof.model.roofs import RoofProbe
+
+    def ago(seconds: float) -> str:
+        then = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=seconds)
+        return then.isoformat(timespec="seconds")
+
+    entry = FakeMeasure()(2, [0, 1])
+    entry.measured = ago(3600)
+    assert roofs.confirmed_within(entry, 120) is None
+    entry.probe = RoofProbe(at=ago(30), gb_per_s=41.0, seconds=0.2, cached_gb_per_s=42.0,
+                            cached_measured=entry.measured, outcome="agrees")
+    assert roofs.confirmed_within(entry, 120) == pytest.approx(30, abs=2)
+    entry.probe.outcome = "kept"
+    assert roofs.confirmed_within(entry, 120) is None
+    entry.measured = ago(5)
+    assert roofs.confirmed_within(entry, 120) == pytest.approx(5, abs=2)

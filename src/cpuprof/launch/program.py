@@ -134,6 +134,11 @@ def run_program(options: ProgramOptions, out_dir: Path) -> parent.DecodeOutcome:
             end_followed(out_dir.resolve())
 
 
+# A cached roof measured or confirmed by a probe this recently is taken as it is: a shared machine's
+# memory was seen changing state within minutes, not seconds.
+PROBE_HOLDS_S = 120.0
+
+
 def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig, mode: Roofs) -> None:
     """The roofs a program's GEMMs and decode are judged against, settled before it starts, in a
     child launched as the program will be (its threads, CPUs, OpenMP runtime and memory policy), so
@@ -145,8 +150,14 @@ def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig
     if mode == "off":
         return
     requested = config.requested
-    if mode == "remeasure" or not roofs.likely_cached(requested.threads, requested.cpus, requested.omp,
-                                                      requested.mempolicy.mode, requested.mempolicy.nodes):
+    entry = roofs.launch_entry(requested.threads, requested.cpus, requested.omp, requested.mempolicy.mode,
+                               requested.mempolicy.nodes)
+    age = roofs.confirmed_within(entry, PROBE_HOLDS_S) if entry is not None and mode == "auto" else None
+    if age is not None:  # probed (or measured) moments ago: another probe would tell nothing new
+        say(f"cpuprof: machine roofs from the cache, measured or confirmed by a probe of the memory {age:.0f} s "
+            f"ago (a probe holds {PROBE_HOLDS_S:.0f} s)")
+        return
+    if mode == "remeasure" or entry is None:
         say("cpuprof: measuring the machine's roofs before the program starts, under its launch "
             + ("(--roofs remeasure)" if mode == "remeasure" else "(none cached for it; once; --roofs off skips this)"))
     import tempfile

@@ -597,30 +597,46 @@ def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | No
     return None, reasons[0] if reasons else None
 
 
-def likely_cached(threads: int, cpus: list[int], omp: str, mempolicy: str, nodes: Sequence[int] = ()) -> bool:
-    """Whether the cache holds roofs for a launch of ``threads`` on ``cpus`` with this OpenMP runtime
-    (gnu: torch's own, whichever it is; intel) and memory policy (mode and nodes), read without
-    torch: a launcher decides by it whether to measure them before a program starts. The child that
-    uses them checks the whole fingerprint."""
+def launch_entry(threads: int, cpus: list[int], omp: str, mempolicy: str,
+                 nodes: Sequence[int] = ()) -> MachineRoofs | None:
+    """The cached roofs for a launch of ``threads`` on ``cpus`` with this OpenMP runtime (gnu:
+    torch's own, whichever it is; intel) and memory policy (mode and nodes), read without torch: a
+    launcher decides by it whether to settle them before a program starts. The child that uses them
+    checks the whole fingerprint."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         cache = _load(cache_path())
         torch_version = version("torch")
     except (_Unusable, PackageNotFoundError):
-        return False
+        return None
     if cache is None:
-        return False
+        return None
     cpu = _model_name(_read("/proc/cpuinfo")) or "unknown"
     policy = f"{mempolicy} {','.join(map(str, nodes)) or '-'};"  # as _memory_policy() writes it
 
     def runtime_matches(runtime: str) -> bool:
         return runtime.startswith("libiomp") == (omp == "intel")
 
-    return any(e.threads == threads and e.cpus == sorted(cpus) and e.fingerprint.get("cpu") == cpu
-               and e.fingerprint.get("torch") == torch_version and runtime_matches(e.fingerprint.get("openmp", ""))
-               and e.fingerprint.get("memory_policy", "").startswith(policy) and e.kernel_above_memory() is None
-               for e in cache.entries)
+    return next((e for e in cache.entries
+                 if e.threads == threads and e.cpus == sorted(cpus) and e.fingerprint.get("cpu") == cpu
+                 and e.fingerprint.get("torch") == torch_version and runtime_matches(e.fingerprint.get("openmp", ""))
+                 and e.fingerprint.get("memory_policy", "").startswith(policy) and e.kernel_above_memory() is None),
+                None)
+
+
+def confirmed_within(roofs: MachineRoofs, seconds: float) -> float | None:
+    """How long ago (s) ``roofs`` were measured or last agreed with a probe, if within ``seconds``."""
+    times = [roofs.measured] + ([roofs.probe.at] if roofs.probe is not None and roofs.probe.outcome != "kept" else [])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ages = []
+    for at in times:
+        try:
+            ages.append((now - datetime.datetime.fromisoformat(at)).total_seconds())
+        except (TypeError, ValueError):
+            continue
+    recent = [age for age in ages if 0 <= age <= seconds]
+    return min(recent) if recent else None
 
 
 def probe(cached: MachineRoofs, progress: Progress | None = None) -> RoofProbe | None:
