@@ -332,6 +332,13 @@ def test_a_programs_tables_are_over_its_steps_its_start_up_apart():
     assert "startup" not in [s.id for s in whole.sections]
 
 
+def _on_thread_1(spans: Spans, op_id: int, timed: list[tuple[int, int]]) -> None:
+    """Outermost spans of ``op_id`` on a second dispatching thread: (start, duration) each."""
+    for start, dur in timed:
+        spans.op.append(op_id), spans.thread.append(1), spans.depth.append(0), spans.start_ns.append(start)
+        spans.dur_ns.append(dur), spans.counters.append([])
+
+
 def test_the_tables_stay_over_the_whole_run_where_the_timeline_lost_part_of_the_steps():
     """Another thread's ring of spans was full and kept nothing from before the first step: some of
     its spans in the steps may be gone, so nothing is split, and the report says why."""
@@ -341,11 +348,9 @@ def test_the_tables_stay_over_the_whole_run_where_the_timeline_lost_part_of_the_
     steps = find_steps(profile)
     assert isinstance(steps, Steps)
     first = steps.steps[0].start_ns
-    s = profile.spans
     add = next(op.id for op in profile.ops if op.name == "aten::add")
-    for k in range(3):  # a second thread's newest three spans, all after the first step began
-        s.op.append(add), s.thread.append(1), s.depth.append(0), s.start_ns.append(first + (k + 1) * MS)
-        s.dur_ns.append(10_000), s.counters.append([])
+    # a second thread's newest three spans, all after the first step began
+    _on_thread_1(profile.spans, add, [(first + (k + 1) * MS, 10_000) for k in range(3)])
     profile.limits.span_capacity, profile.limits.spans_dropped = 3, 40
     why = steady_state(profile, steps)
     assert why == "the timeline dropped spans of 1 thread(s) after the first step began (--timeline N keeps more)"
@@ -424,11 +429,8 @@ def test_a_long_span_kept_from_before_the_steps_does_not_hide_spans_dropped_with
     steps = find_steps(profile)
     assert isinstance(steps, Steps)
     first = steps.steps[0].start_ns
-    s = profile.spans
     add = next(op.id for op in profile.ops if op.name == "aten::add")
-    for begin, dur in ((first + 2 * MS, 10_000), (first - MS, 5 * MS)):  # one short, one long from before
-        s.op.append(add), s.thread.append(1), s.depth.append(0), s.start_ns.append(begin)
-        s.dur_ns.append(dur), s.counters.append([])
+    _on_thread_1(profile.spans, add, [(first + 2 * MS, 10_000), (first - MS, 5 * MS)])  # one short, one long
     profile.limits.span_capacity, profile.limits.spans_dropped = 2, 40
     assert steady_state(profile, steps) == ("the timeline dropped spans of 1 thread(s) after the first step began "
                                             "(--timeline N keeps more)")
@@ -438,11 +440,9 @@ def test_op_times_of_several_threads_before_the_first_step_are_summed_not_a_shar
     t = Timeline()
     _startup_and_steps(t)
     profile = t.profile()
-    s = profile.spans
     fill = next(op for op in profile.ops if op.name == "aten::fill_")
     # A second thread filled another cache for 140 ms beside the first one's start-up of 146 ms.
-    s.op.append(fill.id), s.thread.append(1), s.depth.append(0), s.start_ns.append(0), s.dur_ns.append(140 * MS)
-    s.counters.append([])
+    _on_thread_1(profile.spans, fill.id, [(0, 140 * MS)])
     fill.calls += 1
     fill.self_ns += 140 * MS
     fill.incl_ns += 140 * MS
