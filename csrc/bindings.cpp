@@ -404,12 +404,24 @@ PYBIND11_MODULE(_native, m) {
       py::arg("first") = 0, "[[(qualified name, file, line) root first]] of the chain ids from first on.");
   m.def(
       "stream_seconds",
-      [](const std::string& kernel, size_t array_bytes, int threads, int repetitions) {
+      [](const std::string& kernel, size_t array_bytes, int threads, int repetitions, const std::string& isa) {
         py::gil_scoped_release release;  // a calibration runs for seconds; other Python threads keep going
-        return stream_seconds(kernel, array_bytes, threads, repetitions);
+        return stream_seconds(kernel, array_bytes, threads, repetitions, isa);
       },
-      py::arg("kernel"), py::arg("array_bytes"), py::arg("threads"), py::arg("repetitions"),
-      "Seconds of each pass of a STREAM-style 'copy' or 'triad' over arrays of array_bytes each.");
+      py::arg("kernel"), py::arg("array_bytes"), py::arg("threads"), py::arg("repetitions"), py::arg("isa") = "",
+      "Seconds of each pass of a STREAM-style 'copy', 'triad' or 'read' over arrays of array_bytes each.");
+  m.def(
+      "fma_seconds",
+      [](const std::string& isa, int threads, int64_t iterations, int repetitions) {
+        py::gil_scoped_release release;
+        return fma_seconds(isa, threads, iterations, repetitions);
+      },
+      py::arg("isa"), py::arg("threads"), py::arg("iterations"), py::arg("repetitions"),
+      "Seconds of each run of a register-only f32 FMA loop on every thread of a team.");
+  m.def("fma_flops_per_iteration", &fma_flops_per_iteration, py::arg("isa"),
+        "Floating-point operations per thread per iteration of fma_seconds' loop.");
+  m.def("roofs_isa", &roofs_isa, py::arg("at_most") = "",
+        "The instruction set of the roof kernels: the widest this CPU runs, no wider than at_most.");
 
   bind_test_hooks(m);  // apart from the API: cpuprof._native.testing (testing/test_hooks.cpp)
 }

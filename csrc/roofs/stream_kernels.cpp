@@ -1,5 +1,7 @@
 #include "roofs/stream_kernels.h"
 
+#include "roofs/isa_passes.h"
+
 #include <omp.h>
 #include <unistd.h>
 
@@ -21,7 +23,7 @@ namespace {
 // 2 MiB: arrays start on a huge-page boundary, so transparent huge pages (where enabled) can back
 // them from the first byte and TLB misses do not depend on where malloc happened to put them.
 constexpr size_t kAlignment = size_t{2} << 20;
-constexpr double kA = 1.0, kB = 2.0, kC = 0.5, kScalar = 3.0;
+constexpr double kA = 1.0, kB = 2.0, kC = 0.5, kScalar = 3.0;  // kScalar: the triad's, in isa_passes.inc
 
 // bad_alloc becomes MemoryError in Python; the plain one says nothing about how much was asked.
 class ArrayAllocError : public std::bad_alloc {
@@ -49,21 +51,33 @@ Array allocate(size_t bytes, size_t arrays) {
   return Array(static_cast<double*>(p));
 }
 
-bool is_triad(const std::string& kernel) {
-  if (kernel == "triad") return true;
-  if (kernel == "copy") return false;
-  throw std::invalid_argument("stream kernel must be 'copy' or 'triad', not '" + kernel + "'");
+// The arrays each kernel needs: read streams a; copy writes c from a; triad writes a from b and c.
+size_t arrays_of(const std::string& kernel) {
+  if (kernel == "triad") return 3;
+  if (kernel == "copy") return 2;
+  if (kernel == "read") return 1;
+  throw std::invalid_argument("stream kernel must be 'copy', 'triad' or 'read', not '" + kernel + "'");
+}
+
+const IsaPasses& passes_for(const std::string& isa) {
+  const std::string chosen = best_isa(isa);
+  if (!isa.empty() && chosen != isa) {
+    throw std::invalid_argument("this CPU cannot run the " + isa + " kernels");
+  }
+  return *isa_passes(chosen);
 }
 
 }  // namespace
 
-std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes, int threads, int repetitions) {
-  const bool triad = is_triad(kernel);
+std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes, int threads, int repetitions,
+                                   const std::string& isa) {
+  const size_t n_arrays = arrays_of(kernel);
+  const bool triad = kernel == "triad", read = kernel == "read";
+  const IsaPasses& passes = passes_for(isa);
   if (threads < 1) throw std::invalid_argument("threads must be at least 1, not " + std::to_string(threads));
   if (repetitions < 1) {
     throw std::invalid_argument("repetitions must be at least 1, not " + std::to_string(repetitions));
   }
-  const size_t n_arrays = triad ? 3 : 2;
   const size_t n = array_bytes / sizeof(double);
   if (n == 0) throw std::invalid_argument("array_bytes must hold at least one double");
   if (n > static_cast<size_t>(std::numeric_limits<int64_t>::max()) / n_arrays / sizeof(double)) {
@@ -80,7 +94,7 @@ std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes
 
   Array a = allocate(bytes, n_arrays);
   Array b = triad ? allocate(bytes, n_arrays) : Array();
-  Array c = allocate(bytes, n_arrays);
+  Array c = read ? Array() : allocate(bytes, n_arrays);
   double* __restrict__ pa = a.get();
   double* __restrict__ pb = b.get();
   double* __restrict__ pc = c.get();
@@ -97,7 +111,7 @@ std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes
     for (int64_t i = 0; i < count; ++i) {
       pa[i] = kA;
       if (pb) pb[i] = kB;
-      pc[i] = kC;
+      if (pc) pc[i] = kC;
     }
   }
   // A smaller team (OMP_THREAD_LIMIT, nested parallelism, dynamic adjustment) would be measured
@@ -107,16 +121,18 @@ std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes
                              std::to_string(threads) + " asked (OMP_THREAD_LIMIT or OMP_DYNAMIC?)");
   }
 
+  const StreamArrays arrays{pa, pb, pc, count, threads};
+  double read_sum = 0.0;
   std::vector<double> seconds;
   seconds.reserve(static_cast<size_t>(repetitions));
   for (int pass = 0; pass <= repetitions; ++pass) {
     const auto start = std::chrono::steady_clock::now();
     if (triad) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-      for (int64_t i = 0; i < count; ++i) pa[i] = pb[i] + kScalar * pc[i];
+      passes.triad(arrays);
+    } else if (read) {
+      read_sum = passes.read(arrays);
     } else {
-#pragma omp parallel for schedule(static) num_threads(threads)
-      for (int64_t i = 0; i < count; ++i) pc[i] = pa[i];
+      passes.copy(arrays);
     }
     const auto stop = std::chrono::steady_clock::now();
     if (pass > 0) seconds.push_back(std::chrono::duration<double>(stop - start).count());
@@ -124,11 +140,13 @@ std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes
 
   // Reading every result keeps the compiler from dropping passes whose output nobody used, and
   // catches a kernel that did not do its work (STREAM checks its arrays the same way).
-  const double* out = triad ? pa : pc;
   const double expected = triad ? kB + kScalar * kC : kA;
-  double sum = 0.0;
+  double sum = read_sum;
+  if (!read) {
+    const double* out = triad ? pa : pc;
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : sum)
-  for (int64_t i = 0; i < count; ++i) sum += out[i];
+    for (int64_t i = 0; i < count; ++i) sum += out[i];
+  }
   const double want = expected * static_cast<double>(count);
   if (!(std::fabs(sum - want) <= 1e-9 * want)) {
     throw std::runtime_error("stream " + kernel + " produced wrong results (sum " + std::to_string(sum) +
@@ -136,5 +154,29 @@ std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes
   }
   return seconds;
 }
+
+std::vector<double> fma_seconds(const std::string& isa, int threads, int64_t iterations, int repetitions) {
+  const IsaPasses& passes = passes_for(isa);
+  if (threads < 1) throw std::invalid_argument("threads must be at least 1, not " + std::to_string(threads));
+  if (iterations < 1 || repetitions < 1) {
+    throw std::invalid_argument("iterations and repetitions must be at least 1");
+  }
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<size_t>(repetitions));
+  float sink = 0.0f;
+  for (int pass = 0; pass <= repetitions; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    sink += passes.fma(iterations, threads);
+    const auto stop = std::chrono::steady_clock::now();
+    if (pass > 0) seconds.push_back(std::chrono::duration<double>(stop - start).count());
+  }
+  // The chains decay towards a finite fixed point; anything else means the loop did not run as built.
+  if (!std::isfinite(sink)) throw std::runtime_error("the FMA loop produced a non-finite result");
+  return seconds;
+}
+
+int64_t fma_flops_per_iteration(const std::string& isa) { return passes_for(isa).fma_flops_per_iteration; }
+
+std::string roofs_isa(const std::string& at_most) { return best_isa(at_most); }
 
 }  // namespace cpuprof

@@ -36,7 +36,8 @@ def section(report: dict, section_id: str) -> dict:
 def test_decode_measures_the_roofs_and_keeps_them_in_the_profile(decoded: dict) -> None:
     roofs = decoded["profile"].roofs
     assert roofs is not None and roofs.threads == 2 and roofs.cpus == [0, 1]
-    assert {b.kernel for b in roofs.bandwidth} == {"copy", "triad"}
+    assert {b.kernel for b in roofs.bandwidth} == {"copy", "triad", "read"}
+    assert roofs.memory_roof() is not None and roofs.memory_roof().kernel == "read"  # a decode only reads weights
     assert {c.dtype for c in roofs.compute} == {"f32", "bf16"}
     assert {k.dtype for k in roofs.kernel} == {"f32", "bf16"}
     bw = roofs.memory_gb_per_s()
@@ -47,7 +48,7 @@ def test_decode_measures_the_roofs_and_keeps_them_in_the_profile(decoded: dict) 
     # the calibration to that); here, on a shared host, the bandwidth can stay disturbed through every
     # measurement, and then the report must say so
     assert 0 < roofs.kernel_gb_per_s("bf16")  # type: ignore[operator]
-    if roofs.kernel_gb_per_s("bf16") > 1.5 * bw:  # type: ignore[operator]
+    if roofs.kernel_above_memory() is not None:
         assert any("more than this memory roof allows" in line for line in section(decoded["report"], "roofs")["lines"])
 
 
@@ -143,8 +144,10 @@ def test_calibrate_command_measures_under_the_launch(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     rows = section(report, "roofs")["tables"][0]["rows"]
-    assert {r["roof"] for r in rows} >= {"memory (triad)", "memory (copy)", "compute", "GEMV kernel"}
-    assert all(r["best"] > 0 and r["runs"] >= 5 for r in rows)
+    assert {r["roof"] for r in rows} >= {"memory (read)", "memory (triad)", "memory (copy)", "FMA peak", "compute",
+                                         "GEMV kernel"}
+    # Measured rows repeat; a theoretical peak is derived (where this CPU's FMA pipes are known), once.
+    assert all(r["best"] > 0 and (r["runs"] >= 5 if r["roof"] != "theoretical" else r["runs"] is None) for r in rows)
     if "the machine was busy while the roofs were measured" in result.stdout + result.stderr:
         pytest.skip("the machine was busy while the roofs were measured: rightly used for this run and not cached")
     saved = json.loads((cache / "roofs.json").read_text())

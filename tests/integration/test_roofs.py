@@ -1,7 +1,8 @@
 """The machine roofs against answers obtained independently of cpuprof.
 
-The memory roof is checked against a STREAM-style triad this test writes and compiles itself
-(the known answer is what a plain OpenMP C loop reaches on the same arrays and threads); the
+The memory roof is checked against a read kernel and a STREAM-style triad this test writes and
+compiles itself (the known answer is what a plain OpenMP C loop reaches on the same arrays and
+threads); the
 compute and kernel roofs against what must hold between them (a large GEMM does far more
 arithmetic per second than a GEMV; no kernel streams weights faster than the memory can).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -22,6 +24,7 @@ from cli_runs import cpuprof as run_cpuprof
 
 import cpuprof
 from cpuprof import native
+from cpuprof.machine import isa as machine_isa
 from cpuprof.machine import roofs as machine_roofs
 from cpuprof.model import Profile
 from cpuprof.model.codec import to_json
@@ -66,20 +69,53 @@ int main(int argc, char **argv) {
 }
 """
 
+# A read-only reference: the sum of one array, as the issue's independent kernel was built (gcc -O3
+# -march=native -ffast-math -fopenmp, which lets the compiler vectorize the sum and split it into
+# partial sums), timed and checked like the triad.
+READ_C = r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    int passes = atoi(argv[2]);
+    double *a = NULL, best = 1e30, sum = 0.0;
+    if (posix_memalign((void **)&a, 2 << 20, n * sizeof(double))) { fprintf(stderr, "out of memory\n"); return 2; }
+    #pragma omp parallel for
+    for (long j = 0; j < n; j++) a[j] = 1.0;
+    for (int k = 0; k < passes; k++) {
+        double t = omp_get_wtime(), s = 0.0;
+        #pragma omp parallel for reduction(+:s)
+        for (long j = 0; j < n; j++) s += a[j];
+        t = omp_get_wtime() - t;
+        if (k > 0 && t < best) best = t;
+        sum = s;
+    }
+    printf("{\"gb_per_s\": %.4f, \"check\": %.1f, \"threads\": %d}\n",
+           sizeof(double) * n / best / 1e9, sum / n, omp_get_max_threads());
+    return 0;
+}
+"""
+
 # Interleaves the reference and the calibration, alternating which goes first, so a neighbour's
 # burst of memory traffic or CPU time (the machine is shared) hits the two sides of a round alike.
+# The reference runs on arrays of the size cpuprof's kernel of the same name used.
 DRIVER = """
 import json, os, subprocess, sys
 from cpuprof.machine import roofs
 
-binary, threads, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+binary, kernel, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 cpus = sorted(os.sched_getaffinity(0))
-out = {"reference": [], "triad": [], "copy": [], "errors": [], "array_bytes": None}
+out = {"reference": [], "triad": [], "copy": [], "read": [], "memory_roof": [], "errors": [], "array_bytes": None}
 
 def reference():
-    ref = subprocess.run([binary, str(out["array_bytes"] // 8), "11"], capture_output=True, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": str(threads)}, check=True)
-    out["reference"].append(json.loads(ref.stdout)["gb_per_s"])
+    figures = []
+    for build in binary.split(os.pathsep):  # each build of the reference; the round's figure is the best
+        ref = subprocess.run([build, str(out["array_bytes"] // 8), "11"], capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": str(threads)}, check=True)
+        figures.append(json.loads(ref.stdout)["gb_per_s"])
+    out["reference"].append(max(figures))
 
 for round in range(rounds):
     if round % 2 and out["array_bytes"]:
@@ -88,7 +124,9 @@ for round in range(rounds):
     out["errors"] += r.errors
     for b in r.bandwidth:
         out[b.kernel].append(b.gb_per_s.best)
-        out["array_bytes"] = b.array_bytes
+        if b.kernel == kernel:
+            out["array_bytes"] = b.array_bytes
+    out["memory_roof"].append(r.memory_gb_per_s())
     if not round % 2:
         reference()
 print(json.dumps(out))
@@ -120,16 +158,35 @@ def thread_counts() -> list[int]:
     return [1, 2] if len(os.sched_getaffinity(0)) >= 2 else [1]
 
 
-@pytest.fixture(scope="module")
-def triad_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _compiled(tmp_path_factory: pytest.TempPathFactory, name: str, source: str, flags: list[str]) -> Path:
     gcc = shutil.which("gcc")
     if gcc is None:
-        pytest.skip("gcc is not installed: the independent STREAM triad cannot be built")
-    directory = tmp_path_factory.mktemp("triad")
-    (directory / "triad.c").write_text(TRIAD_C)
-    subprocess.run([gcc, "-O2", "-fopenmp", "triad.c", "-o", "triad"], cwd=directory, check=True,
+        pytest.skip(f"gcc is not installed: the independent {name} kernel cannot be built")
+    directory = tmp_path_factory.mktemp(name)
+    (directory / f"{name}.c").write_text(source)
+    subprocess.run([gcc, *flags, "-fopenmp", f"{name}.c", "-o", name], cwd=directory, check=True,
                    capture_output=True, timeout=60)
-    return directory / "triad"
+    return directory / name
+
+
+@pytest.fixture(scope="module")
+def triad_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compiled(tmp_path_factory, "triad", TRIAD_C, ["-O2"])
+
+
+@pytest.fixture(scope="module")
+def read_binary(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The reference read built for this CPU (-march=native), and for the x86-64 baseline and AVX2
+    where this is an x86-64 machine: cpuprof's read kernel is the fastest of its builds (narrower
+    loads read memory faster on some cores), so the reference is the fastest of its own."""
+    builds = [_compiled(tmp_path_factory, "read", READ_C, ["-O3", "-march=native", "-ffast-math"])]
+    if platform.machine() == "x86_64":
+        for level in ("x86-64", "x86-64-v3"):
+            if level == "x86-64-v3" and native.load().roofs_isa() == "sse2":
+                continue  # no AVX2 here
+            builds.append(_compiled(tmp_path_factory, f"read-{level}", READ_C, ["-O3", f"-march={level}",
+                                                                                  "-ffast-math"]))
+    return os.pathsep.join(map(str, builds))
 
 
 @pytest.fixture(scope="module")
@@ -144,25 +201,36 @@ def full_roofs() -> dict:
 BUSY_REFERENCE_SPREAD = 1.3
 
 
-@pytest.mark.parametrize("threads", thread_counts())
-def test_triad_agrees_with_an_independent_triad(triad_binary: Path, threads: int):
+def _against_reference(binary: Path | str, kernel: str, threads: int, figure: str, tolerance: float) -> None:
     """Each side's figure in a round is its best pass, as in STREAM; the rounds' ratios are compared
     by their median, so one quiet or busy moment of the shared machine does not decide the test."""
     # 7 calibrations and 7 reference runs over arrays sized to defeat the caches: a minute or two here,
     # more where memory is slower or shared; the timeout only guards against a hang.
-    result = run_python(DRIVER, str(triad_binary), str(threads), "7", timeout=900)
+    result = run_python(DRIVER, str(binary), kernel, str(threads), "7", timeout=900)
     assert not result["errors"]
     assert result["array_bytes"] >= 32 << 20
-    assert len(result["triad"]) == len(result["reference"]) == 7
-    ratio = statistics.median(ours / ref for ours, ref in zip(result["triad"], result["reference"], strict=True))
-    print(f"{threads} threads: triad/reference median ratio {ratio:.3f}; cpuprof triad best "
-          f"{max(result['triad']):.1f} GB/s (copy {max(result['copy']):.1f}), reference best "
-          f"{max(result['reference']):.1f} GB/s; rounds {result}")
+    assert len(result[figure]) == len(result["reference"]) == 7
+    ratio = statistics.median(ours / ref for ours, ref in zip(result[figure], result["reference"], strict=True))
+    print(f"{threads} threads: {figure}/reference {kernel} median ratio {ratio:.3f}; cpuprof best "
+          f"{max(result[figure]):.1f} GB/s (read {max(result['read']):.1f}, triad {max(result['triad']):.1f}, copy "
+          f"{max(result['copy']):.1f}), reference best {max(result['reference']):.1f} GB/s; rounds {result}")
     reference_spread = max(result["reference"]) / min(result["reference"])
-    if abs(ratio - 1) > 0.15 and reference_spread > BUSY_REFERENCE_SPREAD:
-        pytest.skip(f"the reference triad itself varied {reference_spread:.2f}x between rounds: the machine is "
+    if abs(ratio - 1) > tolerance and reference_spread > BUSY_REFERENCE_SPREAD:
+        pytest.skip(f"the reference {kernel} itself varied {reference_spread:.2f}x between rounds: the machine is "
                     "too busy to compare two bandwidth figures")
-    assert abs(ratio - 1) <= 0.15, result
+    assert abs(ratio - 1) <= tolerance, result
+
+
+@pytest.mark.parametrize("threads", thread_counts())
+def test_triad_agrees_with_an_independent_triad(triad_binary: Path, threads: int):
+    _against_reference(triad_binary, "triad", threads, "triad", 0.15)
+
+
+@pytest.mark.parametrize("threads", thread_counts())
+def test_the_memory_roof_agrees_with_an_independent_read_kernel(read_binary: str, threads: int):
+    """The memory roof is the read kernel's: within 12% of a plain sum compiled here with the system
+    compiler (the fastest of its builds), whatever ISA cpuprof's own loops were built for."""
+    _against_reference(read_binary, "read", threads, "memory_roof", 0.12)
 
 
 def test_full_calibration(full_roofs: dict):
@@ -172,8 +240,21 @@ def test_full_calibration(full_roofs: dict):
     assert 0 < roofs["seconds"] < 30
     assert roofs["threads"] == len(os.sched_getaffinity(0))
     assert set(roofs["fingerprint"]) == {"cpu", "logical_cpus", "memory", "torch", "openmp", "memory_policy"}
-    assert {b["kernel"] for b in roofs["bandwidth"]} == {"copy", "triad"}
-    for figure in [*roofs["bandwidth"], *roofs["compute"], *roofs["kernel"]]:
+    assert {b["kernel"] for b in roofs["bandwidth"]} == {"copy", "triad", "read"}
+    # Each native kernel names the ISA it was built for and ran; each torch kernel what its library ran.
+    widest = native.load().roofs_isa()
+    assert {b["isa"] for b in roofs["bandwidth"] if b["kernel"] != "read"} == {widest}
+    (read,) = [b for b in roofs["bandwidth"] if b["kernel"] == "read"]  # the fastest of every ISA here
+    everyone = machine_isa.roofs_isas()
+    if len(everyone) == 1:
+        assert read["isa"] == widest and read["isas"] == {}
+    else:
+        assert list(read["isas"]) == everyone
+        assert read["isas"][read["isa"]] == max(read["isas"].values()) == read["gb_per_s"]["best"]
+    assert all(c["isa"] for c in roofs["compute"]) and all(k["isa"] for k in roofs["kernel"])
+    peak = roofs["peak"]
+    assert peak["isa"] == native.load().roofs_isa() and peak["gflop_per_s"]["repetitions"] >= 5
+    for figure in [*roofs["bandwidth"], *roofs["compute"], *roofs["kernel"], peak]:
         rep = figure.get("gb_per_s") or figure["gflop_per_s"]
         assert rep["repetitions"] >= 5
         assert 0 < rep["median"] <= rep["best"]
@@ -210,7 +291,7 @@ def test_kernel_roofs_are_below_the_memory_roof(full_roofs: dict):
 
 def test_binding_rejects_bad_arguments():
     nat = native.load()
-    with pytest.raises(ValueError, match="'copy' or 'triad'"):
+    with pytest.raises(ValueError, match="'copy', 'triad' or 'read'"):
         nat.stream_seconds("scale", 1 << 20, 1, 1)
     with pytest.raises(ValueError, match="threads"):
         nat.stream_seconds("triad", 1 << 20, 0, 1)
@@ -240,7 +321,7 @@ def test_calibration_short_of_memory_records_why(monkeypatch: pytest.MonkeyPatch
     assert torch.equal(torch.rand(4), expected)
     assert roofs.bandwidth == [] and roofs.kernel == []
     assert [c.dtype for c in roofs.compute] == ["f32"]
-    assert len(roofs.errors) == 5, roofs.errors
+    assert len(roofs.errors) == 6, roofs.errors  # 3 bandwidths, 2 kernel roofs, f99's compute
     assert re.match(r"copy bandwidth not measured: 2 arrays of \d+ MiB need more than half of the 64 MiB",
                     roofs.errors[0])
     assert any("unknown dtype 'f99'" in e for e in roofs.errors)
@@ -321,19 +402,20 @@ def _disturbed_bandwidth(monkeypatch: pytest.MonkeyPatch, disturbed: int) -> lis
 
 
 def test_a_bandwidth_below_what_a_gemv_read_is_measured_again(monkeypatch: pytest.MonkeyPatch):
-    """Copy and triad disturbed once: the f32 GEMV then reads memory faster than the triad allows,
-    so both are measured again (twice, if this shared host disturbed them again) and each kernel
-    keeps its best measurement, in the order measured."""
-    got = _disturbed_bandwidth(monkeypatch, disturbed=2)
+    """Copy, triad and read disturbed once: the f32 GEMV then reads memory faster than the memory
+    roof allows, so all three are measured again (twice, if this shared host disturbed them again)
+    and each kernel keeps its best measurement, in the order measured."""
+    got = _disturbed_bandwidth(monkeypatch, disturbed=3)
     lines: list[str] = []
     roofs = machine_roofs.calibrate(2, [0, 1], dtypes=("f32",), progress=lines.append, repetitions=5)
     assert not roofs.errors, roofs.errors
     again = [line for line in lines if "measuring them again" in line]
-    assert 4 <= len(got) == 2 + 2 * len(again) and [b.kernel for b in roofs.bandwidth] == ["copy", "triad"]
+    kernels = ["copy", "triad", "read"]
+    assert 6 <= len(got) == 3 + 3 * len(again) and [b.kernel for b in roofs.bandwidth] == kernels
     for kept in roofs.bandwidth:
         assert kept.gb_per_s.best == max(figure for kernel, figure in got if kernel == kept.kernel)
     assert "f32 GEMV read" in again[0] and "above the" in again[0]
-    if len(again) < machine_roofs.BANDWIDTH_REMEASURES:  # stopped measuring: the GEMV is within the triad's reach
+    if len(again) < machine_roofs.BANDWIDTH_REMEASURES:  # stopped measuring: the GEMV is within the memory's reach
         assert roofs.kernel_above_memory() is None
 
 
@@ -348,7 +430,7 @@ def test_a_bandwidth_disturbed_every_time_is_said_and_not_cached(monkeypatch: py
     monkeypatch.setattr(machine_roofs, "calibrate",
                         lambda threads, cpus, progress=None: calibrate(threads, cpus, ("f32",), progress, 5))
     roofs, warnings = machine_roofs.ensure(2, [0, 1])
-    assert len(got) == 2 * (machine_roofs.BANDWIDTH_REMEASURES + 1)
+    assert len(got) == 3 * (machine_roofs.BANDWIDTH_REMEASURES + 1)
     above = roofs.kernel_above_memory()
     assert above is not None and above.dtype == "f32"
     warning = warnings[-1]
@@ -372,6 +454,9 @@ def test_a_cached_roof_the_memory_no_longer_gives_is_measured_again_before_it_is
     assert calibrated.returncode == 0, calibrated.stderr
     live = Profile.load(tmp_path / "cal").roofs
     assert live is not None and live.memory_gb_per_s() is not None
+    if live.kernel_above_memory() is not None:
+        pytest.skip("the memory was busy while the live roofs were measured (a GEMV read faster than the memory "
+                    "roof): no cache entry can be made of them")
     # The unquantized GEMV roofs with them: read from memory, they move with it (and a GEMV above the
     # triad would have the entry refused before any probe).
     for figure in [*live.bandwidth, *(k for k in live.kernel if not k.weights)]:
@@ -389,3 +474,79 @@ def test_a_cached_roof_the_memory_no_longer_gives_is_measured_again_before_it_is
     assert "the memory is in another state; measuring the roofs again" in decoded.stderr
     report = " ".join(decoded.stdout.split())
     assert "disagrees (the memory is in another state), so the roofs above were measured again" in report
+
+
+def test_the_kernel_roof_is_the_best_gemv_path_torch_offers(full_roofs: dict):
+    """Every unquantized kernel roof was measured over each path torch has for its dtype (eager
+    F.linear always; oneDNN's prepacked weights where torch was built with oneDNN, as torch.compile's
+    freezing and vLLM keep them), and is the fastest of them: a GEMM through a prepacked path must not
+    find its roof below it."""
+    import torch
+
+    for kernel in (k for k in full_roofs["roofs"]["kernel"] if not k["weights"]):
+        paths = kernel["paths"]
+        assert "F.linear" in paths
+        if torch.backends.mkldnn.is_available():
+            assert "oneDNN prepacked" in paths
+        assert kernel["path"] == max(paths, key=paths.get)
+        assert kernel["gb_per_s"]["best"] == paths[kernel["path"]]
+
+
+def test_a_machine_without_avx512_is_measured_with_what_it_has(tmp_path: Path):
+    """AVX-512 taken away from cpuprof's loops (CPUPROF_MAX_ISA), oneDNN (ONEDNN_MAX_CPU_ISA) and ATen
+    (ATEN_CPU_CAPABILITY), as on a machine without it: every native kernel runs its AVX2 build, the
+    theoretical peak is that of 256-bit vectors with no bf16 dot products, and oneDNN's kernels are
+    not its AVX-512 ones."""
+    if native.load().roofs_isa() not in ("avx512", "avx2"):
+        pytest.skip("this CPU has no AVX2: there is nothing to cap")
+    env = {**os.environ, "CPUPROF_MAX_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+           "PYTHONPATH": SRC}
+    result = subprocess.run([sys.executable, "-c", FULL, "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    roofs = json.loads(result.stdout.strip().splitlines()[-1])["roofs"]
+    assert roofs["errors"] == []
+    assert {b["isa"] for b in roofs["bandwidth"] if b["kernel"] != "read"} == {"avx2"}
+    assert roofs["peak"]["isa"] == "avx2"
+    assert [list(b["isas"]) for b in roofs["bandwidth"] if b["kernel"] == "read"] == [["avx2", "sse2"]]
+    assert roofs["peak"]["bf16_factor"] == 0
+    named = " ".join(c["isa"] for c in [*roofs["compute"], *roofs["kernel"]])
+    assert "avx512" not in named, named
+    assert any(line.startswith("calibrating: read bandwidth") and "avx2" in line
+               for line in json.loads(result.stdout.strip().splitlines()[-1])["progress"])
+
+
+PROGRAM = """
+import torch
+x = torch.rand(256, 256)
+for _ in range(20):
+    x = torch.tanh(x @ x)
+print(float(x.sum()))
+"""
+
+
+@pytest.mark.parametrize("command", ["decode", "run"])
+def test_a_long_run_probes_the_memory_again_at_its_end(tmp_path: Path, command: str):
+    """Known answer: the roof the run used (probed or measured at its start). At the end of a run
+    longer than CPUPROF_END_PROBE_AFTER_S (0 here: every run) the memory roof's kernel is run again,
+    in the decode child or the program's own process, against that same roof, and the report says
+    what it read; a run shorter than the default 20 s is not probed again."""
+    env = {**os.environ, "CPUPROF_CACHE_DIR": str(tmp_path / "cache")}
+    if command == "decode":
+        args = ["decode", "--preset", "tiny", "--threads", "1", "--cpus", "0", "--new-tokens", "4"]
+    else:
+        (tmp_path / "program.py").write_text(PROGRAM)
+        args = ["run", "--threads", "1", "--cpus", "0", "--", sys.executable, str(tmp_path / "program.py")]
+    short = run_cpuprof(*args[:1], "--out", str(tmp_path / "short"), *args[1:], env=env, timeout=600)
+    assert short.returncode == 0, short.stderr
+    assert Profile.load(tmp_path / "short").roofs.end_probe is None  # type: ignore[union-attr]
+    long = run_cpuprof(*args[:1], "--out", str(tmp_path / "long"), *args[1:],
+                       env={**env, "CPUPROF_END_PROBE_AFTER_S": "0"}, timeout=600)
+    assert long.returncode == 0, long.stderr
+    used = Profile.load(tmp_path / "long").roofs
+    assert used is not None and used.end_probe is not None
+    end, memory = used.end_probe, used.memory_roof()
+    assert memory is not None and end.kernel == memory.kernel and end.cached_gb_per_s == memory.gb_per_s.best
+    tolerance = max(machine_roofs.PROBE_TOLERANCE, memory.gb_per_s.spread)
+    assert (end.outcome == "agrees") == (abs(end.ratio - 1) <= tolerance + 1e-9), end
+    report = " ".join(long.stdout.split())
+    assert f"at the end of the run ({end.at[11:16]} UTC) a probe of the memory read {end.kernel} " in report

@@ -164,6 +164,11 @@ def test_the_verdict_follows_the_measured_time_not_the_name() -> None:
     # at the roof of torch's own GEMV: the kernel binds it
     kernel_bound = verdict_at(0.6 * BW, gemv_inputs(), GEMV_BYTES)
     assert "the kernel binds it" in kernel_bound and "96% of that" in kernel_bound
+    # faster than torch's best GEMV measured (a roof measured low): the verdict says so, and never that
+    # the kernel binds a GEMM that beat it
+    beat = verdict_at(0.6 * BW, gemv_inputs(), GEMV_BYTES, kernel=20.0)
+    assert "faster than torch's best bf16 GEMV measured here (20.0 GB/s, this one 120% of it)" in beat
+    assert "binds" not in beat
     # above the memory roof: the bytes came from the caches
     cached = verdict_at(3 * BW, gemv_inputs(), GEMV_BYTES)
     assert cached.startswith("above the memory roof")

@@ -308,6 +308,7 @@ class DecodeRun(ChildRun):
                                 phase=phase, inference_mode=not w.compile, cache_len=self.compiled_cache_len())
         if self.prof is not None:
             self.prof.stop()
+        self.probe_memory_at_end(result.decode_wall_s)
         wl.steps_done = len(result.step_latencies_s)
         wl.step_latencies_s = list(result.step_latencies_s)
         wl.ttft_s = result.ttft_s
@@ -322,6 +323,21 @@ class DecodeRun(ChildRun):
         wl.kv_cache = [KvCachePoint(position=p, bytes=b) for p, b in result.kv_cache]
         self.progress.done(f"decoded {total} tokens: {result.tokens_per_s:.2f} tokens/s after "
                            f"{self.wl.warmup} warm-up steps")
+
+    def probe_memory_at_end(self, decode_s: float) -> None:
+        """After a long decode, whether the memory is still in the state its roof was measured or
+        probed in: a change during the run is said, with both figures (shares of the roof are then
+        uncertain by the difference)."""
+        from ..machine import roofs
+
+        if self.roofs is None or self.config.rank is not None or decode_s < roofs.end_probe_after_s():
+            return
+        checked = roofs.probe_at_end(self.roofs, lambda line: self.progress.show(line, phase="calibrate"))
+        self.roofs.end_probe = checked
+        if checked is not None and checked.outcome == "changed":
+            self.progress.done(f"note: at the end of the decode the memory read {checked.gb_per_s:.1f} GB/s, "
+                               f"{checked.ratio:.0%} of the {checked.cached_gb_per_s:.1f} GB/s roof it was judged "
+                               "against: it changed state during the run")
 
     # -- output ---------------------------------------------------------------------------------
     def contribute(self, profile: Profile, complete: bool) -> None:

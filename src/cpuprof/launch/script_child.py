@@ -263,6 +263,25 @@ class ScriptRun(ChildRun):
 
     def contribute(self, profile: Profile, complete: bool) -> None:
         program_context(self)
+        if complete:
+            self.probe_memory_at_end()
+
+    def probe_memory_at_end(self) -> None:
+        """After a long program, whether the memory is still in the state its cached roof was measured
+        or probed in (the program has finished its work: nothing of its own reads memory beside the
+        probe). Not in a rank of a group, whose probes would read the other ranks' traffic."""
+        from ..machine import roofs
+
+        ran = time.monotonic() - self.started
+        in_group = os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")
+        if self.roofs is None or ran < roofs.end_probe_after_s() or in_group:
+            return
+        checked = roofs.probe_at_end(self.roofs)
+        self.roofs.end_probe = checked
+        if checked is not None and checked.outcome == "changed":
+            say(f"cpuprof: note: at the end of the program the memory read {checked.gb_per_s:.1f} GB/s, "
+                f"{checked.ratio:.0%} of the {checked.cached_gb_per_s:.1f} GB/s roof it is judged against: it changed "
+                "state during the run")
 
     def before_exec(self, program: str) -> None:
         """The program is about to exec ``program``: what it measured is saved now (nothing of this

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -26,14 +25,15 @@ from .. import defaults
 from ..errors import FileFormatError, NativeModuleError
 from ..model.codec import DecodeError, from_json, to_json
 from ..model.io import parse_json, read_regular_file
-from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated, RoofProbe
+from ..model.roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated, RoofProbe, repeated
 from ..output_file import write_text
 from .openmp import openmp_in_process
 from .topology import _meminfo, _model_name
 
 # 2: kernel roofs of quantized weights (KernelRoof.weights, group_size, elements_per_s, cached_shape).
 # 3: the last probe of the memory kept with each entry (MachineRoofs.probe).
-CACHE_VERSION = 3
+# 4: the read kernel (the memory roof), each kernel's ISA, the GEMV's paths, the cores' FMA peak.
+CACHE_VERSION = 4
 CACHE_FILE = "roofs.json"
 # Entries kept in the cache file; the oldest go first (one per machine, torch, runtime and binding).
 MAX_CACHE_ENTRIES = 64
@@ -43,13 +43,12 @@ DEFAULT_REPETITIONS = 7
 # (MachineRoofs.kernel_above_memory): a burst of another process's memory traffic is short.
 BANDWIDTH_REMEASURES = 2
 MIN_REPETITIONS = 5
-# The probe before cached roofs are used: a few triad passes over arrays half the size of the
-# calibration's (three of them, together six times the last-level cache where the calibration's are
-# twelve, so the caches serve little), in about 0.2 s with their first touch.
+# The probe before cached roofs are used: a few passes of the memory roof's kernel (see probe() for
+# their size), in about 0.1 to 0.2 s with their first touch.
 PROBE_REPETITIONS = 3
 # How the warnings about a probe begin: its figures are the report's probe line, not a note again.
 PROBE_NOTE = "a probe of the memory now read "
-# A probe further than this (or than the cached triad's own spread, if wider) from the cached memory
+# A probe further than this (or than the cached kernel's own spread, if wider) from the cached memory
 # roof says the memory is in another state than when it was measured: measure again. A shared VM's
 # memory was seen moving between 49 and 74 GB/s within an hour; repetitions agree within ~10%.
 PROBE_TOLERANCE = 0.25
@@ -67,12 +66,13 @@ MEMORY_SHARE = 0.5
 GEMM_START = 256
 GEMM_MAX = 4096
 GEMM_MIN_SECONDS = 0.03
-# Kernel roof: a decode GEMV, one token's row against a weight of this many input features
-# (Llama-3.2-1B's hidden size).
+# Kernel roof: a decode GEMV, one token's row against weights of this many input features
+# (Llama-3.2-1B's hidden size) and output rows (its MLP width), read in turn.
 GEMV_IN = 2048
+GEMV_ROWS = 8192
 
 # STREAM's counting: the bytes of the named arrays each pass reads and writes.
-STREAM_ARRAYS = {"copy": 2, "triad": 3}
+STREAM_ARRAYS = {"copy": 2, "triad": 3, "read": 1}
 DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 
 # Fingerprint entries that differ between two torch installs on one machine and binding; an
@@ -176,13 +176,6 @@ def cache_path() -> Path:
 # --- measuring -----------------------------------------------------------------------------------
 
 
-def repeated(values: Sequence[float]) -> Repeated:
-    """Rates (higher is better) over repetitions: the best, the median and the relative spread."""
-    median = statistics.median(values)
-    spread = (max(values) - min(values)) / median if median > 0 else 0.0
-    return Repeated(best=max(values), median=median, spread=spread, repetitions=len(values))
-
-
 def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.0f} MiB"
 
@@ -207,24 +200,37 @@ def _memory_node() -> int | None:
 
 def _bandwidth(
     kernel: str, array_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress,
-    what: str = "calibrating",
+    what: str = "calibrating", isa: str = "",
 ) -> BandwidthRoof:
+    """One bandwidth kernel's figure. The read kernel runs in every ISA this CPU has (unless ``isa``
+    names one) and keeps the fastest: one thread of this Zen 4 VM read memory at 21 GB/s with 16-byte
+    loads and 16 with 64-byte ones (the median of 8 rounds each, interleaved), so the widest loads are
+    not always the memory's best reader."""
     from .. import native
+    from .isa import roofs_isas
 
     arrays = STREAM_ARRAYS[kernel]
     if available is not None and arrays * array_bytes > MEMORY_SHARE * available:
         raise MemoryError(
             f"{arrays} arrays of {_mib(array_bytes)} need more than half of the {_mib(available)} available"
         )
-    progress(f"{what}: {kernel} bandwidth ({_threads(threads)}, {arrays} arrays of {_mib(array_bytes)}) ...")
-    seconds = native.load().stream_seconds(kernel, array_bytes, threads, repetitions)
+    isas = [isa] if isa else roofs_isas() if kernel == "read" else roofs_isas()[:1]
+    plural = "s" if arrays > 1 else ""
+    progress(f"{what}: {kernel} bandwidth ({_threads(threads)}, {arrays} array{plural} of {_mib(array_bytes)}, "
+             f"{', '.join(isas)}) ...")
     moved = arrays * (array_bytes // 8 * 8)
+    by_isa = {name: repeated([moved / s / 1e9 for s in native.load().stream_seconds(kernel, array_bytes, threads,
+                                                                                    repetitions, name)])
+              for name in isas}
+    best = max(by_isa, key=lambda name: by_isa[name].best)
     return BandwidthRoof(
         kernel=kernel,
-        gb_per_s=repeated([moved / s / 1e9 for s in seconds]),
+        gb_per_s=by_isa[best],
         threads=threads,
         array_bytes=array_bytes,
         node=_memory_node(),
+        isa=best,
+        isas={name: figure.best for name, figure in by_isa.items()} if len(by_isa) > 1 else {},
     )
 
 
@@ -253,6 +259,8 @@ def _generator() -> Any:
 def _compute(dtype: str, threads: int, repetitions: int, progress: Progress) -> ComputeRoof:
     import torch
 
+    from .isa import kernel_names
+
     tdtype = _torch_dtype(dtype)
     progress(f"calibrating: {dtype} compute (square GEMMs, {_threads(threads)}) ...")
     generator = _generator()
@@ -262,42 +270,89 @@ def _compute(dtype: str, threads: int, repetitions: int, progress: Progress) -> 
         b = torch.rand(n, n, dtype=tdtype, generator=generator)
         # Into one preallocated output: a fresh one would be page-faulted in every repetition.
         c = torch.empty(n, n, dtype=tdtype)
-        torch.mm(a, b, out=c)  # the first call picks and prepares the kernel (oneDNN, MKL)
+        ran = kernel_names(lambda: torch.mm(a, b, out=c))  # noqa: B023 (the first call picks the kernel)
         elapsed = _timed(torch.mm, a, b, out=c)
         if elapsed >= GEMM_MIN_SECONDS or n >= GEMM_MAX:
             break
         n *= 2
     seconds = [elapsed] + [_timed(torch.mm, a, b, out=c) for _ in range(repetitions - 1)]
     return ComputeRoof(
-        dtype=dtype, gflop_per_s=repeated([2 * n**3 / s / 1e9 for s in seconds]), threads=threads, size=n
+        dtype=dtype, gflop_per_s=repeated([2 * n**3 / s / 1e9 for s in seconds]), threads=threads, size=n, isa=ran
     )
+
+
+def _gemv_paths(dtype: str) -> dict[str, tuple[Callable[[Any], Any], Callable[[Any, Any, Any], Any]]]:
+    """The GEMV paths torch offers for a weight in ``dtype``, by name: how to prepare a weight once (as a
+    model's load or torch.compile's freezing does) and how to call it on a row. Prepacked weights are in
+    the layout the kernel reads best; a decode through them (compiled, a serving engine) beats eager."""
+    import torch
+    import torch.nn.functional as F
+
+    paths: dict[str, tuple[Callable[[Any], Any], Callable[[Any, Any, Any], Any]]] = {
+        "F.linear": (lambda w: w, lambda x, packed, _w: F.linear(x, packed))}
+    if torch.backends.mkldnn.is_available():
+        paths["oneDNN prepacked"] = (
+            lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 1),
+            lambda x, packed, _w: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+    if dtype == "f32" and torch.backends.mkl.is_available():
+        paths["MKL prepacked"] = (lambda w: torch.ops.mkl._mkl_reorder_linear_weight(w, 1),
+                                  lambda x, packed, w: torch.ops.mkl._mkl_linear(x, packed, w, None, 1))
+    return paths
+
+
+def _gemv_path(prepare: Callable[[Any], Any], call: Callable[[Any, Any, Any], Any], x: Any, weights: list[Any],
+               moved: int, repetitions: int) -> tuple[Repeated, str]:
+    """One path's GB/s over ``weights`` in turn, prepared once, and the kernel its library names."""
+    from .isa import kernel_names
+
+    packed = [prepare(w) for w in weights]
+    ran = kernel_names(lambda: call(x, packed[0], weights[0]))  # untimed: chooses the kernel
+
+    def each_weight() -> None:
+        for p, w in zip(packed, weights, strict=True):
+            call(x, p, w)
+
+    each_weight()
+    seconds = [_timed(each_weight) for _ in range(repetitions)]
+    return repeated([moved / s / 1e9 for s in seconds]), ran
 
 
 def _kernel(
     dtype: str, weight_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress
 ) -> KernelRoof:
+    """The best decode GEMV over every path torch offers for ``dtype``: distinct [GEMV_ROWS, GEMV_IN]
+    weights, together at least ``weight_bytes``, read in turn (a weight read again and again would stay
+    in the caches), each path's weights prepared once before it is timed."""
     import torch
-    import torch.nn.functional as F
 
     tdtype = _torch_dtype(dtype)
     size = DTYPE_BYTES[dtype]
-    # Output features rounded up to a multiple of 256, like real projection widths.
-    out = -(-weight_bytes // (GEMV_IN * size * 256)) * 256
-    if available is not None and out * GEMV_IN * size > MEMORY_SHARE * available:
-        raise MemoryError(
-            f"a weight of {_mib(out * GEMV_IN * size)} needs more than half of the {_mib(available)} available"
-        )
-    progress(f"calibrating: {dtype} GEMV kernel roof ([1,{GEMV_IN}] x [{out},{GEMV_IN}], {_threads(threads)}) ...")
+    one = GEMV_ROWS * GEMV_IN * size
+    count = max(2, -(-weight_bytes // one))
+    # A prepacked path holds its copy beside the plain weights while it runs.
+    if available is not None and 2 * count * one > MEMORY_SHARE * available:
+        raise MemoryError(f"{count} weights of {_mib(one)}, and a packed copy, need more than half of the "
+                          f"{_mib(available)} available")
+    progress(f"calibrating: {dtype} GEMV kernel roof ({count} weights [{GEMV_ROWS},{GEMV_IN}] in turn, every "
+             f"path torch offers, {_threads(threads)}) ...")
     generator = _generator()
-    weight = torch.empty(out, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
+    weights = [torch.empty(GEMV_ROWS, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
+               for _ in range(count)]
     x = torch.empty(1, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
-    for _ in range(2):  # untimed: the first calls choose the kernel and fault in its buffers
-        F.linear(x, weight)
-    seconds = [_timed(F.linear, x, weight) for _ in range(repetitions)]
-    moved = (weight.numel() + x.numel() + out) * size
-    return KernelRoof(
-        dtype=dtype, gb_per_s=repeated([moved / s / 1e9 for s in seconds]), threads=threads, shape=[1, GEMV_IN, out]
-    )
+    moved = sum(w.nbytes for w in weights) + count * (x.nbytes + GEMV_ROWS * size)
+    measured: dict[str, tuple[Repeated, str]] = {}
+    failures: list[str] = []
+    for name, (prepare, call) in _gemv_paths(dtype).items():
+        try:
+            measured[name] = _gemv_path(prepare, call, x, weights, moved, repetitions)
+        except (RuntimeError, AttributeError, TypeError, NotImplementedError) as exc:
+            failures.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    if not measured:
+        raise RuntimeError("no GEMV path ran (" + "; ".join(failures) + ")")
+    best = max(measured, key=lambda name: measured[name][0].best)
+    figure, ran = measured[best]
+    return KernelRoof(dtype=dtype, gb_per_s=figure, threads=threads, shape=[1, GEMV_IN, GEMV_ROWS * count],
+                      path=best, isa=ran, paths={name: m[0].best for name, m in measured.items()})
 
 
 _WEIGHT_ELEMENT_BYTES = {"i8": 1.0, "i4": 0.5}
@@ -460,6 +515,12 @@ def calibrate(
     delay_before = process_run_delay_ns()
     try:
         _measure_bandwidths(roofs, STREAM_ARRAYS, stream_bytes, repetitions, available, say)
+        try:
+            from .isa import measure_peak, roofs_isa
+
+            roofs.peak = measure_peak(threads, cpus, roofs_isa(), say)
+        except (ValueError, RuntimeError, NativeModuleError) as exc:
+            roofs.errors.append(f"the cores' FMA peak not measured: {exc}")
         for dtype in dtypes:
             try:
                 roofs.compute.append(_compute(dtype, threads, repetitions, say))
@@ -587,6 +648,9 @@ def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | No
     key = cache_key(fp, threads, cpus)
     for entry in cache.entries:
         if entry.key == key and entry.fingerprint == fp and entry.threads == threads and entry.cpus == sorted(cpus):
+            if not any(b.kernel == "read" for b in entry.bandwidth):
+                return None, ("the cached roofs were measured by an older cpuprof (no read-only memory kernel, no "
+                              "instruction sets, no FMA peak): measuring again")
             above = entry.kernel_above_memory()
             if above is not None:  # stored by a cpuprof that did not check: its memory roof is low
                 return None, (f"the cached memory roof ({entry.memory_gb_per_s():.1f} GB/s) is below what its "
@@ -640,26 +704,51 @@ def confirmed_within(roofs: MachineRoofs, seconds: float) -> float | None:
 
 
 def probe(cached: MachineRoofs, progress: Progress | None = None) -> RoofProbe | None:
-    """A short triad at the cached roofs' thread count, held against their memory roof (outcome
-    "agrees" or "remeasured", which the caller settles); None where it cannot run."""
-    memory = cached.memory_gb_per_s()
-    if memory is None:
+    """A short run of the memory roof's kernel at the cached roofs' thread count, held against that roof
+    (outcome "agrees" or "remeasured", which the caller settles); None where it cannot run."""
+    roof = cached.memory_roof()
+    if roof is None:
         return None
-    triads = [b.array_bytes for b in cached.bandwidth if b.kernel == "triad"]
-    array_bytes = max(max(triads, default=0) // 2, MIN_STREAM_BYTES)
+    memory = roof.gb_per_s.best
+    # Together the probe's arrays are at least the calibration's single array (four times the last-level
+    # cache), so the caches serve little: the read kernel's own size, half of a triad's three.
+    array_bytes = roof.array_bytes if roof.arrays == 1 else max(roof.array_bytes // 2, MIN_STREAM_BYTES)
     started = time.perf_counter()
     try:
-        measured = _bandwidth("triad", array_bytes, cached.threads, PROBE_REPETITIONS, mem_available_bytes(),
-                              progress or (lambda _line: None), what="probing")
+        measured = _bandwidth(roof.kernel, array_bytes, cached.threads, PROBE_REPETITIONS, mem_available_bytes(),
+                              progress or (lambda _line: None), what="probing", isa=roof.isa)
     except (ValueError, MemoryError, RuntimeError, NativeModuleError):
         return None
     best = measured.gb_per_s.best
-    spread = max((b.gb_per_s.spread for b in cached.bandwidth if b.kernel == "triad"), default=0.0)
-    tolerance = max(PROBE_TOLERANCE, spread)
+    tolerance = max(PROBE_TOLERANCE, roof.gb_per_s.spread)
     agrees = (1 - tolerance) * memory <= best <= (1 + tolerance) * memory
     return RoofProbe(at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), gb_per_s=best,
                      seconds=time.perf_counter() - started, cached_gb_per_s=memory, cached_measured=cached.measured,
-                     outcome="agrees" if agrees else "remeasured")
+                     outcome="agrees" if agrees else "remeasured", kernel=roof.kernel)
+
+
+# A run at least this long probes the memory again at its end: a shared machine's memory was seen
+# changing state within minutes; a shorter run's start probe, seconds before, stands for its end.
+# CPUPROF_END_PROBE_AFTER_S changes it (0: every run).
+END_PROBE_AFTER_S = 20.0
+END_PROBE_ENV = "CPUPROF_END_PROBE_AFTER_S"
+
+
+def end_probe_after_s() -> float:
+    """END_PROBE_AFTER_S, or the environment's figure where it is a number of seconds."""
+    try:
+        seconds = float(os.environ.get(END_PROBE_ENV, ""))
+    except ValueError:
+        return END_PROBE_AFTER_S
+    return seconds if seconds >= 0 else END_PROBE_AFTER_S
+
+
+def probe_at_end(roofs: MachineRoofs, progress: Progress | None = None) -> RoofProbe | None:
+    """The memory now, against the roof a run used since its start: outcome "agrees" or "changed"."""
+    checked = probe(roofs, progress)
+    if checked is not None and checked.outcome != "agrees":
+        checked.outcome = "changed"
+    return checked
 
 
 @contextlib.contextmanager

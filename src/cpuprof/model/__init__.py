@@ -21,7 +21,7 @@ from .profile import (
     Status,
     ThreadStat,
 )
-from .roofs import BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated, RoofProbe
+from .roofs import ArithmeticPeak, BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated, RoofProbe
 from .settings import AllocatorInfo, InForce, MemPolicy, Requested, Settings, ThreadPlacement, TorchThreads, WeightPages
 from .stacks import (
     CATEGORIES,
@@ -39,7 +39,7 @@ from .workload import Collectives, DecodeWorkload, KvCachePoint, MemoryPoint, Mo
 __all__ = [
     "WAIT_KINDS", "OmptInfo", "OmpWait", "OmpWork", "OpenMPWaits",
     "BandwidthRoof", "KvCachePoint", "MemoryPoint", "ComputeRoof", "KernelRoof", "MachineRoofs", "Repeated",
-    "RoofProbe",
+    "ArithmeticPeak", "RoofProbe",
     "CATEGORIES", "NativeFrame", "PythonFrame", "PythonSampling", "PythonSplit", "SampleTimeline", "Sampling",
     "StackCount", "Stacks",
     "COLLECTION_MODES", "CPU_EVENT", "EXACT", "SAMPLED", "CollectionMode",
