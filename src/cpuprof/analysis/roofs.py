@@ -164,6 +164,11 @@ def _peak_line(roofs: MachineRoofs) -> str:
     compute = roofs.compute_gflop_per_s("f32")
     if compute is not None:
         text += f"; torch's f32 GEMM reaches {fmt_percent(compute / peak.gflop_per_s.best)} of the measured peak"
+    bf16, bf16_peak = roofs.compute_gflop_per_s("bf16"), peak.theoretical("bf16")
+    if bf16 is not None and bf16_peak is not None and peak.ghz is not None:
+        clock = max(implied or peak.ghz, peak.ghz)
+        text += (f", its bf16 GEMM {fmt_percent(bf16 / (bf16_peak * clock / peak.ghz))} of the bf16 theoretical peak "
+                 f"at {clock:.2f} GHz")
     return text
 
 

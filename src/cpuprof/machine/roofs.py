@@ -70,6 +70,9 @@ GEMM_MIN_SECONDS = 0.03
 # (Llama-3.2-1B's hidden size) and output rows (its MLP width), read in turn.
 GEMV_IN = 2048
 GEMV_ROWS = 8192
+# [out, in] of the weights a kernel roof reads: a decoder's up/gate projection (wide) and its down
+# projection (long rows).
+GEMV_SHAPES = ((GEMV_ROWS, GEMV_IN), (GEMV_IN, GEMV_ROWS))
 
 # STREAM's counting: the bytes of the named arrays each pass reads and writes.
 STREAM_ARRAYS = {"copy": 2, "triad": 3, "read": 1}
@@ -202,10 +205,11 @@ def _bandwidth(
     kernel: str, array_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress,
     what: str = "calibrating", isa: str = "",
 ) -> BandwidthRoof:
-    """One bandwidth kernel's figure. The read kernel runs in every ISA this CPU has (unless ``isa``
-    names one) and keeps the fastest: one thread of this Zen 4 VM read memory at 21 GB/s with 16-byte
-    loads and 16 with 64-byte ones (the median of 8 rounds each, interleaved), so the widest loads are
-    not always the memory's best reader."""
+    """One bandwidth kernel's figure, run in every ISA this CPU has (unless ``isa`` names one), keeping
+    the fastest: one thread of this Zen 4 VM read memory at 21 GB/s with 16-byte loads and 16 with
+    64-byte ones (the median of 8 rounds each, interleaved), and its 2-thread triad streamed 17% less
+    with AVX-512 than a plain C triad built for the x86-64 baseline: the widest vectors are not always
+    the memory's best reader or writer."""
     from .. import native
     from .isa import roofs_isas
 
@@ -214,7 +218,7 @@ def _bandwidth(
         raise MemoryError(
             f"{arrays} arrays of {_mib(array_bytes)} need more than half of the {_mib(available)} available"
         )
-    isas = [isa] if isa else roofs_isas() if kernel == "read" else roofs_isas()[:1]
+    isas = [isa] if isa else roofs_isas()
     plural = "s" if arrays > 1 else ""
     progress(f"{what}: {kernel} bandwidth ({_threads(threads)}, {arrays} array{plural} of {_mib(array_bytes)}, "
              f"{', '.join(isas)}) ...")
@@ -320,39 +324,52 @@ def _gemv_path(prepare: Callable[[Any], Any], call: Callable[[Any, Any, Any], An
 def _kernel(
     dtype: str, weight_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress
 ) -> KernelRoof:
-    """The best decode GEMV over every path torch offers for ``dtype``: distinct [GEMV_ROWS, GEMV_IN]
-    weights, together at least ``weight_bytes``, read in turn (a weight read again and again would stay
-    in the caches), each path's weights prepared once before it is timed."""
+    """The best decode GEMV over every path torch offers for ``dtype`` and both of a decoder's weight
+    shapes (GEMV_SHAPES): distinct weights, together at least ``weight_bytes``, read in turn (a weight
+    read again and again would stay in the caches), each path's weights prepared once before it is
+    timed. A kernel's bytes per second depend on the shape (long rows stream better), so the roof is
+    the best of both, or a decode's other shape beats it."""
+    measured: dict[tuple[str, tuple[int, int]], tuple[Repeated, str, int]] = {}
+    failures: list[str] = []
+    for out, inputs in GEMV_SHAPES:
+        _kernel_shape(dtype, out, inputs, weight_bytes, threads, repetitions, available, progress, measured, failures)
+    if not measured:
+        raise RuntimeError("no GEMV path ran (" + "; ".join(failures) + ")")
+    (path, (out, inputs)), (figure, ran, count) = max(measured.items(), key=lambda item: item[1][0].best)
+    paths: dict[str, float] = {}
+    for (name, _shape), (rep, _ran, _count) in measured.items():
+        paths[name] = max(paths.get(name, 0.0), rep.best)
+    return KernelRoof(dtype=dtype, gb_per_s=figure, threads=threads, shape=[1, inputs, out * count],
+                      path=path, isa=ran, paths=paths)
+
+
+def _kernel_shape(dtype: str, out: int, inputs: int, weight_bytes: int, threads: int, repetitions: int,
+                  available: int | None, progress: Progress,
+                  measured: dict[tuple[str, tuple[int, int]], tuple[Repeated, str, int]], failures: list[str]) -> None:
+    """Every path's GB/s over distinct [out, inputs] weights in turn, into ``measured``."""
     import torch
 
     tdtype = _torch_dtype(dtype)
     size = DTYPE_BYTES[dtype]
-    one = GEMV_ROWS * GEMV_IN * size
+    one = out * inputs * size
     count = max(2, -(-weight_bytes // one))
     # A prepacked path holds its copy beside the plain weights while it runs.
     if available is not None and 2 * count * one > MEMORY_SHARE * available:
         raise MemoryError(f"{count} weights of {_mib(one)}, and a packed copy, need more than half of the "
                           f"{_mib(available)} available")
-    progress(f"calibrating: {dtype} GEMV kernel roof ({count} weights [{GEMV_ROWS},{GEMV_IN}] in turn, every "
-             f"path torch offers, {_threads(threads)}) ...")
+    progress(f"calibrating: {dtype} GEMV kernel roof ({count} weights [{out},{inputs}] in turn, every path torch "
+             f"offers, {_threads(threads)}) ...")
     generator = _generator()
-    weights = [torch.empty(GEMV_ROWS, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
-               for _ in range(count)]
-    x = torch.empty(1, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
-    moved = sum(w.nbytes for w in weights) + count * (x.nbytes + GEMV_ROWS * size)
-    measured: dict[str, tuple[Repeated, str]] = {}
-    failures: list[str] = []
+    weights = [torch.empty(out, inputs, dtype=tdtype).uniform_(-1, 1, generator=generator) for _ in range(count)]
+    x = torch.empty(1, inputs, dtype=tdtype).uniform_(-1, 1, generator=generator)
+    moved = sum(w.nbytes for w in weights) + count * (x.nbytes + out * size)
     for name, (prepare, call) in _gemv_paths(dtype).items():
         try:
-            measured[name] = _gemv_path(prepare, call, x, weights, moved, repetitions)
+            figure, ran = _gemv_path(prepare, call, x, weights, moved, repetitions)
         except (RuntimeError, AttributeError, TypeError, NotImplementedError) as exc:
             failures.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-    if not measured:
-        raise RuntimeError("no GEMV path ran (" + "; ".join(failures) + ")")
-    best = max(measured, key=lambda name: measured[name][0].best)
-    figure, ran = measured[best]
-    return KernelRoof(dtype=dtype, gb_per_s=figure, threads=threads, shape=[1, GEMV_IN, GEMV_ROWS * count],
-                      path=best, isa=ran, paths={name: m[0].best for name, m in measured.items()})
+            continue
+        measured[(name, (out, inputs))] = (figure, ran, count)
 
 
 _WEIGHT_ELEMENT_BYTES = {"i8": 1.0, "i4": 0.5}
@@ -380,8 +397,8 @@ class QuantKernel:
         return (roof.dtype, roof.weights, roof.group_size) == (self.dtype, self.weights, self.group_size)
 
 
-def _quantized_gemvs(kernel: QuantKernel, out: int, count: int) -> tuple[Callable[[], object], int]:
-    """Calls of torch's int8 or int4 GEMV on ``count`` distinct random [out, GEMV_IN] weights in turn,
+def _quantized_gemvs(kernel: QuantKernel, out: int, inputs: int, count: int) -> tuple[Callable[[], object], int]:
+    """Calls of torch's int8 or int4 GEMV on ``count`` distinct random [out, inputs] weights in turn,
     and the bytes one round reads and writes. The weights' values do not change the kernel's speed:
     int8 and packed int4 bytes are drawn at random (any byte is a valid pair of int4 weights), never
     quantized from a float matrix, so no float copy of hundreds of MB is ever made."""
@@ -389,17 +406,17 @@ def _quantized_gemvs(kernel: QuantKernel, out: int, count: int) -> tuple[Callabl
 
     tdtype = _torch_dtype(kernel.dtype)
     generator = _generator()
-    x = torch.empty(1, GEMV_IN, dtype=tdtype).uniform_(-1, 1, generator=generator)
+    x = torch.empty(1, inputs, dtype=tdtype).uniform_(-1, 1, generator=generator)
     weights: list[tuple[Any, Any]] = []  # (weight, its scales) in turn
     moved = 0
     for _ in range(count):
         if kernel.weights == "i8":
-            weight = torch.randint(-127, 128, (out, GEMV_IN), dtype=torch.int8, generator=generator)
+            weight = torch.randint(-127, 128, (out, inputs), dtype=torch.int8, generator=generator)
             scales = torch.empty(out, dtype=tdtype).uniform_(0.001, 0.01, generator=generator)
         else:
-            weight = torch.randint(0, 256, (out, GEMV_IN // 2), dtype=torch.uint8, generator=generator)
-            scales = torch.empty(GEMV_IN // kernel.group_size, out, 2, dtype=tdtype).uniform_(0.001, 0.01,
-                                                                                             generator=generator)
+            weight = torch.randint(0, 256, (out, inputs // 2), dtype=torch.uint8, generator=generator)
+            scales = torch.empty(inputs // kernel.group_size, out, 2, dtype=tdtype).uniform_(0.001, 0.01,
+                                                                                            generator=generator)
         weights.append((weight, scales))
         moved += x.nbytes + weight.nbytes + scales.nbytes + out * x.element_size()
 
@@ -415,33 +432,44 @@ def _quantized_gemvs(kernel: QuantKernel, out: int, count: int) -> tuple[Callabl
 
 def _quant_kernel(kernel: QuantKernel, weight_bytes: int, cached_bytes: int, threads: int, repetitions: int,
                   available: int | None, progress: Progress) -> KernelRoof:
-    """A quantized GEMV's roofs: bytes per second from distinct weights read in turn, together several
-    times the last-level cache (as decode reads each layer's weights once per token: a weight read
-    again and again stays in the caches, and its figure is not a decode's), and weight elements per
-    second from one weight that stays in the caches (the dequantizing kernel's own speed, which binds
-    where it is below what memory delivers)."""
+    """A quantized GEMV's roofs, the best of a decoder's two weight shapes (GEMV_SHAPES, with
+    QUANT_WEIGHT_ROWS for the long side): bytes per second from distinct weights read in turn,
+    together several times the last-level cache (as decode reads each layer's weights once per token:
+    a weight read again and again stays in the caches, and its figure is not a decode's), and weight
+    elements per second from one weight that stays in the caches (the dequantizing kernel's own speed,
+    which binds where it is below what memory delivers)."""
     per_element = _WEIGHT_ELEMENT_BYTES[kernel.weights]
-    one = QUANT_WEIGHT_ROWS * GEMV_IN * per_element
-    count = max(2, -(-weight_bytes // int(one)))
-    if available is not None and count * one > MEMORY_SHARE * available:
-        raise MemoryError(f"{count} weights of {_mib(one)} need more than half of the {_mib(available)} available")
     label = f"{kernel.dtype} x {'int8' if kernel.weights == 'i8' else f'int4 (group {kernel.group_size})'}"
-    progress(f"calibrating: {label} GEMV kernel roof ({count} weights [{QUANT_WEIGHT_ROWS},{GEMV_IN}] in turn, "
-             f"{_threads(threads)}) ...")
-    rounds, moved = _quantized_gemvs(kernel, QUANT_WEIGHT_ROWS, count)
-    rounds()  # untimed: the first calls choose the kernel and fault in its buffers
-    seconds = [_timed(rounds) for _ in range(repetitions)]
-    del rounds
-    cached_out = max(256, int(cached_bytes / (GEMV_IN * per_element)) // 256 * 256)
-    small, _ = _quantized_gemvs(kernel, cached_out, 1)
-    small()
-    calls = max(1, int(CACHED_MIN_SECONDS / max(_timed(small), 1e-6)))
-    elements = cached_out * GEMV_IN * calls
-    rates = [elements / _timed(lambda: [small() for _ in range(calls)]) for _ in range(repetitions)]
-    return KernelRoof(dtype=kernel.dtype, gb_per_s=repeated([moved / s / 1e9 for s in seconds]), threads=threads,
-                      shape=[1, GEMV_IN, QUANT_WEIGHT_ROWS * count], weights=kernel.weights,
-                      group_size=kernel.group_size, elements_per_s=repeated(rates),
-                      cached_shape=[1, GEMV_IN, cached_out])
+    best: tuple[Repeated, list[int]] | None = None
+    best_rate: tuple[Repeated, list[int]] | None = None
+    for out, inputs in ((QUANT_WEIGHT_ROWS, GEMV_IN), (GEMV_IN, QUANT_WEIGHT_ROWS)):
+        one = out * inputs * per_element
+        count = max(2, -(-weight_bytes // int(one)))
+        if available is not None and count * one > MEMORY_SHARE * available:
+            raise MemoryError(f"{count} weights of {_mib(one)} need more than half of the {_mib(available)} "
+                              "available")
+        progress(f"calibrating: {label} GEMV kernel roof ({count} weights [{out},{inputs}] in turn, "
+                 f"{_threads(threads)}) ...")
+        rounds, moved = _quantized_gemvs(kernel, out, inputs, count)
+        rounds()  # untimed: the first calls choose the kernel and fault in its buffers
+        figure = repeated([moved / _timed(rounds) / 1e9 for _ in range(repetitions)])
+        del rounds
+        if best is None or figure.best > best[0].best:
+            best = (figure, [1, inputs, out * count])
+        cached_out = max(256, int(cached_bytes / (inputs * per_element)) // 256 * 256)
+        small, _ = _quantized_gemvs(kernel, cached_out, inputs, 1)
+        small()
+        calls = max(1, int(CACHED_MIN_SECONDS / max(_timed(small), 1e-6)))
+        elements = cached_out * inputs * calls
+        rate = repeated([elements / _timed(lambda: [small() for _ in range(calls)])  # noqa: B023 (this shape's)
+                         for _ in range(repetitions)])
+        if best_rate is None or rate.best > best_rate[0].best:
+            best_rate = (rate, [1, inputs, cached_out])
+    assert best is not None and best_rate is not None
+    return KernelRoof(dtype=kernel.dtype, gb_per_s=best[0], threads=threads, shape=best[1], weights=kernel.weights,
+                      group_size=kernel.group_size, elements_per_s=best_rate[0], cached_shape=best_rate[1],
+                      path="aten::_weight_int8pack_mm" if kernel.weights == "i8" else
+                      "aten::_weight_int4pack_mm_for_cpu")
 
 
 # Below this, a measuring window's run-queue share is one preemption's noise, not a busy machine.

@@ -49,7 +49,7 @@ class BandwidthRoof:
     array_bytes: int  # each array's size (several times the last-level cache)
     node: int | None = None  # the NUMA node the arrays were on; None: the run's memory policy decided
     isa: str = ""  # the instruction set the kernel's loops were built for (avx512, avx2, sse2); "": unknown
-    isas: dict[str, float] = field(default_factory=dict)  # the read kernel's best GB/s in each ISA it ran in
+    isas: dict[str, float] = field(default_factory=dict)  # the best GB/s in each ISA it ran in (the fastest kept)
 
     @property
     def arrays(self) -> int:
