@@ -21,10 +21,11 @@ from .decode import launch_from_args
 COMMAND = spec.Command(
     "calibrate", help="measure the machine's memory bandwidth, peak compute and GEMV kernel roof (cached)",
     description="Measures, in a child launched like `decode` with the same launch options, the roofs every GEMM and "
-                "the decode ceiling are judged against: STREAM-style copy and triad bandwidth (native OpenMP kernels), "
-                "peak GEMM GFLOP/s per dtype and the best decode-shaped GEMV bandwidth torch reaches; each with its "
-                "spread over repetitions. The result is cached per machine, torch, OpenMP runtime, thread count and "
-                "CPUs, and `decode` uses it.",
+                "the decode ceiling are judged against: read-only, copy and triad memory bandwidth (native OpenMP "
+                "kernels, the fastest of their ISA builds), the cores' f32 FMA peak beside the theoretical one, "
+                "peak GEMM GFLOP/s per dtype and the best decode GEMV bandwidth torch reaches over its paths "
+                "(eager, prepacked); each with its spread over repetitions. The result is cached per machine, "
+                "torch, OpenMP runtime, thread count and CPUs, and `decode` uses it.",
     groups=(spec.LAUNCH_GROUP, spec.Group(None, spec.calibrate_output())))
 
 
