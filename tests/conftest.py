@@ -12,3 +12,6 @@ def pytest_configure(config: object) -> None:
     # the measurement is paid once per launch shape, not once per test.
     if "CPUPROF_CACHE_DIR" not in os.environ:
         os.environ["CPUPROF_CACHE_DIR"] = tempfile.mkdtemp(prefix="cpuprof-test-cache-")
+    # Terminal reports fit the terminal's width: the tests read them at one width, whatever the
+    # developer's terminal or CI's pipe (every child inherits it).
+    os.environ["COLUMNS"] = "120"

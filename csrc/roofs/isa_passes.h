@@ -9,6 +9,9 @@
 
 namespace cpuprof {
 
+// The triad's scalar: a[i] = b[i] + kTriadScalar * c[i] (its result is checked against it).
+constexpr double kTriadScalar = 3.0;
+
 struct StreamArrays {
   double* a;
   double* b;
@@ -20,15 +23,16 @@ struct StreamArrays {
 // One instruction set's passes. Every pass runs on an OpenMP team of `threads` with a static
 // schedule, so a thread streams the same pages each pass (first-touched by it).
 struct IsaPasses {
-  const char* name;  // "avx512", "avx2", "sse2"
+  const char* name;  // "avx512", "avx2", "sse2"; "generic" off x86-64
   int vector_bytes;  // the widest vector its loops use
   void (*copy)(const StreamArrays&);
   void (*triad)(const StreamArrays&);
   double (*read)(const StreamArrays&);  // the sum of array a: only reads
   // `iterations` rounds of independent fused multiply-adds on f32 vectors held in registers on each
   // thread of a team of `threads` (no memory traffic): the cores' own arithmetic peak. Returns a
-  // value computed from every accumulator so the loop cannot be dropped.
-  float (*fma)(int64_t iterations, int threads);
+  // value computed from every accumulator so the loop cannot be dropped, and the team size the runtime
+  // gave in `team`.
+  float (*fma)(int64_t iterations, int threads, int* team);
   int64_t fma_flops_per_iteration;  // per thread: accumulators x lanes x 2
 };
 

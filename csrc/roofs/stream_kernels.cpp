@@ -23,7 +23,7 @@ namespace {
 // 2 MiB: arrays start on a huge-page boundary, so transparent huge pages (where enabled) can back
 // them from the first byte and TLB misses do not depend on where malloc happened to put them.
 constexpr size_t kAlignment = size_t{2} << 20;
-constexpr double kA = 1.0, kB = 2.0, kC = 0.5, kScalar = 3.0;  // kScalar: the triad's, in isa_passes.inc
+constexpr double kA = 1.0, kB = 2.0, kC = 0.5;
 
 // bad_alloc becomes MemoryError in Python; the plain one says nothing about how much was asked.
 class ArrayAllocError : public std::bad_alloc {
@@ -140,7 +140,7 @@ std::vector<double> stream_seconds(const std::string& kernel, size_t array_bytes
 
   // Reading every result keeps the compiler from dropping passes whose output nobody used, and
   // catches a kernel that did not do its work (STREAM checks its arrays the same way).
-  const double expected = triad ? kB + kScalar * kC : kA;
+  const double expected = triad ? kB + kTriadScalar * kC : kA;
   double sum = read_sum;
   if (!read) {
     const double* out = triad ? pa : pc;
@@ -165,9 +165,15 @@ std::vector<double> fma_seconds(const std::string& isa, int threads, int64_t ite
   seconds.reserve(static_cast<size_t>(repetitions));
   float sink = 0.0f;
   for (int pass = 0; pass <= repetitions; ++pass) {
+    int team = 0;
     const auto start = std::chrono::steady_clock::now();
-    sink += passes.fma(iterations, threads);
+    sink += passes.fma(iterations, threads, &team);
     const auto stop = std::chrono::steady_clock::now();
+    // Its FLOPs are counted for `threads`: a smaller team would be reported as a higher peak.
+    if (team != threads) {
+      throw std::runtime_error("the OpenMP runtime ran " + std::to_string(team) + " threads of the " +
+                               std::to_string(threads) + " asked (OMP_THREAD_LIMIT or OMP_DYNAMIC?)");
+    }
     if (pass > 0) seconds.push_back(std::chrono::duration<double>(stop - start).count());
   }
   // The chains decay towards a finite fixed point; anything else means the loop did not run as built.

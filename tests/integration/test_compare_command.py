@@ -34,6 +34,11 @@ def test_threads_by_runtime_sweep_runs_every_configuration_and_renders_every_for
                                                  "threads=2 omp=gnu", "threads=2 omp=intel"]
     assert all(r["runs"] == 3 and r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows)
     assert "Welch's t-test over 3 and 3 runs" in report["sections"][0]["lines"][0]
+    # The explanation starts from what the two configurations it compares differ in, axis by axis.
+    lines = report["sections"][0]["lines"]
+    assert lines[1].startswith("What the configurations differ in"), lines
+    causes = [line.removeprefix("  - ") for line in lines[2:] if line.startswith("  - ")]
+    assert any(c.startswith(("threads ", "omp ")) and " → " in c for c in causes), lines
     # Progress says what runs, in whole lines, while it runs.
     assert result.stderr.count("cpuprof: [") >= 24 and "[12/12]" in result.stderr
 
@@ -197,3 +202,14 @@ def test_ctrl_c_while_a_run_is_still_starting_stops_the_sweep(tmp_path: Path):
     assert f"resume with: python -m cpuprof compare --resume {out}" in ended.stderr
     assert [r.status for r in load(out).runs] == ["interrupted"]
 
+
+
+def test_compare_from_refuses_the_flags_it_would_ignore(tmp_path: Path):
+    """--from runs the profile's own workload and launch: a --layers or --new-tokens given with it would
+    be dropped without a word (a sweep of full-size runs), so it is refused before anything runs."""
+    result = cpuprof("compare", "--from", str(tmp_path / "profiled"), "--layers", "2", "--new-tokens=8", "-r", "2",
+                     "--out", str(tmp_path / "sweep"))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("cpuprof: error: --from") and "--layers, --new-tokens would be ignored" in line
+    assert not (tmp_path / "sweep").exists()

@@ -80,6 +80,9 @@ def test_every_pool_worker_is_profiled_whatever_the_start_method(tmp_path: Path,
     for p in followed:
         assert p.profile.meta.role is not None and "PoolWorker" in p.profile.meta.role
         assert p.directory == out / "processes" / str(p.profile.meta.pid)
+        # The pool's own shutdown of its workers (SIGTERM from Pool.terminate) is their normal end.
+        assert p.profile.status.complete, p.profile.status.reason
+    assert "PARTIAL" not in result.stdout
     assert "Processes" in result.stdout and "PoolWorker" in result.stdout
     # The merged report re-renders from the directory, in a data format too.
     again = cpuprof("report", str(out), "--format", "json")
@@ -632,3 +635,18 @@ def test_a_process_that_execs_is_saved_first_and_says_so(tmp_path: Path):
     assert "it exec'd" in (followed["python child.py"].status.reason or "")
     assert _mm_calls(followed["python second.py"]) == 5  # the program it became, under the same pid
     assert "exec'd" in result.stderr and "killed before its first checkpoint" not in result.stdout
+
+
+def test_a_forked_worker_under_no_follow_never_runs_cpuprofs_handlers(tmp_path: Path):
+    """The workers a fork Pool starts inherit the program's process; without --no-follow's profile of
+    their own they are the program's alone: the pool's SIGTERM at its end kills them as it would
+    without cpuprof, with nothing of cpuprof's printed (no Terminated traceback from its handler)."""
+    program = _write(tmp_path, "pool.py", POOL_PROGRAM)
+    out = tmp_path / "out"
+    result = cpuprof("run", "--no-follow", "--threads", "1", "--out", str(out), "--", "python", str(program), "fork",
+                     "torch-first", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"done {MM_PER_TASK * TASKS}" in result.stdout
+    assert "Traceback" not in result.stderr and "Terminated" not in result.stderr, result.stderr
+    assert not _followed(out)
+    assert "PARTIAL" not in result.stdout

@@ -25,9 +25,10 @@ from cpuprof.model import Profile
 MODEL = ("--preset", "llama-3.2-1b", "--layers", "2", "--new-tokens", "8", "--prompt-len", "8", "--threads", "2")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return {**os.environ, "CPUPROF_CACHE_DIR": str(tmp_path_factory.mktemp("roofs-cache"))}
+@pytest.fixture
+def cache(tmp_path: Path) -> dict[str, str]:
+    """A cache of its own per decode: its roofs are measured in its child, minutes, not hours, before."""
+    return {**os.environ, "CPUPROF_CACHE_DIR": str(tmp_path / "roofs-cache")}
 
 
 @pytest.mark.parametrize("variant", [("--compile",), ("--quant", "int8")], ids=["compile", "int8"])
@@ -47,9 +48,8 @@ def test_no_gemm_beats_its_kernel_roof(tmp_path: Path, cache: dict[str, str], va
         assert roof is not None
         allowed = 1 + max(roof.gb_per_s.spread, ABOVE_ROOF_SHARE - 1)
         assert group.kernel_roof_share <= allowed, (group.work, group.kernel_roof_share, roof)
-        if group.kernel_roof_share > 1:  # a verdict never says the kernel binds a GEMM that beat it
-            assert "binds" not in group.verdict, group.verdict
     if variant == ("--compile",):
-        assert any(g.work.dtype == "bf16" and not g.quantized_weights for g in judged)
+        # The compiled GEMMs run on weights prepacked for oneDNN: the roof that holds them is that path's.
         bf16 = profile.roofs.kernel_roof("bf16")
-        assert bf16 is not None and bf16.paths["F.linear"] <= bf16.gb_per_s.best
+        assert bf16 is not None and "oneDNN prepacked" in bf16.paths, bf16
+        assert any(g.work.dtype == "bf16" and not g.quantized_weights for g in judged)

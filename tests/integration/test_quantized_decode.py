@@ -72,6 +72,10 @@ def test_compare_sweeps_the_quantization(tmp_path: Path):
     rows = json.loads(result.stdout)["sections"][0]["tables"][0]["rows"]
     assert sorted(r["config"] for r in rows) == ["quant=int4", "quant=int8", "quant=none"]
     assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows)
+    # The cause named first is the quantization, with the bytes a token reads in both and what they predict.
+    lines = json.loads(result.stdout)["sections"][0]["lines"]
+    (cause,) = [line for line in lines if line.startswith("  - quant ")]
+    assert "bytes read per token" in cause and "predicts" in cause and "measured" in cause, lines
     refused = cpuprof("compare", *SHORT, "--quant", "none,int8", "--group-size", "32", "--out", str(tmp_path / "x"))
     assert refused.returncode == 2 and "it needs --quant int4" in one_line_error(refused)
     # A tensor-parallel configuration's slices are checked too, before the first run.

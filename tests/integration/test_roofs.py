@@ -237,7 +237,7 @@ def test_full_calibration(full_roofs: dict):
     roofs = full_roofs["roofs"]
     assert roofs["errors"] == []
     assert roofs["from_cache"] is False
-    assert 0 < roofs["seconds"] < 30
+    assert 0 < roofs["seconds"] < 60
     assert roofs["threads"] == len(os.sched_getaffinity(0))
     assert set(roofs["fingerprint"]) == {"cpu", "logical_cpus", "memory", "torch", "openmp", "memory_policy"}
     assert {b["kernel"] for b in roofs["bandwidth"]} == {"copy", "triad", "read"}
@@ -509,6 +509,7 @@ def test_a_machine_without_avx512_is_measured_with_what_it_has(tmp_path: Path):
         pytest.skip("this CPU has no AVX2: there is nothing to cap")
     env = {**os.environ, "CPUPROF_MAX_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
            "PYTHONPATH": SRC}
+    env["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
     result = subprocess.run([sys.executable, "-c", FULL, "1"], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     roofs = json.loads(result.stdout.strip().splitlines()[-1])["roofs"]
@@ -556,4 +557,5 @@ def test_a_long_run_probes_the_memory_again_at_its_end(tmp_path: Path, command: 
     tolerance = max(machine_roofs.PROBE_TOLERANCE, memory.gb_per_s.spread)
     assert (end.outcome == "agrees") == (abs(end.ratio - 1) <= tolerance + 1e-9), end
     report = " ".join(long.stdout.split())
-    assert f"at the end of the run ({end.at[11:16]} UTC) a probe of the memory read {end.kernel} " in report
+    assert (f"at the end of the run ({end.at[11:16]} UTC) a probe of the memory (the {end.kernel} kernel) read "
+            f"{end.gb_per_s:.1f} GB/s") in report

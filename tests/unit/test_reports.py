@@ -42,8 +42,11 @@ def test_terminal_report_derives_the_figures():
     text = rendered(make_profile())
     assert text.startswith("WARNING: threads: asked 2 but torch uses 1")
     assert "throughput 100.0 tokens/s" in text
-    row = next(line for line in text.splitlines() if line.strip().startswith("aten::mm"))
-    assert "bf16[1,2048], bf16[2048,8192]ᵀ" in row and "mlp" in row
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("aten::mm"))
+    row = lines[at]
+    # The inputs column is wider than the 120 columns the report takes here: shown below the row, indented.
+    assert lines[at + 1].startswith("      inputs: bf16[1,2048], bf16[2048,8192]ᵀ") and "mlp" in row
     assert "1.95" in row  # busy threads: (590 + 580) ms CPU / 600 ms self
     assert "0.50" in row  # IPC: 1.5 G instructions / 3 G cycles
     assert "92%" in row  # 600 of 650 ms of self time
@@ -271,3 +274,19 @@ def test_an_on_demand_runs_own_profile_says_it_was_profiled_in_windows_even_with
     report = build_report(own)
     assert report.title != "cpuprof calibrate"
     assert "profiled in windows, not here" in " ".join(report.section("profile").lines)  # type: ignore[union-attr]
+
+
+def test_a_terminal_report_fits_its_width_and_keeps_commands_whole(monkeypatch: pytest.MonkeyPatch):
+    """At COLUMNS=120 no line of a full report runs past 120 characters: paragraphs of a table (verdicts)
+    go below their row, and the table's other wide columns too; a command to paste is never broken at
+    a space or a hyphen, whatever the width."""
+    from cpuprof.reports.terminal import _para
+
+    for columns in (120, 80):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        text = rendered(make_profile())
+        assert max(len(line) for line in text.splitlines()) <= columns, columns
+    monkeypatch.setenv("COLUMNS", "60")
+    command = "python -m cpuprof compare --resume /tmp/cpuprof-out/compare-2026-11-29-01-02-03"
+    wrapped = _para(f"PARTIAL: 3 of 12 runs finished; resume with {command}", subsequent_indent="  ")
+    assert command in wrapped.replace("\n  ", " ") and command in wrapped.splitlines()[-1]

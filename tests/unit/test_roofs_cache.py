@@ -498,7 +498,8 @@ def test_a_report_says_how_old_its_roofs_are_and_what_the_probe_read(fingerprint
         assert lines[0].startswith("from the cache (measured 2025-01-01 00:00 UTC, 3.0 h before this profile, "
                                    "in 1.5 s)")
     probe = next(line for line in lines if line.startswith("last probe of the memory"))
-    assert probe == ("last probe of the memory, at 2025-01-01 03:00 UTC (30 s before this profile): read 21.0 GB/s, "
+    assert probe == ("last probe of the memory, at 2025-01-01 03:00 UTC (30 s before this profile): the read kernel "
+                     "21.0 GB/s, "
                      f"50% of the cached 42.0 GB/s (measured 2025-01-01 00:00 UTC): {said}" + (
                          ": the ceiling and every share of a roof are off by it" if outcome == "kept" else ""))
 
@@ -579,4 +580,4 @@ def test_a_long_run_probes_the_memory_at_its_end_and_says_a_change(monkeypatch: 
     assert end.cached_gb_per_s == 42.0 and end.gb_per_s == reading
     used.end_probe = end
     line = next(line for line in roofs_lines(used) if line.startswith("at the end of the run"))
-    assert f"read {reading:.1f} GB/s" in line and said in line
+    assert f"(the read kernel) read {reading:.1f} GB/s" in line and said in line

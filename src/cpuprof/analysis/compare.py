@@ -9,7 +9,7 @@ turns a whole :class:`~cpuprof.model.compare.Comparison` into a report any rende
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,9 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
                    p50_ms=wl.figures.p50_ms, p99_ms=wl.figures.p99_ms, profiled=profile.profiled)
     if wl.collectives is None:
         m.all_reduce_share = 0.0  # one process, or an independent instance: nothing to reduce
+    if wl.bytes_read_per_token:
+        m.bytes_per_token = wl.bytes_read_per_token
+        m.gb_per_s = wl.bytes_read_per_token * wl.figures.tokens_per_s / 1e9
     in_force = profile.settings.in_force if profile.settings else None
     if in_force is not None and in_force.torch is not None:
         m.threads = in_force.torch.num_threads
@@ -120,6 +123,9 @@ def group_metrics(run: MultiRun, profiles: list[Profile | None]) -> RunMetrics |
         m.all_reduce_share = 0.0
     m.profiled = all(r.profiled for r in ranks)
     m.threads = lead.threads
+    # Every rank reads its own bytes: a tensor-parallel token reads all ranks' shards, an instance's its own.
+    m.bytes_per_token = _all_or_none([r.bytes_per_token for r in ranks], _sum if run.mode == "tp" else _mean)
+    m.gb_per_s = _all_or_none([r.gb_per_s for r in ranks], _sum)
     for key in ("spin_share", "sleep_share", "run_delay_share"):
         setattr(m, key, _all_or_none([getattr(r, key) for r in ranks], _mean))
     for key in ("switches_per_token", "migrations_per_token"):
@@ -168,6 +174,10 @@ EXPLAINING = (
 )
 
 
+# Figures a swept axis's mechanism is shown by, never named as a cause on their own.
+MECHANISM_ONLY = ("bytes_per_token", "gb_per_s")
+
+
 def _mean(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
@@ -187,7 +197,8 @@ def summarize_configs(comparison: Comparison) -> list[ConfigSummary]:
             index=i, config=config, tokens_per_s=summarize([m.tokens_per_s for m in metrics]),
             p50_ms=p50, p99_ms=p99, ttft_s=_mean([m.ttft_s for m in metrics]),
             failed=len(failed), errors=sorted({r.error or "failed" for r in failed}),
-            metrics={key: _mean([getattr(m, key) for m in metrics]) for key, *_ in EXPLAINING},
+            metrics={key: _mean([getattr(m, key) for m in metrics]) for key in (*(k for k, *_ in EXPLAINING),
+                                                                                 *MECHANISM_ONLY)},
         ))
     return out
 
@@ -200,6 +211,8 @@ class Verdict:
     change: float  # relative tokens/s change of the best against ``other``
     test: WelchResult | None  # None: too few repetitions to test
     explanations: list[str]
+    causes: list[str] = field(default_factory=list)  # what the two configurations differ in, and its mechanism
+    small: list[str] = field(default_factory=list)  # figures that differ, but by too little to explain anything
 
     @property
     def line(self) -> str:
@@ -228,18 +241,115 @@ def significance_text(test: WelchResult | None, a: ConfigSummary, b: ConfigSumma
 def explain(best: ConfigSummary, other: ConfigSummary) -> list[str]:
     """The explaining metrics that differ most between two configurations, biggest change first."""
     changes = []
-    for key, what, share, least in EXPLAINING:
+    for key, what, _share, least in EXPLAINING:
         a, b = best.metrics.get(key), other.metrics.get(key)
         if a is None or b is None or abs(a - b) < least:
             continue
         base = max(abs(a), abs(b))
         if base == 0 or abs(a - b) / base < MIN_EXPLAINING_CHANGE:
             continue
-        fmt = fmt_percent if share else (lambda v: f"{v:,.1f}")
-        changes.append((abs(a - b) / base,
-                        f"{what}: {fmt(b)} in {other.config.label}, {fmt(a)} in {best.config.label}"))
+        changes.append((abs(a - b) / base, f"{what}: {_figure(key, b)} in {other.config.label}, "
+                                           f"{_figure(key, a)} in {best.config.label}"))
     changes.sort(key=lambda c: c[0], reverse=True)
     return [text for _, text in changes[:MAX_EXPLANATIONS]]
+
+
+def small_differences(best: ConfigSummary, other: ConfigSummary) -> list[str]:
+    """The metrics that changed by MIN_EXPLAINING_CHANGE or more but by less than the least change that
+    can explain anything: named, so "nothing differs enough" is not read as "nothing differs"."""
+    out = []
+    for key, what, _share, least in EXPLAINING:
+        a, b = best.metrics.get(key), other.metrics.get(key)
+        if a is None or b is None or abs(a - b) >= least:
+            continue
+        base = max(abs(a), abs(b))
+        if base and abs(a - b) / base >= MIN_EXPLAINING_CHANGE:
+            out.append(f"{what} {_figure(key, b)} against {_figure(key, a)} (a difference below {_figure(key, least)})")
+    return out
+
+
+def _figure(key: str, value: float) -> str:
+    share = next(s for k, _what, s, _least in EXPLAINING if k == key)
+    return fmt_percent(value) if share else f"{value:,.1f}"
+
+
+# What each swept axis changes in a decode, and the measured figures that show that mechanism at work.
+# Decoding one token reads every weight once, so an axis that changes the bytes a token reads changes
+# tokens/s by about as much where memory binds; the others change how the cores share that work.
+MECHANISMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "threads": ("each GEMV's rows are split over that many cores, which together reach more memory bandwidth "
+                "until it saturates, and wait for each other at every op's barrier", ("gb_per_s", "spin_share",
+                                                                                      "run_delay_share")),
+    "omp": ("the OpenMP runtime: how its threads wait at the barrier that ends each op (spinning on CPU, or "
+            "asleep)", ("spin_share", "sleep_share", "switches_per_token")),
+    "blocktime": ("how long an idle OpenMP thread spins before it sleeps", ("spin_share", "sleep_share",
+                                                                            "switches_per_token")),
+    "bind": ("where the threads run: pinned to cores or left to the scheduler", ("migrations_per_token",
+                                                                               "run_delay_share", "gb_per_s")),
+    "numa": ("which node's cores and memory the decode uses", ("gb_per_s", "bandwidth_share")),
+    "allocator": ("the memory allocator, which cpuprof measures no figure of its own for", ("switches_per_token",)),
+    "dtype": ("the bytes of each weight, which every token reads once", ("bytes_per_token", "gb_per_s")),
+    "quant": ("the bytes of each weight, which every token reads once (and the work of unpacking them)",
+              ("bytes_per_token", "gb_per_s")),
+    "batch": ("the tokens one read of the weights serves", ("bytes_per_token", "gb_per_s")),
+    "compile": ("torch.compile: fused kernels and prepacked weights, fewer ops between them", ("gb_per_s",
+                                                                                              "spin_share")),
+    "tp": ("the weights split over ranks, each reading its share, with an all-reduce each layer",
+           ("all_reduce_share", "gb_per_s")),
+    "instances": ("independent copies decoding at once, sharing the memory bandwidth", ("gb_per_s",
+                                                                                       "run_delay_share")),
+}
+
+
+def _label(key: str) -> str:
+    if key == "bytes_per_token":
+        return "bytes read per token"
+    if key == "gb_per_s":
+        return "memory traffic"
+    return next(w for k, w, _s, _least in EXPLAINING if k == key).split(" (")[0]
+
+
+def _value(key: str, value: float) -> str:
+    if key == "bytes_per_token":
+        return f"{value / 1e9:.2f} GB"
+    if key == "gb_per_s":
+        return f"{value:.1f} GB/s"
+    return _figure(key, value)
+
+
+def causes(best: ConfigSummary, other: ConfigSummary) -> list[str]:
+    """What the two configurations differ in, each with the mechanism it changes and the figures that
+    measure that mechanism in both: the cause of a difference, before any figure that merely differs."""
+    lines = []
+    for axis, value in best.config.values.items():
+        was = other.config.values.get(axis)
+        if was is None or was == value:
+            continue
+        mechanism, keys = MECHANISMS.get(axis, (f"the {axis}", ("gb_per_s",)))
+        measured = []
+        for key in keys:
+            a, b = best.metrics.get(key), other.metrics.get(key)
+            if a is not None and b is not None:
+                measured.append(f"{_label(key)} {_value(key, b)} → {_value(key, a)}")
+        line = f"{axis} {was} → {value}: {mechanism}"
+        predicted = _bytes_prediction(best, other) if "bytes_per_token" in keys else None
+        if measured:
+            line += "; measured: " + ", ".join(measured)
+        if predicted:
+            line += f"; {predicted}"
+        lines.append(line)
+    return lines
+
+
+def _bytes_prediction(best: ConfigSummary, other: ConfigSummary) -> str | None:
+    """Where the bytes a token reads changed: the tokens/s change they predict for a memory-bound decode,
+    beside the measured one."""
+    a, b = best.metrics.get("bytes_per_token"), other.metrics.get("bytes_per_token")
+    if not a or not b or not other.tokens_per_s.mean:
+        return None
+    measured = best.tokens_per_s.mean / other.tokens_per_s.mean
+    return (f"reading {b / a:.2f}x {'fewer' if a < b else 'more'} bytes per token predicts {b / a:.2f}x the tokens/s "
+            f"where memory binds; measured {measured:.2f}x")
 
 
 def verdict(comparison: Comparison, summaries: list[ConfigSummary] | None = None) -> Verdict | None:
@@ -253,7 +363,10 @@ def verdict(comparison: Comparison, summaries: list[ConfigSummary] | None = None
     other = baseline if baseline.ok and baseline.index != best.index else (ranked[1] if len(ranked) > 1 else best)
     test = welch_test(_values(comparison, best.index), _values(comparison, other.index)) if other is not best else None
     change = best.tokens_per_s.mean / other.tokens_per_s.mean - 1.0 if other.tokens_per_s.mean else 0.0
-    return Verdict(best, baseline, other, change, test, explain(best, other) if other is not best else [])
+    if other is best:
+        return Verdict(best, baseline, other, change, test, [])
+    return Verdict(best, baseline, other, change, test, explain(best, other), causes(best, other),
+                   small_differences(best, other))
 
 
 def _values(comparison: Comparison, config: int) -> list[float]:
@@ -364,13 +477,17 @@ def comparison_report(comparison: Comparison, directory: str | None = None) -> R
     v = verdict(comparison, summaries)
     if v is not None:
         lines.append(v.line + ".")
+        noise = "" if v.test is None or v.test.significant else " (though their throughput does not, beyond the noise)"
+        if v.causes:
+            lines.append(f"What the configurations differ in, and what it changes{noise}:")
+            lines.extend(f"  - {c}" for c in v.causes)
         if v.explanations:
-            lines.append("What differs between them:" if v.test is None or v.test.significant else
-                         "What differs between them (though their throughput does not, beyond the noise):")
+            lines.append("Other figures that differ:" if v.causes else f"What differs between them{noise}:")
             lines.extend(f"  - {e}" for e in v.explanations)
         elif v.best.index != v.other.index:
-            lines.append("No measured figure differs enough between them to explain it (all within "
-                         f"{fmt_percent(MIN_EXPLAINING_CHANGE)} of each other).")
+            text = (f"No other measured figure differs by {fmt_percent(MIN_EXPLAINING_CHANGE)} or more"
+                    if not v.small else "No other measured figure differs enough to explain it")
+            lines.append(text + (": " + "; ".join(v.small) if v.small else "") + ".")
     over = [s.config.label for s in summaries if (s.metrics.get("bandwidth_share") or 0) > 1]
     if over:
         from .ceiling import above_the_roof

@@ -122,6 +122,7 @@ class GemmGroup:
     memory_gb_per_s: float | None = None  # the roofs it is judged against; None: not measured
     peak_gflop_per_s: float | None = None  # of its dtype
     kernel_gb_per_s: float | None = None  # torch's best GEMV of its dtype (and weight storage, if quantized)
+    kernel_path: str = ""  # the path that best GEMV took ("oneDNN prepacked", "F.linear", the quantized op)
     # Quantized weights: torch's kernel's weight elements per second from a weight in the caches (its
     # dequantization's own speed); None: not quantized, or not measured.
     kernel_elements_per_s: float | None = None
@@ -338,21 +339,20 @@ def _judged(group: GemmGroup) -> str:
                 f"at {fmt_percent(share)} of the bandwidth ({_short(achieved_gb)} of {_short(bw)} GB/s)")
         kernel_share = group.kernel_roof_share
         if kernel_share is not None and group.kernel_gb_per_s is not None:
-            if kernel_share > 1:
-                # Faster than the best torch's paths reached at calibration: then the roof, not this GEMM,
-                # is what the figure says is wrong, and "the kernel binds it" would contradict the row.
-                return (text + f"; faster than torch's best {group.kernel_name} GEMV measured here "
-                        f"({_short(group.kernel_gb_per_s)} GB/s, this one {fmt_percent(kernel_share)} of it): the "
-                        "kernel roof was measured low (see its spread) or this GEMM's weights partly stayed in the "
-                        "caches; " + "; ".join(_native_causes(group)))
+            best = f"torch's best {group.kernel_name} GEMV" + (f" ({group.kernel_path})" if group.kernel_path else "")
+            if kernel_share >= ABOVE_ROOF_SHARE:
+                # Faster than the best of torch's paths at calibration, by more than the roofs' own noise: the
+                # roof, not this GEMM, is what is wrong, and "the kernel binds it" would contradict the row.
+                # Nothing of the samples follows: "the kernel runs below the roof" would contradict it too.
+                return (text + f"; faster than {best} measured here ({_short(group.kernel_gb_per_s)} GB/s, this one "
+                        f"{fmt_percent(kernel_share)} of it): the kernel roof was measured low (see its spread) or "
+                        "this GEMM's weights partly stayed in the caches")
             if kernel_share >= AT_ROOF_SHARE:
                 # As fast as torch's own GEMV: the kernel, not this call, binds it; the samples say
                 # what that kernel spends its time on.
-                return (text + f": the kernel binds it (torch's best {group.kernel_name} GEMV reaches "
-                        f"{_short(group.kernel_gb_per_s)} GB/s here; this one {fmt_percent(kernel_share)} of that); "
-                        + "; ".join(_native_causes(group)))
-            text += (f", and {fmt_percent(kernel_share)} of torch's best {group.kernel_name} GEMV "
-                     f"({_short(group.kernel_gb_per_s)} GB/s)")
+                return (text + f": the kernel binds it ({best} reaches {_short(group.kernel_gb_per_s)} GB/s here; "
+                        f"this one {fmt_percent(kernel_share)} of that); " + "; ".join(_native_causes(group)))
+            text += f", and {fmt_percent(kernel_share)} of {best} ({_short(group.kernel_gb_per_s)} GB/s)"
         elif group.quantized_weights:
             text += f" (no {group.kernel_name} kernel roof measured: decode --quant measures it)"
         return text + "; " + "; ".join(_native_causes(group))
@@ -522,6 +522,7 @@ def gemm_groups(profile: Profile) -> list[GemmGroup]:
                                        group_size if group.quantized_weights == "i4" else 0)
             if kernel is not None:
                 group.kernel_gb_per_s = kernel.gb_per_s.best
+                group.kernel_path = kernel.path
                 if group.quantized_weights and kernel.elements_per_s is not None:
                     group.kernel_elements_per_s = kernel.elements_per_s.best
         if splits is not None:

@@ -122,7 +122,8 @@ def _probe_line(roofs: MachineRoofs, now: str | None) -> str | None:
     when = checked.at[:16].replace("T", " ") + " UTC"
     ago = _age(checked.at, now) if now else None
     read = (f"last probe of the memory, at {when}" + (f" ({ago} before this profile)" if ago else "")
-            + f": {checked.kernel} {checked.gb_per_s:.1f} GB/s, {fmt_percent(checked.ratio)} of the cached "
+            + f": the {checked.kernel} kernel {checked.gb_per_s:.1f} GB/s, {fmt_percent(checked.ratio)} of the "
+            f"cached "
             f"{checked.cached_gb_per_s:.1f} GB/s (measured {checked.cached_measured[:16].replace('T', ' ')} UTC)")
     if checked.outcome == "agrees":
         return read + ": agrees, the cached roofs are used"
@@ -151,16 +152,20 @@ def _peak_line(roofs: MachineRoofs) -> str:
     peak = roofs.peak
     assert peak is not None
     text = f"the cores' f32 peak: {peak.gflop_per_s.best:.0f} GFLOP/s measured by a register-only {peak.isa} FMA loop"
-    theoretical = peak.theoretical("f32")
-    if theoretical is None:
-        return text + f"; theoretical peak not derived ({peak.pipes})"
-    text += f", theoretical {theoretical:.0f} at the reported {peak.ghz:.2f} GHz"
-    implied = peak.implied_ghz
-    if implied is not None and peak.ghz is not None and implied > 1.05 * peak.ghz:
-        text += f" (the loop implies {implied:.2f} GHz: the cores run above the reported clock, as boost does)"
-    elif implied is not None and peak.ghz is not None and implied < 0.8 * peak.ghz:
-        text += (f" (the loop reaches {fmt_percent(peak.gflop_per_s.best / theoretical)} of it: fewer FMA pipes than "
-                 "assumed, threads sharing a core, or a clock below the reported one)")
+    theoretical, implied = peak.theoretical("f32"), peak.implied_ghz
+    if theoretical is None or peak.ghz is None:
+        why = peak.pipes if peak.flop_per_cycle is None else f"no clock: {peak.ghz_source}"
+        text += f"; theoretical peak not derived ({why})"
+    else:
+        text += f", theoretical {theoretical:.0f} at the reported {peak.ghz:.2f} GHz"
+        if implied is not None and implied > 1.05 * peak.ghz:
+            text += (f" (the loop implies {implied:.2f} GHz: " + (
+                "above cpufreq's maximum, so this core has more FMA pipes than cpuprof's table says)"
+                if peak.ghz_source.startswith("cpufreq") else
+                "the cores run above the reported clock, as boost does)"))
+        elif implied is not None and implied < 0.8 * peak.ghz:
+            text += (f" (the loop reaches {fmt_percent(peak.gflop_per_s.best / theoretical)} of it: fewer FMA pipes "
+                     "than assumed, threads sharing a core, or a clock below the reported one)")
     compute = roofs.compute_gflop_per_s("f32")
     if compute is not None:
         text += f"; torch's f32 GEMM reaches {fmt_percent(compute / peak.gflop_per_s.best)} of the measured peak"
@@ -173,9 +178,9 @@ def _peak_line(roofs: MachineRoofs) -> str:
 
 
 def _end_probe_line(checked: RoofProbe) -> str:
-    read = (f"at the end of the run ({checked.at[11:16]} UTC) a probe of the memory read {checked.kernel} "
-            f"{checked.gb_per_s:.1f} GB/s, {fmt_percent(checked.ratio)} of the {checked.cached_gb_per_s:.1f} GB/s roof "
-            "used")
+    read = (f"at the end of the run ({checked.at[11:16]} UTC) a probe of the memory (the {checked.kernel} kernel) "
+            f"read {checked.gb_per_s:.1f} GB/s, {fmt_percent(checked.ratio)} of the {checked.cached_gb_per_s:.1f} GB/s "
+            "roof used")
     if checked.outcome == "agrees":
         return read + ": the memory stayed in the state it was judged against"
     return (read + ": the memory changed state during the run, so every share of the memory roof and the ceiling "

@@ -41,8 +41,9 @@ _SET_RESULTS = {0: "not registered", 1: "error", 2: "never", 3: "sometimes", 4: 
 
 NOT_BUILT = "the OMPT tool was not built (omp-tools.h was not found when cpuprof was built; pip install intel-openmp)"
 LIBGOMP = "the OpenMP runtime in this process is libgomp, which never calls an OMPT tool (use --omp intel)"
-STARTED_WITHOUT = ("OMPT needs the tool loaded when the runtime starts: launch through `cpuprof decode` "
-                   "(or the coming `run`)")
+STARTED_WITHOUT = ("OMPT needs the tool loaded when the runtime starts: the process was not launched by `cpuprof "
+                   "decode`, `run` or `compare`, which name it in OMP_TOOL_LIBRARIES")
+TURNED_OFF = "CPUPROF_OMPT=off kept the OMPT tool out of the launch"
 NO_RUNTIME = "no OpenMP runtime is loaded in this process"
 
 
@@ -174,6 +175,8 @@ class OmptReader:
                     "OMP_TOOL_VERBOSE_INIT=stderr shows why")
         if tool_library() is None:
             return NOT_BUILT
+        if os.environ.get("CPUPROF_OMPT") == "off":
+            return TURNED_OFF
         return STARTED_WITHOUT
 
     @staticmethod

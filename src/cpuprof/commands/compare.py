@@ -81,6 +81,21 @@ def _plan_from_args(args: argparse.Namespace, argv: list[str]) -> Comparison:
     return comparison
 
 
+def _workload_or_launch_flags(argv: list[str]) -> list[str]:
+    """The workload and launch flags on the command line (as typed, "--layers" or "--layers=2")."""
+    flags = {option.flag for option in (*spec.WORKLOAD, *spec.LAUNCH, *spec.options("--tp", "--instances"))
+             if not option.positional}
+    flags |= {option.short for option in (*spec.WORKLOAD, *spec.LAUNCH) if option.short}
+    given = []
+    for word in argv:
+        if word == "--":
+            break
+        flag = word.split("=", 1)[0]
+        if flag in flags and flag not in given:
+            given.append(flag)
+    return given
+
+
 def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
     """compare --from DIR: the profile's own options, then each proposal applied to them alone."""
     from ..analysis.proposals import proposals
@@ -90,6 +105,11 @@ def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
     from ..model.io import present
 
     source = Path(args.from_dir)
+    given = _workload_or_launch_flags(argv)
+    if given:
+        raise UsageError(f"--from {source} runs the profile's own workload and launch, with each proposal applied; "
+                         f"{', '.join(given)} would be ignored: leave {'it' if len(given) == 1 else 'them'} out, or "
+                         "sweep settings without --from")
     profile = Profile.load(source)
     launch_file = (source if source.is_dir() else source.parent) / LAUNCH_FILENAME
     if not present(launch_file):

@@ -33,5 +33,6 @@ def run(args: argparse.Namespace) -> int:
     except PermissionError:
         raise UsageError(f"no permission to signal process {args.pid}") from None
     what = "open a window" if args.action == "start" else "close and save its window"
-    print(f"asked cpuprof run (pid {args.pid}) to {what}; its progress lines say when each process has")
+    done = "opened it" if args.action == "start" else "saved it"
+    print(f"asked cpuprof run (pid {args.pid}) to {what}; its progress lines say when each process has {done}")
     return 0

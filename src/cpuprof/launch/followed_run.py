@@ -123,6 +123,7 @@ class FollowedRun(ChildRun):
         self._ending = False  # the final save has begun
         self._saved = False  # the final save is done
         self._terminated = False  # a SIGTERM came: the process dies of it once saved
+        self._ending_complete = False  # the ending is the process's normal end (a pool's worker told to stop)
         self._wakeup_fds: tuple[int, int] | None = None  # the SIGTERM watcher's pipe (read, write)
         self._end_guard = threading.RLock()  # makes "the final save has begun" one thread's (a handler may re-enter)
         self._saver: threading.Thread | None = None  # the thread doing the final save
@@ -209,7 +210,13 @@ class FollowedRun(ChildRun):
             self._final_saved.wait(END_GRACE_S)
             self._die_of_sigterm()
             return
-        self.ending = "ended by SIGTERM"
+        if _a_pool_worker():
+            # multiprocessing.Pool ends its workers with SIGTERM when it closes: the worker's own end,
+            # not a cut-short profile.
+            self.ending, self._ending_complete = "ended by its pool's shutdown (SIGTERM, as multiprocessing.Pool " \
+                "ends its workers)", True
+        else:
+            self.ending = "ended by SIGTERM"
         self.end()
 
     def _die_of_sigterm(self) -> None:
@@ -330,11 +337,12 @@ class FollowedRun(ChildRun):
                 return
             self._saved_final = True
             try:
+                complete = self.ending is None or self._ending_complete
                 if self.windows is not None:
-                    self.windows.end(complete=self.ending is None, reason=self.ending)
+                    self.windows.end(complete=complete, reason=self.ending)
                 else:
                     self.stop_profiler()
-                    self.save(complete=self.ending is None, reason=self.ending)
+                    self.save(complete=complete, reason=self.ending)
             except Exception as exc:
                 warn(f"its profile could not be saved ({type(exc).__name__}: {exc})")
             finally:
@@ -348,6 +356,18 @@ class FollowedRun(ChildRun):
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def _a_pool_worker() -> bool:
+    """This process is a worker of a multiprocessing.Pool (which names them ForkPoolWorker-N,
+    SpawnPoolWorker-N, ForkServerPoolWorker-N)."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return False
+    try:
+        return mp.parent_process() is not None and "PoolWorker-" in mp.current_process().name
+    except Exception:  # noqa: BLE001 (the program's multiprocessing state, whatever it is, must not stop the save)
+        return False
 
 
 def _left_to_default(handler: object) -> bool:

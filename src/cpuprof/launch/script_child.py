@@ -171,6 +171,9 @@ class ScriptRun(ChildRun):
 
     # -- signals --------------------------------------------------------------------------------
     def on_signal(self, signum: int, _frame: object) -> None:
+        if os.getpid() != self.pid:  # a child the program forked: it behaves as it would without cpuprof
+            _as_by_default(signum)
+            return
         now = time.monotonic()
         if now - self._last_signal < DUPLICATE_SIGNAL_S:
             return
@@ -178,6 +181,13 @@ class ScriptRun(ChildRun):
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise Terminated(signum)
+
+    def _after_fork_in_child(self) -> None:
+        """A child the program forks never runs cpuprof's handlers (a followed one sets its own): they
+        would raise cpuprof's exceptions, and print their tracebacks, in the program's workers."""
+        for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+            if signal.getsignal(signum) == self.on_signal:
+                signal.signal(signum, default)
 
     # -- the program ----------------------------------------------------------------------------
     def run_program(self) -> Ending:
@@ -305,6 +315,7 @@ class ScriptRun(ChildRun):
             enable(self.follow_config())
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGTERM, self.on_signal)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
         early = child_signals.take_pending()  # came while this child imported its own modules
         try:
             if early is not None:
@@ -339,6 +350,14 @@ def interrupted_ending(signum: int, before_start: bool = False) -> Ending:
     name = signal.Signals(signum).name
     when = " before it started" if before_start else ""
     return Ending(status=exit_codes.of_signal(signum), reason=f"the program was interrupted by {name}{when}")
+
+
+def _as_by_default(signum: int) -> None:
+    """What ``signum`` does to a Python process that never set a handler of its own."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _module_exists(name: str) -> bool:

@@ -365,6 +365,17 @@ def last_progress_line(logs: list[Path], tail_bytes: int = 8192) -> str | None:
     return None
 
 
+def _time_left(comparison: Comparison, left: int) -> str:
+    """About how long the runs still to make take, from the mean of those made so far (runs of one
+    configuration take alike; a sweep's configurations differ, hence "about")."""
+    walls = [r.wall_s for r in comparison.runs if r.status == "done" and r.wall_s > 0]
+    if not left or not walls:
+        return ""
+    seconds = left * sum(walls) / len(walls)
+    when = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    return f"; {left} run{'s' if left != 1 else ''} left, about {when}"
+
+
 def run_sweep(comparison: Comparison, out_dir: Path,
               report_progress: Callable[[str], None] = say) -> None:
     """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C or SIGTERM."""
@@ -401,4 +412,4 @@ def run_sweep(comparison: Comparison, out_dir: Path,
                 m = record.metrics
                 assert m is not None
                 report_progress(f"cpuprof: {what}: {m.tokens_per_s:.2f} tokens/s, p50 {m.p50_ms:.1f} ms "
-                                f"({record.wall_s:.0f} s)")
+                                f"({record.wall_s:.0f} s){_time_left(comparison, total - k)}")

@@ -53,8 +53,10 @@ def fma_pipes(fields: dict[str, str], isa: str) -> tuple[int | None, str]:
     256-bit ones, and Xeons with AVX-512 two 512-bit ones (some Skylake/Cascade Lake Silver and Gold
     5xxx parts have one: the derived figure is then twice theirs, and the loop shows it).
     """
+    if isa == "sse2":
+        return None, "sse2 has no fused multiply-add: not derived"
     if isa not in ("avx512", "avx2"):
-        return None, f"{isa} has no fused multiply-add: not derived"
+        return None, f"cpuprof's table of FMA pipes is of x86 cores, not of this {isa} build: not derived"
     vendor, flags = fields.get("vendor_id", ""), set(fields.get("flags", "").split())
     try:
         family, model = int(fields.get("cpu family", "")), int(fields.get("model", ""))
@@ -122,7 +124,7 @@ def roofs_isas() -> list[str]:
     """Every ISA the native roof kernels can run here, widest first (capped as roofs_isa is)."""
     widest = roofs_isa()
     order = list(_VECTOR_BITS)
-    return order[order.index(widest):]
+    return order[order.index(widest):] if widest in order else [widest]
 
 
 def measure_peak(threads: int, cpus: list[int], isa: str, progress: Callable[[str], None]) -> ArithmeticPeak:
@@ -152,17 +154,22 @@ _MKL_CALL = re.compile(r"MKL_VERBOSE\s+(\w+)\(")
 
 def kernel_names(call: Callable[[], object]) -> str:
     """The kernels torch's libraries say ``call`` ran (oneDNN's implementation, MKL's routine), from
-    their verbose output captured off this process's stdout; "" where none said (ATen's own kernel)."""
+    their verbose output captured off this process's stdout; "" where none said (ATen's own kernel) or
+    the output could not be captured: a label, never a reason for the measurement to fail."""
     import torch
 
+    try:
+        with _stdout_captured() as read_back:
+            with contextlib.ExitStack() as stack:
+                if torch.backends.mkldnn.is_available():
+                    stack.enter_context(torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
+                if torch.backends.mkl.is_available():
+                    stack.enter_context(torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON))
+                call()
+    except (OSError, AssertionError, RuntimeError):  # no temporary file, no fd 1, verbose mode refused
+        call()
+        return ""
     names: list[str] = []
-    with _stdout_captured() as read_back:
-        with contextlib.ExitStack() as stack:
-            if torch.backends.mkldnn.is_available():
-                stack.enter_context(torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON))
-            if torch.backends.mkl.is_available():
-                stack.enter_context(torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON))
-            call()
     for line in read_back():
         match = _ONEDNN_EXEC.search(line)
         name = (f"oneDNN {match.group(2)}" if match and match.group(1) != "reorder"
@@ -172,19 +179,35 @@ def kernel_names(call: Callable[[], object]) -> str:
     return ", ".join(names)
 
 
+def _flush_c_stdio() -> None:
+    """C's stdout buffer out to the fd it was written for (oneDNN flushes its own lines; not all do)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 @contextlib.contextmanager
 def _stdout_captured() -> Iterator[Callable[[], list[str]]]:
-    """File descriptor 1 sent to a temporary file for the block (the libraries write there from C)."""
+    """File descriptor 1 sent to a temporary file for the block (the libraries write there from C);
+    put back whatever happens, Python's and C's buffers flushed to the right side of the switch."""
     lines: list[str] = []
-    sys.stdout.flush()
-    saved = os.dup(1)
     with tempfile.TemporaryFile(mode="w+b") as sink:
+        sys.stdout.flush()
+        _flush_c_stdio()
+        saved = os.dup(1)
         try:
             os.dup2(sink.fileno(), 1)
-            yield lambda: lines
+            try:
+                yield lambda: lines
+            finally:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdout.flush()
+                _flush_c_stdio()
+                os.dup2(saved, 1)
         finally:
-            sys.stdout.flush()
-            os.dup2(saved, 1)
             os.close(saved)
-            sink.seek(0)
-            lines.extend(sink.read(1 << 20).decode(errors="replace").splitlines())
+        sink.seek(0)
+        lines.extend(sink.read(1 << 20).decode(errors="replace").splitlines())

@@ -353,10 +353,11 @@ def _kernel_shape(dtype: str, out: int, inputs: int, weight_bytes: int, threads:
     size = DTYPE_BYTES[dtype]
     one = out * inputs * size
     count = max(2, -(-weight_bytes // one))
-    # A prepacked path holds its copy beside the plain weights while it runs.
-    if available is not None and 2 * count * one > MEMORY_SHARE * available:
-        raise MemoryError(f"{count} weights of {_mib(one)}, and a packed copy, need more than half of the "
-                          f"{_mib(available)} available")
+    if available is not None and count * one > MEMORY_SHARE * available:
+        raise MemoryError(f"{count} weights of {_mib(one)} need more than half of the {_mib(available)} available")
+    # A prepacked path holds its copy beside the plain weights while it runs: where both do not fit, only
+    # the plain path is measured.
+    packed_fits = available is None or 2 * count * one <= MEMORY_SHARE * available
     progress(f"calibrating: {dtype} GEMV kernel roof ({count} weights [{out},{inputs}] in turn, every path torch "
              f"offers, {_threads(threads)}) ...")
     generator = _generator()
@@ -364,6 +365,9 @@ def _kernel_shape(dtype: str, out: int, inputs: int, weight_bytes: int, threads:
     x = torch.empty(1, inputs, dtype=tdtype).uniform_(-1, 1, generator=generator)
     moved = sum(w.nbytes for w in weights) + count * (x.nbytes + out * size)
     for name, (prepare, call) in _gemv_paths(dtype).items():
+        if name != "F.linear" and not packed_fits:
+            failures.append(f"{name}: a packed copy of the weights does not fit in the memory available")
+            continue
         try:
             figure, ran = _gemv_path(prepare, call, x, weights, moved, repetitions)
         except (RuntimeError, AttributeError, TypeError, NotImplementedError) as exc:
@@ -663,6 +667,12 @@ def _differs(entry: MachineRoofs, fp: dict[str, str], threads: int, cpus: Sequen
     return None
 
 
+def _has_read_roof(roofs: MachineRoofs) -> bool:
+    """The memory roof is the read kernel's: an entry without it (an older cpuprof's, or one whose read
+    failed) is judged against another kernel's figure, so it is never cached nor taken from the cache."""
+    return any(b.kernel == "read" for b in roofs.bandwidth)
+
+
 def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | None]:
     """The cached roofs for this machine, software, thread count and CPUs, or why there are none
     that can be used (None: simply not measured yet)."""
@@ -676,9 +686,9 @@ def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | No
     key = cache_key(fp, threads, cpus)
     for entry in cache.entries:
         if entry.key == key and entry.fingerprint == fp and entry.threads == threads and entry.cpus == sorted(cpus):
-            if not any(b.kernel == "read" for b in entry.bandwidth):
-                return None, ("the cached roofs were measured by an older cpuprof (no read-only memory kernel, no "
-                              "instruction sets, no FMA peak): measuring again")
+            if not _has_read_roof(entry):
+                return None, ("the cached roofs have no read-only memory kernel (measured by an older cpuprof): "
+                              "measuring again")
             above = entry.kernel_above_memory()
             if above is not None:  # stored by a cpuprof that did not check: its memory roof is low
                 return None, (f"the cached memory roof ({entry.memory_gb_per_s():.1f} GB/s) is below what its "
@@ -713,7 +723,8 @@ def launch_entry(threads: int, cpus: list[int], omp: str, mempolicy: str,
     return next((e for e in cache.entries
                  if e.threads == threads and e.cpus == sorted(cpus) and e.fingerprint.get("cpu") == cpu
                  and e.fingerprint.get("torch") == torch_version and runtime_matches(e.fingerprint.get("openmp", ""))
-                 and e.fingerprint.get("memory_policy", "").startswith(policy) and e.kernel_above_memory() is None),
+                 and e.fingerprint.get("memory_policy", "").startswith(policy) and e.kernel_above_memory() is None
+                 and _has_read_roof(e)),
                 None)
 
 
@@ -867,6 +878,9 @@ def not_cached_because(roofs: MachineRoofs) -> str | None:
     above = roofs.kernel_above_memory()
     if roofs.memory_gb_per_s() is None:
         return "roofs without a memory bandwidth are not cached; they will be measured again next time"
+    if not _has_read_roof(roofs):
+        return ("roofs without the read-only memory kernel (the memory roof) are not cached; they will be measured "
+                "again next time")
     if above is not None:
         return (f"the memory bandwidth stayed at {roofs.memory_gb_per_s():.1f} GB/s when measured again, below the "
                 f"{above.gb_per_s.best:.1f} GB/s the {above.dtype} GEMV read from memory: something else used "

@@ -51,6 +51,10 @@ class RunMetrics:
     # partial results, waiting for the slowest rank included); 0 for a process that makes none.
     all_reduce_share: float | None = None
     profiled: bool = True
+    # The bytes a token reads (weights and KV cache, counted by the decode), and the traffic that makes at
+    # the measured tokens/s: what a decode bound by memory follows.
+    bytes_per_token: float | None = None
+    gb_per_s: float | None = None
 
 
 @dataclass

@@ -6,14 +6,37 @@ terminal as a control sequence, and a name's newline never breaks a row."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import textwrap
 from typing import TextIO
 
 from ..analysis.report_model import Report, Table
 from ..safe_text import printable
-from .base import Renderer, cell_text
+from .base import NOT_MEASURED, Renderer, cell_text
 
-WIDTH = 110  # where prose and legends wrap; tables are as wide as their content
+# Where prose and legends wrap, and what a table may take before its long text cells move below it:
+# the terminal's width ($COLUMNS, else the terminal's own, else this), never below MIN_WIDTH.
+DEFAULT_WIDTH = 120
+MIN_WIDTH = 60
+# A text cell longer than this is a paragraph (a verdict, a method): in a table it becomes a mark
+# ("[3]") and the text follows the table, numbered, wrapped at the width.
+MAX_CELL = 48
+
+# A command cpuprof prints for a person to paste (safe_text.cpuprof_command): its words are kept on one
+# line, never broken at a space or a hyphen, so that pasted it runs.
+_COMMAND = re.compile(r"python -m cpuprof(?: (?:'[^']*'|[^\s']+))+")
+_KEEP = "\u00a0"  # joins a command's words while the text is wrapped
+
+
+def width() -> int:
+    """The report's width: $COLUMNS where set (as a pipe into a file has no terminal), else the
+    terminal's, else DEFAULT_WIDTH."""
+    text = os.environ.get("COLUMNS", "")
+    if text.isdigit() and int(text) > 0:
+        return max(int(text), MIN_WIDTH)
+    return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
 
 
 def _line(text: str) -> str:
@@ -22,10 +45,19 @@ def _line(text: str) -> str:
 
 
 def _para(text: str, initial_indent: str = "", subsequent_indent: str = "", end: str = "\n") -> str:
-    """``text`` made printable, then wrapped at WIDTH (the wrapping's newlines are the only ones),
-    then ``end``."""
-    return textwrap.fill(printable(text), WIDTH, initial_indent=initial_indent,
-                         subsequent_indent=subsequent_indent) + end
+    """``text`` made printable, then wrapped at the width (the wrapping's newlines are the only ones),
+    then ``end``. A command to paste is never broken: it moves whole to the next line, and a longer one
+    than the width runs past it."""
+    kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", _KEEP), printable(text))
+    fit = width()
+    lines = []
+    for line in textwrap.wrap(kept, fit, initial_indent=initial_indent, subsequent_indent=subsequent_indent,
+                              break_long_words=False, break_on_hyphens=False) or [initial_indent]:
+        if len(line) > fit and _KEEP not in line:  # a name longer than the width (a C++ symbol): cut, not a command
+            lines += textwrap.wrap(line, fit, subsequent_indent=subsequent_indent, break_on_hyphens=False)
+        else:
+            lines.append(line)
+    return "\n".join(lines).replace(_KEEP, " ") + end
 
 
 class TerminalRenderer(Renderer):
@@ -52,17 +84,44 @@ class TerminalRenderer(Renderer):
 
     def _table(self, table: Table, out: TextIO) -> None:
         if table.caption:
-            out.write(_line(f"  {table.caption}"))
+            out.write(_para(f"  {table.caption}", subsequent_indent="  "))
         if not table.rows:
             out.write("  (none)\n")
             return
         cells = [[printable(c.header) for c in table.columns]]
         cells += [[printable(cell_text(row.get(c.key), c)) for c in table.columns] for row in table.rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(table.columns))]
-        for r in cells:
-            parts = [cell.ljust(wd) if c.alignment == "l" else cell.rjust(wd)
-                     for cell, wd, c in zip(r, widths, table.columns, strict=True)]
+        moved = _columns_below(cells, [c.alignment for c in table.columns], width() - 2)
+        kept = [i for i in range(len(table.columns)) if i not in moved]
+        widths = {i: max(len(r[i]) for r in cells) for i in kept}
+        for n, r in enumerate(cells):
+            parts = [r[i].ljust(widths[i]) if table.columns[i].alignment == "l" else r[i].rjust(widths[i])
+                     for i in kept]
             out.write("  " + "  ".join(parts).rstrip() + "\n")
+            below = [f"{cells[0][i]}: {r[i]}" for i in moved if n and r[i] not in ("", NOT_MEASURED)]
+            if below:
+                out.write(_para("; ".join(below), initial_indent="      ", subsequent_indent="      "))
         legend = [f"{c.header}: {c.help}" for c in table.columns if c.help] + table.legend_notes
         if legend:
             out.write(_para("; ".join(legend), initial_indent="  (", subsequent_indent="   ", end=")\n"))
+
+
+def _columns_below(cells: list[list[str]], alignments: list[str], fit: int) -> list[int]:
+    """The columns a table shows below each row instead of in it, so that it fits ``fit`` characters:
+    first every text column holding a paragraph (a cell over MAX_CELL: a verdict, a method), then, while
+    the rest is still too wide, the widest text columns and then the numbers from the right. The first
+    column, which names the row, always stays. Markdown and HTML keep every column in place."""
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    moved = [i for i in range(1, len(widths)) if alignments[i] == "l" and widths[i] > MAX_CELL]
+    others = sorted((i for i in range(1, len(widths)) if alignments[i] == "l" and i not in moved),
+                    key=lambda i: -widths[i])
+    others += [i for i in reversed(range(1, len(widths))) if alignments[i] != "l"]
+
+    def total() -> int:
+        kept = [w for i, w in enumerate(widths) if i not in moved]
+        return sum(kept) + 2 * (len(kept) - 1)
+
+    for i in others:
+        if total() <= fit:
+            break
+        moved.append(i)
+    return sorted(moved)
