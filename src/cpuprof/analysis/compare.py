@@ -256,11 +256,14 @@ def explain(best: ConfigSummary, other: ConfigSummary) -> list[str]:
 
 def small_differences(best: ConfigSummary, other: ConfigSummary) -> list[str]:
     """The metrics that changed by MIN_EXPLAINING_CHANGE or more but by less than the least change that
-    can explain anything: named, so "nothing differs enough" is not read as "nothing differs"."""
+    can explain anything, and that no swept axis's line gives already: named, so "nothing differs
+    enough" is not read as "nothing differs"."""
+    cited = {key for axis, value in best.config.values.items() if other.config.values.get(axis) not in (None, value)
+             for key in MECHANISMS.get(axis, ("", ()))[1]}
     out = []
     for key, what, _share, least in EXPLAINING:
         a, b = best.metrics.get(key), other.metrics.get(key)
-        if a is None or b is None or abs(a - b) >= least:
+        if key in cited or a is None or b is None or abs(a - b) >= least:
             continue
         base = max(abs(a), abs(b))
         if base and abs(a - b) / base >= MIN_EXPLAINING_CHANGE:

@@ -23,6 +23,8 @@ MIN_WIDTH = 60
 # A text cell longer than this is a paragraph (a verdict, a method): in a table it becomes a mark
 # ("[3]") and the text follows the table, numbered, wrapped at the width.
 MAX_CELL = 48
+# A text column wider than this goes below its rows before any number does when a table is too wide.
+WIDE_TEXT = 24
 
 # A command cpuprof prints for a person to paste (safe_text.cpuprof_command): its words are kept on one
 # line, never broken at a space or a hyphen, so that pasted it runs.
@@ -76,7 +78,10 @@ class TerminalRenderer(Renderer):
         for section in report.sections:
             w("\n" + _line(section.title))
             for line in section.lines:
-                w(_para(line, initial_indent="  ", subsequent_indent="    "))
+                # A list item ("  - ...") hangs under its text.
+                item = line.startswith("  - ")
+                hang = "  " + " " * (len(line) - len(line.lstrip(" -"))) if item else "    "
+                w(_para(line, initial_indent="  ", subsequent_indent=hang))
             for table in section.tables:
                 self._table(table, out)
             for note in section.notes:
@@ -111,10 +116,12 @@ def _columns_below(cells: list[list[str]], alignments: list[str], fit: int) -> l
     the rest is still too wide, the widest text columns and then the numbers from the right. The first
     column, which names the row, always stays. Markdown and HTML keep every column in place."""
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    moved = [i for i in range(1, len(widths)) if alignments[i] == "l" and widths[i] > MAX_CELL]
-    others = sorted((i for i in range(1, len(widths)) if alignments[i] == "l" and i not in moved),
-                    key=lambda i: -widths[i])
+    text = [i for i in range(1, len(widths)) if alignments[i] == "l"]
+    moved = [i for i in text if widths[i] > MAX_CELL]
+    # Wide text (lists of ops, kernels) before any number; a short label that names the row last.
+    others = sorted((i for i in text if i not in moved and widths[i] > WIDE_TEXT), key=lambda i: -widths[i])
     others += [i for i in reversed(range(1, len(widths))) if alignments[i] != "l"]
+    others += sorted((i for i in text if i not in moved and widths[i] <= WIDE_TEXT), key=lambda i: -widths[i])
 
     def total() -> int:
         kept = [w for i, w in enumerate(widths) if i not in moved]
