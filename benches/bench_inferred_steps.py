@@ -118,7 +118,7 @@ def main() -> int:
     programs = list(GENERATE_PROGRAMS)
     model = None
     if not args.no_vllm and importlib.util.find_spec("vllm") is not None:
-        from tests.integration.test_vllm import write_checkpoint
+        from tests.vllm_checkpoint import write_checkpoint
 
         model = Path(tempfile.mkdtemp(prefix="cpuprof-bench-model-"))
         write_checkpoint(model)

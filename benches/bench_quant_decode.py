@@ -24,7 +24,8 @@ def main() -> None:
     parser.add_argument("--preset", default="llama-3.2-1b")
     parser.add_argument("--layers", type=int, default=None, help="override the preset's layers")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="rotated rounds, at least 10 (single rounds on shared machines move by 20%%; default 10)")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--warmup", type=int, default=4)

@@ -28,7 +28,7 @@ from pathlib import Path
 from _common import machine_line, median, render_table, rotated, span
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.integration.test_vllm import write_checkpoint  # noqa: E402 (one checkpoint writer for both)
+from tests.vllm_checkpoint import write_checkpoint  # noqa: E402 (one checkpoint writer for both, without pytest)
 
 GENERATE = """
 import sys

@@ -77,6 +77,7 @@ def test_decode_pinned_to_one_cpu_reads_back_that_cpu(tmp_path: Path):
     threads = profile.settings.in_force.threads
     assert threads and all(t.affinity == [cpu] and t.last_cpu == cpu for t in threads)
     assert not profile.profiled
+    assert profile.roofs is None and "roofs" not in result.stderr  # shown nowhere, so neither measured nor probed
     assert "not profiled (--no-profile)" in result.stdout
     assert f"results (not profiled) saved in {tmp_path}" in result.stdout
 

@@ -85,6 +85,7 @@ os.kill(os.getpid(), 9)
     result = cpuprof(*commands(tmp_path, out)["run"], timeout=60)
     assert "another cpuprof run" not in result.stderr
     assert (out / "launch.json").exists()  # the run started
+    assert not (out / run_dir.LOCK_FILENAME).exists()  # a finished run leaves no lock behind
 
 
 @pytest.mark.parametrize("old_file", ["profile.json", "ranks.json", "compare.json", "launch.json"])

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.cli_runs import cpuprof
+from tests.vllm_checkpoint import FFN, HEAD_DIM, HIDDEN, KV_HEADS, VOCAB, write_checkpoint
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.processes import busiest
@@ -36,8 +37,6 @@ from cpuprof.model.run_layout import load_processes
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM's CPU backend is not installed here (README command 2 installs it)")
 
-HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, LAYERS = 512, 8, 4, 1536, 4096, 4
-HEAD_DIM = HIDDEN // HEADS
 PROMPTS, NEW_TOKENS = 4, 16
 
 GENERATE = f"""
@@ -56,24 +55,6 @@ def main():
 if __name__ == "__main__":
     main()
 """
-
-
-def write_checkpoint(directory: Path) -> None:
-    """A random 4-layer Llama in bf16 and a word-level tokenizer: offline, a few MB."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(VOCAB)} | {"<unk>": 0, "<s>": 1, "</s>": 2}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>",
-                            eos_token="</s>").save_pretrained(directory)
-    config = LlamaConfig(hidden_size=HIDDEN, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                         intermediate_size=FFN, num_hidden_layers=LAYERS, vocab_size=VOCAB,
-                         max_position_embeddings=1024, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(directory)
 
 
 @pytest.fixture(scope="module")

@@ -398,6 +398,8 @@ RANKING_COLUMNS = [
     Column("all_reduce_share", "allreduce", "share", "of each decode step, the time inside all-reduces (tp=N: "
                                                     "the ranks summing partial results, waiting for the slowest "
                                                     "included); 0 for one process"),
+    Column("bytes_per_token", "B/tok", "bytes", "the bytes a token reads (weights and KV cache, counted by the "
+                                                 "decode), mean over the runs"),
     Column("status", "status", "text", "ok, or how many runs failed (the reasons are listed below the table)"),
 ]
 
@@ -424,6 +426,7 @@ def ranking_rows(comparison: Comparison, summaries: list[ConfigSummary]) -> list
             "p99_ns": None if s.p99_ms is None else s.p99_ms * 1e6,
             "ttft_ns": None if s.ttft_s is None else s.ttft_s * 1e9,
             **{key: s.metrics[key] for key, *_ in EXPLAINING},
+            "bytes_per_token": s.metrics.get("bytes_per_token"),
             "status": status,
         })
     return rows

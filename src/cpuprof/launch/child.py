@@ -241,7 +241,9 @@ class DecodeRun(ChildRun):
         from ..model.workload import QUANT_WEIGHT_CODES, ROOF_DTYPES
 
         mode = self.options.roofs
-        if mode == "off":
+        # A decode without its profile shows no roof, judges no GEMM and gives no ceiling: it neither
+        # measures nor probes them (a calibration is a run without a profile that is nothing but them).
+        if mode == "off" or not (self.options.profile.enabled or self.options.calibrate_only):
             return
         self.stage = "measuring the machine's roofs"
         # The run's CPU set, not this thread's affinity: bound runs pin each thread to one CPU.

@@ -64,7 +64,21 @@ def new_default_dir(command: str, root: Path = DEFAULT_ROOT) -> Path:
 
 def _lock(directory: Path, flag: str) -> int:
     """Locks ``directory`` for this process (the returned descriptor holds the lock), or refuses in
-    one line, naming the process that holds it."""
+    one line, naming the process that holds it. The lock file is removed when the run ends (see
+    claimed), so a lock taken on a file another run has just removed is taken again on the new one."""
+    for _attempt in range(8):
+        fd = _lock_once(directory, flag)
+        try:
+            if os.fstat(fd).st_ino == os.stat(directory / LOCK_FILENAME).st_ino:
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    raise UsageError(f"{flag} {directory}: other cpuprof runs keep taking and releasing this directory; "
+                     "choose another")
+
+
+def _lock_once(directory: Path, flag: str) -> int:
     lock_path = directory / LOCK_FILENAME
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -135,16 +149,13 @@ def claimed(out: str | os.PathLike[str] | None, command: str, overwrite: bool = 
                 _remove_previous_run(directory, flag)
         yield directory
     finally:
-        if created and _only_lock_left(directory):
-            # Nobody else knows a directory this run made and wrote nothing in.
-            with contextlib.suppress(OSError):
-                (directory / LOCK_FILENAME).unlink()
-                directory.rmdir()
+        # Removed while still held: a run that opened it meanwhile finds it gone and locks a new one.
+        with contextlib.suppress(OSError):
+            (directory / LOCK_FILENAME).unlink()
+        if created:
+            with contextlib.suppress(OSError):  # nobody else knows a directory this run made and wrote nothing in
+                if not any(os.scandir(directory)):
+                    directory.rmdir()
         os.close(fd)
 
 
-def _only_lock_left(directory: Path) -> bool:
-    try:
-        return [entry.name for entry in os.scandir(directory)] == [LOCK_FILENAME]
-    except OSError:
-        return False
