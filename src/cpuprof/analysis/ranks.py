@@ -242,6 +242,10 @@ SPLIT_COLUMNS = [
 ]
 
 
+# Beyond this many ranks, the commands for each rank's own report are the first few and the last.
+MAX_RANK_COMMANDS = 4
+
+
 def ranks_report(run: MultiRun, profiles: list[Profile | None], directory: Path) -> Report:
     """The group's report; ``profiles``: each rank's, in ``run.ranks`` order (None: saved none), as
     loaded from ``directory`` (named in the report, never read here)."""
@@ -298,7 +302,10 @@ def ranks_report(run: MultiRun, profiles: list[Profile | None], directory: Path)
     section.notes.extend(run.failures)
     for f in g.ranks:
         section.notes.extend(f"rank {f.rank}: {w}" for w in f.warnings)
-    section.notes.append(f"each rank's own report: {cpuprof_command('report', directory / rank_dirname('N'))}")
+    # A command for each rank, never a template: pasted, each runs.
+    commands = [cpuprof_command("report", directory / rank_dirname(str(f.rank))) for f in g.ranks]
+    shown = commands if len(commands) <= MAX_RANK_COMMANDS else [*commands[:MAX_RANK_COMMANDS - 1], "...", commands[-1]]
+    section.notes.append("each rank's own report: " + "; ".join(shown))
     report.sections.append(section)
     if run.mode == "tp":
         split_rows = []

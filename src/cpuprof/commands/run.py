@@ -119,7 +119,7 @@ def show_processes_group(options: ProgramOptions, out_dir: Path, fmt: str) -> in
     from .group import group_exit, show_group
 
     run = program.run_processes(options, out_dir)
-    show_group(run, out_dir, fmt, also=f"; each process's own output (rank 0's is above): {out_dir}/rank-N/child.log")
+    show_group(run, out_dir, fmt, also=f"; each process's own output (rank 0's is above): {out_dir}/rank-*/child.log")
     return group_exit(run, out_dir, member="process")
 
 
