@@ -31,3 +31,16 @@ def test_a_running_configuration_is_never_silent_for_long(tmp_path: Path):
     (tmp_path / "group" / "rank-0" / "child.log").write_text("cpuprof: decoding\x1b[2J\n")
     said = last_progress_line([tmp_path / "group" / "child.log", tmp_path / "group" / "rank-0" / "child.log"])
     assert said is not None and said.startswith("decoding") and "\x1b" not in said
+
+
+def test_a_childs_own_clock_is_not_shown_beside_the_runs(tmp_path: Path):
+    """The child says "still compiling the model (13 s)" in its log; the sweep's line has one clock, the
+    run's, not "still compiling the model (13 s) (30 s)"."""
+    (tmp_path / "child.log").write_text("cpuprof: still compiling the model (13 s)\n")
+    lines: list[str] = []
+    deadline = time.monotonic() + 30
+    with Heartbeat("[1/2] compile=on, run 1", tmp_path, lines.append, interval_s=0.05):
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert lines[0].startswith("cpuprof: [1/2] compile=on, run 1: compiling the model (")
+    assert "(13 s)" not in lines[0] and lines[0].count(" s)") == 1

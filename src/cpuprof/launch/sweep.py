@@ -314,6 +314,9 @@ def say(line: str) -> None:
         sys.stderr.flush()
 
 
+_STILL = re.compile(r"^still (.*) \(\d+ s\)$")
+
+
 class Heartbeat:
     """While a run's child works, its output going to its log, a line at least every ``interval_s``
     with the last progress line the log has and the time so far: a piped compare is never silent for
@@ -342,6 +345,8 @@ class Heartbeat:
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):
             said = last_progress_line([self.run_dir / CHILD_LOG, rank_dir(self.run_dir, 0) / CHILD_LOG])
+            if said:  # the child's own "still X (13 s)": one clock, the run's, is enough
+                said = _STILL.sub(r"\1", said)
             self.report(f"cpuprof: {self.what}: {said or 'starting'} ({time.monotonic() - self._started:.0f} s)")
 
 
