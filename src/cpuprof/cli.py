@@ -13,7 +13,7 @@ from typing import Any
 from . import exit_codes, native
 from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, signal, trace
 from .errors import CpuprofError
-from .safe_text import printable
+from .safe_text import cpuprof_command, printable
 
 COMMANDS = (decode, run, signal, compare, calibrate, report, diff, flamegraph, trace, doctor)
 # The commands that run the profiler (torch and the native module, here or in a child). The others
@@ -61,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cpuprof: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("cpuprof: interrupted", file=sys.stderr)
+        from .launch.run_dir import saved_in
+
+        where = saved_in()
+        saved = (f"; what was saved before it is in {printable(str(where))} (re-render with: "
+                 f"{printable(cpuprof_command('report', where))})") if where is not None else ""
+        print(f"cpuprof: interrupted{saved}", file=sys.stderr)
         return exit_codes.INTERRUPTED
     except BrokenPipeError:
         return exit_codes.OK

@@ -152,6 +152,42 @@ def test_interrupted_script_saves_what_was_measured(tmp_path: Path, signum: int)
     assert "PARTIAL" in stdout
 
 
+SHUTS_DOWN_ON_SIGINT = """
+import signal, sys, time
+import torch
+
+stopping = []
+signal.signal(signal.SIGINT, lambda *_: stopping.append(1))  # a server's graceful shutdown
+a = torch.ones(64, 64)
+open(sys.argv[1], "w").close()
+while not stopping:
+    torch.mm(a, a)
+    time.sleep(0.005)
+print("shut down cleanly")
+"""
+
+
+def test_a_program_that_shuts_down_on_sigint_gets_its_report(tmp_path: Path):
+    """A server ends by itself, status 0, on the SIGINT cpuprof passed it: the run shows its report and
+    where it is, says why it ended, and exits with the program's status (not "cpuprof: interrupted")."""
+    program, marker, out = tmp_path / "server.py", tmp_path / "serving", tmp_path / "out"
+    program.write_text(SHUTS_DOWN_ON_SIGINT)
+    proc = subprocess.Popen([sys.executable, "-m", "cpuprof", "run", "--roofs", "off", "--out", str(out), "--",
+                             "python", str(program), str(marker)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # to the launcher alone: it passes it on
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "shut down cleanly" in stdout and "cpuprof: interrupted" not in stderr
+    assert "the program ended by itself (status 0) after cpuprof passed it the SIGINT it received" in stderr
+    assert f"profile saved in {out}" in stdout and "aten::mm" in stdout
+    assert not (out / "crash.txt").exists()
+
+
 def test_a_killed_script_says_so(tmp_path: Path):
     marker = tmp_path / "running"
     out = tmp_path / "out"

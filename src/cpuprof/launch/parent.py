@@ -335,7 +335,10 @@ class Supervision:
     then kills them: none is left behind. A dead child's perf map, when cpuprof asked for one, is
     removed here: a child killed by SIGKILL cannot remove its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, raise_uncarried: bool = True) -> None:
+        # False where the caller reports the outcome whatever it is (a program that handles SIGINT and
+        # exits 0 has still saved its profile, and `run` shows it): no KeyboardInterrupt at the end.
+        self.raise_uncarried = raise_uncarried
         self.children: list[subprocess.Popen[bytes]] = []
         self.forwarded: list[int] = []
         self._previous: dict[int, Any] = {}
@@ -353,7 +356,8 @@ class Supervision:
         finally:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
-        if exc_type is None and self.forwarded and (not self._carried or len(self.forwarded) > self._seen_by_wait):
+        if (self.raise_uncarried and exc_type is None and self.forwarded
+                and (not self._carried or len(self.forwarded) > self._seen_by_wait)):
             raise KeyboardInterrupt
 
     def _stop_running(self) -> None:

@@ -217,9 +217,14 @@ def _supervise(resolved: environment.ResolvedLaunch, config: ScriptConfig, out_d
             stopping.append(threading.Thread(target=end_followed, args=(out_dir.resolve(),), daemon=True))
             stopping[0].start()
 
-    with parent.Supervision() as group, WindowSignals(out_dir.resolve(), config.window.on_demand):
+    with parent.Supervision(raise_uncarried=False) as group, WindowSignals(out_dir.resolve(), config.window.on_demand):
         group.add(parent.start_child(resolved, config, out_dir, profiled=True, module=MODULE))
         (ended,) = group.wait(timeout_s=math.inf, on_poll=on_poll)
+    if group.forwarded and ended.returncode == 0:
+        # A program that handles the signal itself (a server's graceful shutdown) ends as it chose to:
+        # its report is shown, and this says why it ended.
+        name = signal.Signals(group.forwarded[0]).name
+        say(f"cpuprof: the program ended by itself (status 0) after cpuprof passed it the {name} it received")
     return parent.finish_child(out_dir, ended.returncode, interrupted=ended.interrupted)
 
 

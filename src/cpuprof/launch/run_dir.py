@@ -62,6 +62,18 @@ def new_default_dir(command: str, root: Path = DEFAULT_ROOT) -> Path:
     raise UsageError(f"{root}: {_MAX_SUFFIX} directories named {base}[-N] exist already; give --out DIR")
 
 
+# The directories this process claimed, last last: where an interrupt's line says to look.
+_CLAIMED: list[Path] = []
+
+
+def saved_in() -> Path | None:
+    """The last directory this process claimed, where it holds what a report reads; None otherwise."""
+    for directory in reversed(_CLAIMED):
+        if any(name != "launch.json" for name in previous_run_files(directory)):
+            return directory
+    return None
+
+
 def _lock(directory: Path, flag: str) -> int:
     """Locks ``directory`` for this process (the returned descriptor holds the lock), or refuses in
     one line, naming the process that holds it. The lock file is removed when the run ends (see
@@ -139,6 +151,7 @@ def claimed(out: str | os.PathLike[str] | None, command: str, overwrite: bool = 
         created = not os.path.lexists(directory)
         check_out_dir(directory, flag)
     fd = _lock(directory, flag)
+    _CLAIMED.append(directory)
     try:
         if not resume:
             found = previous_run_files(directory)
