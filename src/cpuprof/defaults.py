@@ -107,3 +107,7 @@ MAX_COMMAND_ENV_BYTES = 32 * 1024
 # largest is 8 MB); the longest timeline the core keeps (kMaxSpanCapacity spans) is about 0.6 GB.
 # Past this a file is not one cpuprof wrote, and reading it would only exhaust memory.
 MAX_READ_BYTES = 2 * 1024**3
+
+# A thread the discovery found this long after the profile began did not exist, or did nothing,
+# before: an op it has no CPU in may have run before it existed (its wall time is not its wait).
+THREAD_FOUND_LATE_NS = 50_000_000

@@ -3,6 +3,8 @@ and the samples method's spin and sleep."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from profiles import MS, make_profile
 
@@ -183,3 +185,35 @@ def test_exact_mode_says_its_own_method_not_the_samples_one() -> None:
     assert section is not None
     assert section.lines[0].startswith("method: counters (exact mode): sleep = ")
     assert "samples:" not in section.lines[0] and "spin is not measured" in section.lines[0]
+
+
+def test_a_thread_found_late_did_not_wait_before_it_existed() -> None:
+    """Known answer: T1 was found 500 ms into a 1000 ms profile and waited 10 ms for a CPU (schedstat).
+    aten::normal_ ran before it existed (no CPU of T1's in it): T1's off-CPU time and run-queue wait
+    there are not known, not the op's wall time. In aten::mm it ran 100 of 200 ms: its 100 ms off CPU
+    hold its run-queue estimate, and over the ops that never exceeds the 10 ms it waited."""
+    from cpuprof.model import ThreadStat
+
+    p = make_profile("sampled")
+    p.threads = [ThreadStat(tid=10, name="python", role="dispatch", counters={"task-clock": 900 * MS},
+                            run_delay_ns=0),
+                 ThreadStat(tid=11, name="python", role="worker", counters={"task-clock": 100 * MS},
+                            run_delay_ns=10 * MS, opened_ns=500 * MS)]
+    mm = p.ops[0]
+    before = {"task-clock": [300 * MS, 0]}
+    normal = dataclasses.replace(mm, id=99, name="aten::normal_", self_ns=300 * MS, incl_ns=300 * MS,
+                                 counters_self=before, counters_incl=dict(before))
+    mm.self_ns = mm.incl_ns = 200 * MS
+    mm.counters_self = {"task-clock": [200 * MS, 100 * MS]}
+    mm.counters_incl = {"task-clock": [200 * MS, 100 * MS]}
+    p.ops = [normal, mm]
+    c = analyse(p)
+    assert c is not None
+    by_name = {o.op.name: o for o in c.ops}
+    late = by_name["aten::normal_"].threads[1]
+    assert late.sleep_ns is None and late.queued_ns is None
+    ran = by_name["aten::mm"].threads[1]
+    assert ran.sleep_ns == 100 * MS
+    # its share: 10 ms delay over its 500 ms of life less its 100 ms of CPU
+    assert ran.queued_ns == pytest.approx(100 * MS * 10 / 400)
+    assert c.queued_ns <= 10 * MS

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..model import CPU_EVENT, OpStat, Profile
 from ..model.workload import ALL_REDUCE_REGION
 from ..units import fmt_ns, fmt_percent, fmt_rate
@@ -207,6 +208,8 @@ def analyse(profile: Profile) -> Contention | None:
 
     members = compute_team(profile)
     team = len(members)
+    found_late = {k for k in members
+                  if (profile.threads[k].opened_ns or 0) > c.started_ns + defaults.THREAD_FOUND_LATE_NS}
     omp = profile.openmp
     ompt = omp is not None and omp.info.active
     spin_by = _per_op_thread_spin(profile)
@@ -231,10 +234,14 @@ def analyse(profile: Profile) -> Contention | None:
             cpu = bounded_cpu(profile, raw, op.self_ns)[0] if raw is not None else None
             t = ThreadWaits(thread=k, cpu_ns=float(cpu) if cpu is not None else None, spin_ns=None, sleep_ns=None,
                             switches=_counter(op, "context-switches", k), migrations=_counter(op, "cpu-migrations", k))
-            if cpu is not None:
+            if cpu is not None and cpu == 0 and k in found_late:
+                pass  # found after the profile began: an op it did nothing in may have run before it existed
+            elif cpu is not None:
                 t.sleep_ns = float(max(0, op.self_ns - cpu))
                 if not ompt and k in queue_share:  # OMPT's waits are exact, and say nothing of the run queue
-                    t.queued_ns = t.sleep_ns * queue_share[k]
+                    # Spread over the ops it ran in: a thread with no CPU in an op never got to run there (it
+                    # slept, or did not exist yet); one waiting for a CPU the whole op is not told from those.
+                    t.queued_ns = t.sleep_ns * queue_share[k] if cpu > 0 else 0.0
             if ompt:
                 for w in waits.get((op.id, k), []):
                     if w.kind in BARRIER_KINDS:
@@ -261,6 +268,7 @@ def analyse(profile: Profile) -> Contention | None:
                              parallel_regions=regions,
                              serial_ns=max(0, op.self_ns - parallel_ns) if ompt and regions else None)
         ops.append(entry)
+    _cap_queued_at_run_delay(profile, ops)
     wl = profile.workload
     steps = (wl.steps_done + 1) if wl is not None and wl.steps_done else None
     if ompt:
@@ -289,6 +297,25 @@ def analyse(profile: Profile) -> Contention | None:
             blind.insert(0, "spin (exact mode has no samples: only sleep = wall - CPU is known)")
     return Contention(method="ompt" if ompt else "samples", method_text=method_text, blind_spots=blind, ops=ops,
                       team=team, wall_ns=c.wall_ns, members=members, steps=steps)
+
+
+def _cap_queued_at_run_delay(profile: Profile, ops: list[OpContention]) -> None:
+    """A thread's estimated run-queue waits over the ops never add up to more than the run-queue delay
+    schedstat measured for it: scaled down where they would (ops' off-CPU time need not be spread as
+    its whole life's is)."""
+    totals: dict[int, float] = defaultdict(float)
+    for o in ops:
+        for t in o.threads:
+            totals[t.thread] += t.queued_ns or 0.0
+    for k, total in totals.items():
+        delay = profile.threads[k].run_delay_ns
+        if delay is None or total <= delay:
+            continue
+        scale = delay / total
+        for o in ops:
+            for t in o.threads:
+                if t.thread == k and t.queued_ns:
+                    t.queued_ns *= scale
 
 
 def _queue_shares(profile: Profile, members: list[int]) -> dict[int, float]:
