@@ -265,7 +265,8 @@ def test_run_nproc_starts_a_torchrun_style_group_and_profiles_every_process(tmp_
     result = cpuprof("run", "--nproc", "2", "--threads", "1", "--out", str(out), "--format", "json", "--",
                      "python", str(script), "30")
     assert result.returncode == 0, result.stderr
-    assert "[rank 0 of 2] rank 0 of 2 done" in result.stderr  # rank 0's own output, relayed
+    # rank 0's own output, relayed: on stderr, marked, where stdout holds a data format ...
+    assert "[rank 0 of 2] rank 0 of 2 done" in result.stderr
     assert "rank 1 of 2 done" in (out / "rank-1" / "child.log").read_text()
     rows = next(s for s in json.loads(result.stdout)["sections"] if s["id"] == "ranks")["tables"][0]["rows"]
     assert [r["op_calls"] for r in rows] == [30, 30]
@@ -274,6 +275,11 @@ def test_run_nproc_starts_a_torchrun_style_group_and_profiles_every_process(tmp_
         assert 0 < r["busy"] <= 1.0 + 1e-9  # one torch thread each, gloo's own thread mostly waiting
     cpus = [set(Profile.load(out / f"rank-{k}").settings.requested.cpus) for k in range(2)]
     assert cpus[0].isdisjoint(cpus[1])
+    # ... and on stdout as the program printed it, beside a report for a person
+    again = cpuprof("run", "--nproc", "2", "--threads", "1", "--out", str(tmp_path / "np2"), "--", "python",
+                    str(script), "3")
+    assert again.returncode == 0, again.stderr
+    assert "rank 0 of 2 done\n" in again.stdout and "rank 0 of 2 done" not in again.stderr
 
 
 @needs_two_cpus

@@ -116,9 +116,12 @@ def show_processes(out_dir: Path, fmt: str, top: int, whole_run: bool = False) -
 
 def show_processes_group(options: ProgramOptions, out_dir: Path, fmt: str) -> int:
     """run --nproc N: the merged report of the copies, and one exit code."""
+    from ..reports import get_renderer
     from .group import group_exit, show_group
 
-    run = program.run_processes(options, out_dir)
+    # Rank 0's own output on stdout as the program printed it, beside a report for a person; a data
+    # format keeps stdout for its data (the output stays in rank-0/child.log, marked, on stderr).
+    run = program.run_processes(options, out_dir, program_output=get_renderer(fmt).for_a_person)
     show_group(run, out_dir, fmt, also=f"; each process's own output (rank 0's is above): {out_dir}/rank-*/child.log")
     return group_exit(run, out_dir, member="process")
 

@@ -176,7 +176,7 @@ def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig
             "are not judged against them")
 
 
-def run_processes(options: ProgramOptions, out_dir: Path) -> MultiRun:
+def run_processes(options: ProgramOptions, out_dir: Path, program_output: bool = False) -> MultiRun:
     """``nproc`` copies of the program, torchrun-style, each pinned and profiled in DIR/rank-N."""
     from . import ranks
 
@@ -188,7 +188,8 @@ def run_processes(options: ProgramOptions, out_dir: Path) -> MultiRun:
                        window=options.window)
 
     run = ranks.run_group(options.launch, out_dir, options.nproc, options.ranks_per_node, prepare_rank,
-                          mode="nproc", backend=None, timeout_s=options.rank_timeout_s, profiled=True, module=MODULE)
+                          mode="nproc", backend=None, timeout_s=options.rank_timeout_s, profiled=True, module=MODULE,
+                          program_output=program_output)
     if options.follow:
         for rank in run.ranks:  # none of a rank's followed processes outlives the run
             end_followed((out_dir / rank.dir).resolve())

@@ -182,7 +182,8 @@ def run_group(launch: environment.LaunchSettings, out_dir: Path, n: int, ranks_p
               prepare_rank: Callable[[RankPlacement, environment.LaunchSettings, Path],
                                      tuple[environment.ResolvedLaunch, object]],
               mode: str, backend: str | None, timeout_s: float, profiled: bool, module: str = parent.CHILD_MODULE,
-              relay: bool = True, check_group: Callable[[], None] | None = None) -> MultiRun:
+              relay: bool = True, check_group: Callable[[], None] | None = None,
+              program_output: bool = False) -> MultiRun:
     """The one way a group of children runs (decode --tp/--instances, run --nproc, a sweep's group):
     the machine split between ``n`` ranks, each rank's child config made by ``prepare_rank`` (its
     bad input named with the rank and its CPUs), ``check_group`` (what all of them together
@@ -196,7 +197,8 @@ def run_group(launch: environment.LaunchSettings, out_dir: Path, n: int, ranks_p
         prepared.append(PreparedRank(place, resolved, config, rank_dir))
     if check_group is not None:
         check_group()
-    return launch_group(prepared, out_dir, mode, backend, timeout_s, profiled=profiled, module=module, relay=relay)
+    return launch_group(prepared, out_dir, mode, backend, timeout_s, profiled=profiled, module=module, relay=relay,
+                        program_output=program_output)
 
 
 def group_failure(run: MultiRun, out_dir: Path, member: str = "rank") -> ChildFailed | None:
@@ -245,10 +247,12 @@ def start_barrier(group_dir: Path, rank: int, world_size: int, timeout_s: float,
 
 
 def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend: str | None, timeout_s: float,
-                 profiled: bool, module: str = parent.CHILD_MODULE, relay: bool = True) -> MultiRun:
+                 profiled: bool, module: str = parent.CHILD_MODULE, relay: bool = True,
+                 program_output: bool = False) -> MultiRun:
     """Starts every prepared rank with torchrun's environment, supervises them, writes ranks.json.
-    Every rank's output goes to child.log in its directory; rank 0's is relayed to stderr as it comes
-    (unless ``relay`` is False)."""
+    Every rank's output goes to child.log in its directory; rank 0's is relayed as it comes (unless
+    ``relay`` is False): cpuprof's lines to stderr, marked with the rank, and with ``program_output``
+    (run --nproc, a report for a person) the program's own to stdout as it printed them."""
     n = len(prepared)
     port = free_port()
     run = MultiRun(mode=mode, world_size=n, backend=backend, argv=list(sys.argv), timeout_s=timeout_s,
@@ -259,7 +263,7 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
     for stale in out_dir.glob(f"{START_BARRIER_PREFIX}*"):
         stale.unlink()  # an earlier group's marks in this directory would open the barrier early
     member = "instance" if mode == "instances" else "rank"  # independent decodes are not ranks of a group
-    log_relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"{member} 0 of {n}")
+    log_relay = LogRelay(prepared[0].directory / CHILD_LOG, label=f"{member} 0 of {n}", program_output=program_output)
     with parent.Supervision() as group:
         for p in prepared:
             env = {"RANK": str(p.place.rank), "LOCAL_RANK": str(p.place.rank), "WORLD_SIZE": str(n),
@@ -292,11 +296,13 @@ def launch_group(prepared: list[PreparedRank], out_dir: Path, mode: str, backend
 
 
 class LogRelay:
-    """Copies a child's log to stderr as it grows, whole lines only, each marked with ``label``."""
+    """Copies a child's log as it grows, whole lines only: cpuprof's lines to stderr, each marked with
+    ``label``; with ``program_output``, the others (the program's) to stdout as they are."""
 
-    def __init__(self, path: Path, label: str) -> None:
+    def __init__(self, path: Path, label: str, program_output: bool = False) -> None:
         self.path = path
         self.label = label
+        self.program_output = program_output  # lines not cpuprof's are a program's: to stdout, unmarked
         self.offset = 0
         self.pending = ""
 
@@ -313,8 +319,12 @@ class LogRelay:
         for line in lines:
             if line.startswith("cpuprof: "):
                 line = line[len("cpuprof: "):]
+            elif self.program_output:
+                sys.stdout.write(printable(line) + "\n")
+                continue
             if line.strip():
                 sys.stderr.write(printable(f"cpuprof: [{self.label}] {line}") + "\n")
+        sys.stdout.flush()
         sys.stderr.flush()
 
 

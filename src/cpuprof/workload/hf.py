@@ -12,9 +12,11 @@ local (``local_files_only``): a profiler run does not download gigabytes behind 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,16 @@ def quantize_hf(hf: HFModel, quant: WeightQuant) -> int:
     return converted
 
 
+@contextlib.contextmanager
+def transformers_deprecations_quiet() -> Iterator[None]:
+    """transformers' own deprecation warnings (of arguments cpuprof passes, of its internals) are not
+    the user's to act on, and would land among the progress lines; its other warnings still show."""
+    with warnings.catch_warnings():
+        for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+            warnings.filterwarnings("ignore", category=category, module=r"transformers(\.|$)")
+        yield
+
+
 def load_hf(path: str | os.PathLike[str], dtype: torch.dtype) -> HFModel:
     """Loads the checkpoint directory ``path`` in ``dtype`` through transformers, offline."""
     model_type = check_architecture(path)
@@ -130,7 +142,8 @@ def load_hf(path: str | os.PathLike[str], dtype: torch.dtype) -> HFModel:
     try:
         # transformers picks the attention: SDPA where the architecture supports it, else eager
         # (Gemma 2's soft-capping, for one), as it would for the user.
-        model = transformers.AutoModelForCausalLM.from_pretrained(Path(path), dtype=dtype, local_files_only=True)
+        with transformers_deprecations_quiet():
+            model = transformers.AutoModelForCausalLM.from_pretrained(Path(path), dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CpuprofError(f"--hf {path}: transformers cannot load the checkpoint: {first}") from exc
@@ -224,7 +237,7 @@ def run_hf_decode(
                                                             "temperature": 1.0}
     )
     torch.manual_seed(seed)  # generate() samples from torch's global generator
-    with torch.inference_mode():
+    with torch.inference_mode(), transformers_deprecations_quiet():
         out = hf.model.generate(
             prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=total, min_new_tokens=total,
             streamer=clock, return_dict_in_generate=True, pad_token_id=0, **sampling_args,
