@@ -6,7 +6,8 @@ compiled 1B decode's GEMMs ran at 190% of it.
 Known answer: the roof, measured in the same decode child just before the decode (a fresh cache);
 a GEMM's weights are out of the caches (the model streams several times the last-level cache per
 token). The roof is itself known no better than its spread over repetitions, and this shared VM's
-memory changes state within minutes: a GEMM may exceed it by that, not more.
+memory changes state within minutes (the run's end probe measures by how much): a GEMM may exceed
+it by those, not more.
 """
 
 from __future__ import annotations
@@ -35,18 +36,24 @@ def cache(tmp_path: Path) -> dict[str, str]:
 def test_no_gemm_beats_its_kernel_roof(tmp_path: Path, cache: dict[str, str], variant: tuple[str, ...]):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("the decode runs on 2 threads: this machine lets the process use fewer CPUs")
-    result = cpuprof("decode", *MODEL, *variant, "--out", str(tmp_path / "d"), env=cache, timeout=900)
+    # Probed again at its end: this VM's memory moves between states within a minute, and a roof measured
+    # in the low one is exceeded in the high one by the states' ratio, which the probe measures.
+    env = {**cache, "CPUPROF_END_PROBE_AFTER_S": "0"}
+    result = cpuprof("decode", *MODEL, *variant, "--out", str(tmp_path / "d"), env=env, timeout=900)
     assert result.returncode == 0, result.stderr
     profile = Profile.load(tmp_path / "d")
     assert profile.roofs is not None and profile.workload is not None
     llc = llc_bytes() or FALLBACK_LLC_BYTES
     assert (profile.workload.bytes_read_per_token or 0) > 4 * llc  # every weight comes from memory
+    end = profile.roofs.end_probe
+    assert end is not None
+    moved = max(1.0, end.ratio)  # the memory read this much more at the end than the roof it is judged by
     judged = [g for g in gemm_groups(profile) if g.kernel_roof_share is not None]
     assert len(judged) >= 3, [g.work for g in gemm_groups(profile)]
     for group in judged:
         roof = profile.roofs.kernel_roof(group.work.dtype, group.quantized_weights)
         assert roof is not None
-        allowed = 1 + max(roof.gb_per_s.spread, ABOVE_ROOF_SHARE - 1)
+        allowed = (1 + max(roof.gb_per_s.spread, ABOVE_ROOF_SHARE - 1)) * moved
         assert group.kernel_roof_share <= allowed, (group.work, group.kernel_roof_share, roof)
     if variant == ("--compile",):
         # The compiled GEMMs run on weights prepacked for oneDNN: the roof that holds them is that path's.
