@@ -261,6 +261,19 @@ def test_full_calibration(full_roofs: dict):
     assert any(line.startswith("calibrating: triad bandwidth") for line in full_roofs["progress"])
 
 
+def test_no_gemm_computes_faster_than_the_cores_fma_peak(full_roofs: dict):
+    """Known answer: a GEMM's f32 FLOPs are fused multiply-adds on the same cores, so torch's f32 GEMM
+    cannot beat the register-only FMA loop's peak (by more than the two measurements' noise), and the
+    loop implies a clock a CPU can run at."""
+    roofs = full_roofs["roofs"]
+    peak = roofs["peak"]["gflop_per_s"]["best"]
+    (f32,) = [c for c in roofs["compute"] if c["dtype"] == "f32"]
+    assert 0 < f32["gflop_per_s"]["best"] <= 1.1 * peak, (f32, roofs["peak"])
+    if roofs["peak"]["flop_per_cycle"]:
+        ghz = peak / (roofs["peak"]["threads"] * roofs["peak"]["flop_per_cycle"])
+        assert 0.5 < ghz < 7.0, ghz
+
+
 def test_compute_roof_is_far_above_a_gemv(full_roofs: dict):
     """A GEMV does 2 flops per weight element read; at memory speed that is a small fraction of
     what a large square GEMM reaches, which is the point of telling the two regimes apart."""
