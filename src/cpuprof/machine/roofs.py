@@ -34,7 +34,8 @@ from .topology import _meminfo, _model_name
 # 2: kernel roofs of quantized weights (KernelRoof.weights, group_size, elements_per_s, cached_shape).
 # 3: the last probe of the memory kept with each entry (MachineRoofs.probe).
 # 4: the read kernel (the memory roof), each kernel's ISA, the GEMV's paths, the cores' FMA peak.
-CACHE_VERSION = 4
+# 5: the GEMV kernel roofs read a decoder's output head after its layers (GEMV_HEAD).
+CACHE_VERSION = 5
 CACHE_FILE = "roofs.json"
 # Entries kept in the cache file; the oldest go first (one per machine, torch, runtime and binding).
 MAX_CACHE_ENTRIES = 64
@@ -74,6 +75,11 @@ GEMV_ROWS = 8192
 # [out, in] of the weights a kernel roof reads, one decoder layer's MLP in its order: the gate and up
 # projections (wide), then the down projection (long rows).
 GEMV_LAYER = ((GEMV_ROWS, GEMV_IN), (GEMV_ROWS, GEMV_IN), (GEMV_IN, GEMV_ROWS))
+# [out, in] of the output head read after the layers, as a decoder's LM head is: a tall weight streams
+# faster than the MLP's (oneDNN's bf16 GEMV read 32 GB/s from [32768,2048] weights where it read 26 from
+# the layers, about as fast as from Llama-3's whole [128256,2048] head), and a decode's head GEMV beat a
+# roof measured on the layers alone by 40%. A quarter of that head: it costs a fifth of the memory.
+GEMV_HEAD = (32768, GEMV_IN)
 
 # STREAM's counting: the bytes of the named arrays each pass reads and writes.
 STREAM_ARRAYS = {"copy": 2, "triad": 3, "read": 1}
@@ -326,17 +332,53 @@ def _layered_rates(calls: Sequence[tuple[int, Callable[[], object], int]], shape
     return [repeated(r) for r in rates]
 
 
-def _decoder_layers(weight_bytes: int, layer_bytes: float) -> int:
-    """Layers of a decoder's MLP weights together at least ``weight_bytes`` (several times the last-level
-    cache: read in turn, none stays in the caches), at least 2."""
-    return max(2, -(-weight_bytes // max(1, int(layer_bytes))))
+@dataclasses.dataclass(frozen=True)
+class DecoderWeights:
+    """The weights a GEMV kernel roof reads in a decoder's order: ``layers`` times ``layer``, then the
+    output head, together at least the bytes asked for (several times the last-level cache: read in
+    turn, none stays in the caches)."""
+
+    layer: tuple[tuple[int, int], ...]
+    layers: int
+    element_bytes: float
+
+    @property
+    def order(self) -> list[tuple[int, int]]:
+        return [shape for _ in range(self.layers) for shape in self.layer] + [GEMV_HEAD]
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        return sorted(set(self.order))
+
+    @property
+    def nbytes(self) -> float:
+        return sum(out * inputs for out, inputs in self.order) * self.element_bytes
+
+    def count(self, shape: tuple[int, int]) -> int:
+        return self.order.count(shape)
+
+    def describe(self) -> str:
+        layer = " + ".join(f"[{o},{i}]" for o, i in self.layer)
+        return f"{self.layers} layers of {layer}, then a head [{GEMV_HEAD[0]},{GEMV_HEAD[1]}], in a decoder's order"
+
+
+def _decoder_weights(layer: tuple[tuple[int, int], ...], element_bytes: float, weight_bytes: int,
+                     available: int | None) -> DecoderWeights:
+    """At least 2 layers, and as many as make ``weight_bytes``; a MemoryError where they need more than
+    MEMORY_SHARE of the memory ``available``."""
+    layer_bytes = sum(out * inputs for out, inputs in layer) * element_bytes
+    weights = DecoderWeights(layer, max(2, -(-weight_bytes // max(1, int(layer_bytes)))), element_bytes)
+    if available is not None and weights.nbytes > MEMORY_SHARE * available:
+        raise MemoryError(f"{weights.describe()} ({_mib(weights.nbytes)}) need more than half of the "
+                          f"{_mib(available)} available")
+    return weights
 
 
 def _kernel(
     dtype: str, weight_bytes: int, threads: int, repetitions: int, available: int | None, progress: Progress
 ) -> KernelRoof:
     """The best decode GEMV over every path torch offers for ``dtype``: layers of a decoder's weights
-    (two wide projections, then a long-row one: GEMV_LAYER), together at least ``weight_bytes``, called
+    (two wide projections, then a long-row one: GEMV_LAYER) and its head, together at least ``weight_bytes``, called
     in that order with each call timed, each path's weights prepared once before it is timed. The roof
     is the best shape's figure on the best path."""
     import torch
@@ -345,21 +387,16 @@ def _kernel(
 
     tdtype = _torch_dtype(dtype)
     size = DTYPE_BYTES[dtype]
-    layer_bytes = sum(out * inputs * size for out, inputs in GEMV_LAYER)
-    layers = _decoder_layers(weight_bytes, layer_bytes)
-    if available is not None and layers * layer_bytes > MEMORY_SHARE * available:
-        raise MemoryError(f"{layers} layers of {_mib(layer_bytes)} need more than half of the {_mib(available)} "
-                          "available")
+    weights = _decoder_weights(GEMV_LAYER, size, weight_bytes, available)
     # A prepacked path holds its copy beside the plain weights while it runs: where both do not fit, only
     # the plain path is measured.
-    packed_fits = available is None or 2 * layers * layer_bytes <= MEMORY_SHARE * available
-    layer = " + ".join(f"[{o},{i}]" for o, i in GEMV_LAYER)
-    progress(f"calibrating: {dtype} GEMV kernel roof ({layers} layers of {layer} in a decoder's order, every path "
-             f"torch offers, {_threads(threads)}) ...")
+    packed_fits = available is None or 2 * weights.nbytes <= MEMORY_SHARE * available
+    progress(f"calibrating: {dtype} GEMV kernel roof ({weights.describe()}, every path torch offers, "
+             f"{_threads(threads)}) ...")
     generator = _generator()
-    shapes = sorted(set(GEMV_LAYER))
+    shapes = weights.shapes
     rows = [(shapes.index(shape), torch.empty(*shape, dtype=tdtype).uniform_(-1, 1, generator=generator))
-            for _ in range(layers) for shape in GEMV_LAYER]
+            for shape in weights.order]
     xs = [torch.empty(1, inputs, dtype=tdtype).uniform_(-1, 1, generator=generator) for _out, inputs in shapes]
     measured: dict[str, tuple[Repeated, str, int]] = {}  # path -> (its best shape's figure, kernel, shape index)
     failures: list[str] = []
@@ -385,7 +422,7 @@ def _kernel(
     path = max(measured, key=lambda name: measured[name][0].best)
     figure, ran, shape = measured[path]
     out, inputs = shapes[shape]
-    count = layers * GEMV_LAYER.count(shapes[shape])
+    count = weights.count(shapes[shape])
     return KernelRoof(dtype=dtype, gb_per_s=figure, threads=threads, shape=[1, inputs, out * count],
                       path=path, isa=ran, paths={name: m[0].best for name, m in measured.items()})
 
@@ -445,31 +482,26 @@ def _quantized_calls(kernel: QuantKernel, shapes: Sequence[tuple[int, int]]) -> 
 def _quant_kernel(kernel: QuantKernel, weight_bytes: int, cached_bytes: int, threads: int, repetitions: int,
                   available: int | None, progress: Progress) -> KernelRoof:
     """A quantized GEMV's roofs: bytes per second from layers of a decoder's weights (QUANT_LAYER: two
-    wide projections, then a long-row one), together several times the last-level cache, called in that
+    wide projections, then a long-row one) and its head, together several times the last-level cache, called in that
     order with each call timed (as decode reads each layer's weights once per token: a weight read
     again and again stays in the caches, and its figure is not a decode's), the best shape's; and weight
     elements per second from one weight that stays in the caches (the dequantizing kernel's own speed,
     which binds where it is below what memory delivers), the best shape's."""
     per_element = _WEIGHT_ELEMENT_BYTES[kernel.weights]
     label = f"{kernel.dtype} x {'int8' if kernel.weights == 'i8' else f'int4 (group {kernel.group_size})'}"
-    shapes = sorted(set(QUANT_LAYER))
-    layer_bytes = sum(out * inputs * per_element for out, inputs in QUANT_LAYER)
-    layers = _decoder_layers(weight_bytes, layer_bytes)
-    if available is not None and layers * layer_bytes > MEMORY_SHARE * available:
-        raise MemoryError(f"{layers} layers of {_mib(layer_bytes)} need more than half of the {_mib(available)} "
-                          "available")
-    progress(f"calibrating: {label} GEMV kernel roof ({layers} layers of "
-             f"{' + '.join(f'[{o},{i}]' for o, i in QUANT_LAYER)} in a decoder's order, {_threads(threads)}) ...")
-    order = [shape for _ in range(layers) for shape in QUANT_LAYER]
+    weights = _decoder_weights(QUANT_LAYER, per_element, weight_bytes, available)
+    shapes = weights.shapes
+    progress(f"calibrating: {label} GEMV kernel roof ({weights.describe()}, {_threads(threads)}) ...")
+    order = weights.order
     calls = [(shapes.index(shape), call, nbytes)
              for shape, (call, nbytes) in zip(order, _quantized_calls(kernel, order), strict=True)]
     by_shape = _layered_rates(calls, len(shapes), repetitions)
     del calls
     best = max(range(len(shapes)), key=lambda k: by_shape[k].best)
     out, inputs = shapes[best]
-    shape = [1, inputs, out * layers * QUANT_LAYER.count(shapes[best])]
+    shape = [1, inputs, out * weights.count(shapes[best])]
     best_rate: tuple[Repeated, list[int]] | None = None
-    for _out, inputs in shapes:
+    for inputs in sorted({inputs for _out, inputs in shapes}):
         cached_out = max(256, int(cached_bytes / (inputs * per_element)) // 256 * 256)
         ((small, _bytes),) = _quantized_calls(kernel, [(cached_out, inputs)])
         small()
