@@ -1,17 +1,22 @@
 """vLLM's offline throughput with and without cpuprof following its processes.
 
-Each round runs one ``LLM.generate`` script three ways, in an order rotated every round: alone;
+Each round runs one ``LLM.generate`` script four ways, in an order rotated every round: alone;
 under ``cpuprof run`` (the engine core and worker followed and profiled); under ``cpuprof run
---no-follow`` (only the front end profiled: what following adds over it). The script times its own
+--no-follow`` (only the front end profiled: what following adds over it); alone with vLLM's own
+torch profiler on (``profiler_config={"profiler": "torch", ...}`` at its defaults, started with
+``llm.start_profile()`` before the timed call and stopped after it, so writing its trace is outside
+the timing): the tool a vLLM user picks today. The script times its own
 ``generate`` call (engine start-up is outside it) and prints tokens/s; printed per variant: the
 median tokens/s with its min–max, and the median per-round ratio to the run without cpuprof.
 
 Needs vLLM's CPU backend (README command 2 installs it). It writes a random 4-layer Llama
-(hidden 512, 8 heads, 4 KV heads, FFN 1536, vocab 4096, bf16) with a word-level tokenizer into a
-temporary directory: nothing is downloaded. Each run starts an engine (~30 s here), so:
+(hidden 512, 8 heads, 4 KV heads, FFN 1536, vocab 4096, bf16; ``--shapes 1b``: Llama-3.2-1B's
+layer shapes, hidden 2048, FFN 8192) with a word-level tokenizer into a temporary directory: nothing
+is downloaded. Each run starts an engine (~30 s here), so:
 
     python benches/bench_vllm_follow.py                       # 10 rounds, ~20 min here
     python benches/bench_vllm_follow.py --rounds 3 --tokens 32  # a quick look
+    python benches/bench_vllm_follow.py --shapes 1b             # ops long enough to show only cpuprof's own cost
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 from _common import machine_line, median, render_table, rotated, span
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.vllm_checkpoint import write_checkpoint  # noqa: E402 (one checkpoint writer for both, without pytest)
+from tests.vllm_checkpoint import LLAMA_1B_SHAPES, write_checkpoint  # noqa: E402 (one checkpoint writer for both, without pytest)
 
 GENERATE = """
 import sys
@@ -38,13 +43,19 @@ from vllm import LLM, SamplingParams
 
 
 def main():
-    llm = LLM(model=sys.argv[1], dtype="bfloat16", max_model_len=512, enforce_eager=True)
+    traces = sys.argv[4] if len(sys.argv) > 4 else ""
+    profiler = {"profiler_config": {"profiler": "torch", "torch_profiler_dir": traces}} if traces else {}
+    llm = LLM(model=sys.argv[1], dtype="bfloat16", max_model_len=512, enforce_eager=True, **profiler)
     prompts = [" ".join(f"w{(i * 7 + j) % 4000 + 3}" for j in range(16)) for i in range(int(sys.argv[3]))]
     params = SamplingParams(max_tokens=int(sys.argv[2]), ignore_eos=True, temperature=0)
     llm.generate(prompts[:1], SamplingParams(max_tokens=2))  # warm-up
+    if traces:
+        llm.start_profile()
     began = time.perf_counter()
     outputs = llm.generate(prompts, params)
     elapsed = time.perf_counter() - began
+    if traces:
+        llm.stop_profile()
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     print(f"THROUGHPUT {tokens / elapsed:.3f}")
 
@@ -53,18 +64,23 @@ if __name__ == "__main__":
     main()
 """
 
+VLLM_PROFILER = "vLLM's torch profiler"
 VARIANTS = {
     "no cpuprof": [],
     "cpuprof run (following)": ["-m", "cpuprof", "run", "--threads", "2"],
     "cpuprof run --no-follow": ["-m", "cpuprof", "run", "--threads", "2", "--no-follow"],
+    VLLM_PROFILER: [],
 }
 
 
-def run(prefix: list[str], script: Path, model: Path, tokens: int, prompts: int, out: Path) -> float:
+def run(name: str, script: Path, model: Path, tokens: int, prompts: int, out: Path) -> float:
+    prefix = VARIANTS[name]
     args = [sys.executable, *prefix]
     if prefix:
         args += ["--out", str(out), "--overwrite", "--", "python"]
     args += [str(script), str(model), str(tokens), str(prompts)]
+    if name == VLLM_PROFILER:
+        args.append(str(out.with_name("vllm-traces")))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
     found = re.search(r"THROUGHPUT ([0-9.]+)", result.stdout)
@@ -78,19 +94,24 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--shapes", choices=("small", "1b"), default="small",
+                        help="the checkpoint's layer shapes: small (hidden 512) or 1b (Llama-3.2-1B's)")
     args = parser.parse_args()
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="cpuprof-bench-vllm-") as tmp:
         work = Path(tmp)
         model = work / "model"
-        write_checkpoint(model)
+        if args.shapes == "1b":
+            write_checkpoint(model, LLAMA_1B_SHAPES)
+        else:
+            write_checkpoint(model)
         script = work / "generate.py"
         script.write_text(textwrap.dedent(GENERATE))
         names = list(VARIANTS)
         results: dict[str, list[float]] = {name: [] for name in names}
         for k in range(args.rounds):
             for name in rotated(names, k):
-                results[name].append(run(VARIANTS[name], script, model, args.tokens, args.prompts, work / "out"))
+                results[name].append(run(name, script, model, args.tokens, args.prompts, work / "out"))
             print(f"round {k + 1}/{args.rounds}: " + ", ".join(f"{n} {results[n][-1]:.1f}" for n in names),
                   flush=True)
     base = results["no cpuprof"]
@@ -100,6 +121,8 @@ def main() -> int:
         rows.append([name, f"{median(results[name]):.1f}", span(results[name], "{:.1f}"),
                      f"{median(ratios):.2f}", span(ratios)])
     print(render_table(["variant", "tokens/s (median)", "min-max", "ratio to no cpuprof", "min-max"], rows))
+    paired = [f / v for f, v in zip(results["cpuprof run (following)"], results[VLLM_PROFILER], strict=True)]
+    print(f"following / {VLLM_PROFILER}, paired per round: {median(paired):.3f} ({span(paired)})")
     return 0
 
 

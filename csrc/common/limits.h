@@ -79,6 +79,9 @@ constexpr int kJoinLagUs = 20000;
 // How often the collector looks for new threads and reads those outside the team: at every pass
 // once the period is this long or longer, as the default is.
 constexpr int kDiscoveryIntervalUs = 20000;
+// Where the sample rings tell when threads are created, the collector walks /proc/self/task only
+// when they tell one or after this long, for threads created by a thread they do not cover.
+constexpr int kDiscoveryFallbackUs = 500000;
 // A thread found with more CPU time than this has already worked (an existing OpenMP worker)
 // and joins the team at once.
 constexpr int kJoinedWorkerCpuNs = 1000000;

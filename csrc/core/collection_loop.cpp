@@ -31,7 +31,7 @@ void inject_collect_delay_us(int64_t delay_us) { g_collect_delay_us.store(delay_
 void inject_collect_spin_us(int64_t spin_us) { g_collect_spin_us.store(spin_us > 0 ? spin_us : 0); }
 
 CollectionLoop::CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table,
-                               std::function<void(int64_t, bool)> collect)
+                               Collect collect)
     : registry_(registry), team_(team), table_(table), collect_(std::move(collect)), interval_us_(collect_interval_us()) {}
 
 CollectionLoop::~CollectionLoop() { stop(); }
@@ -53,6 +53,7 @@ void CollectionLoop::stop() {
 }
 
 void CollectionLoop::scan() {
+  scans_.fetch_add(1, std::memory_order_relaxed);
   registry_.scan(tid_);
   const int n = registry_.size();
   table_.reserve_slots(n);
@@ -88,22 +89,40 @@ void CollectionLoop::run() {
       }
     }
     tick(final_tick);
-    if (collect_) collect_(now_ns(), final_tick);
+    if (collect_) {
+      last_creation_ = collect_(now_ns(), final_tick);
+      // Found now rather than a period later: a thread's work before it is found is counted nowhere.
+      if (last_creation_ == ThreadCreation::Seen && !final_tick) scan();
+    }
     cpu_ns_.store(thread_cpu_ns(), std::memory_order_relaxed);
     lock.lock();
   }
 }
 
 void CollectionLoop::tick(bool final_tick) {
-  const bool due = now_ns() - last_scan_ns_ > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000;
+  const int64_t since_scan = now_ns() - last_scan_ns_;
+  const bool due = since_scan > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000;
   if (!final_tick && !due) return;  // a collector period without discovery
-  if (!final_tick) scan();
+  // Where the rings tell thread creation, a scan only when they told one (just done, after the
+  // pass's collect) or, for threads created by a thread they do not cover (beyond the slots, its
+  // counters refused), at the fallback interval.
+  const bool told = last_creation_ == ThreadCreation::NoneSeen;
+  if (!final_tick && (!told || since_scan > static_cast<int64_t>(kDiscoveryFallbackUs) * 1000)) scan();
   const int n_slots = registry_.size();
   const int n_events = registry_.n_events();
   uint64_t values[kMaxEvents];
   for (int slot = 0; slot < n_slots; ++slot) {
     if (!final_tick && team_.contains(slot)) continue;
     ThreadSlot& s = registry_.mutable_slot(slot);
+    // A thread found idle at its last read that has had no record written since (no switch in, no
+    // sample) has not run: its counters are as they were, and their read(), most of a pass beside a
+    // serving engine's hundreds of idle backends, is skipped. The final tick reads every thread.
+    uint64_t activity = 0;
+    const bool activity_known = !final_tick && s.counters.activity_position(&activity);
+    if (activity_known && s.quiet_at_read && activity == s.activity_at_read) {
+      reads_skipped_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     uint32_t scaled = 0, counted = 0;
     s.counters.read(values, &scaled, &counted);
     bool changed = false;
@@ -115,6 +134,8 @@ void CollectionLoop::tick(bool final_tick) {
     }
     s.last_scaled |= scaled;
     s.last_counted |= counted;
+    s.quiet_at_read = activity_known && !changed;
+    s.activity_at_read = activity;
     if (final_tick) s.sched_at_stop = read_schedstat(s.tid);
     if (changed && ticks_.load(std::memory_order_relaxed) > 0 && table_.slot_ready(slot)) team_.join(slot);
   }

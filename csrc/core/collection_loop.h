@@ -1,8 +1,9 @@
 // The collection loop: the session's one background thread ("cpuprof-collect"). Each period it
 // hands the counting strategy its turn (sampled mode drains the sample rings and joins them to
-// the op timelines here); every discovery interval it also finds new threads and adds to the
-// team the ones that start working; at stop it takes the final read that ends every thread's
-// totals. Discovering threads is one of its jobs, not its purpose, hence the name.
+// the op timelines here); it also finds new threads (when the rings say one was created, else
+// every discovery interval) and adds to the team the ones that start working; at stop it takes the
+// final read that ends every thread's totals. Discovering threads is one of its jobs, not its
+// purpose, hence the name.
 //
 // It never reads a thread that is in the team while the session runs: reading the counters of
 // a thread running on another CPU costs that CPU an interrupt (about 10 µs in a VM), and waking
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/counting.h"
 #include "core/op_table.h"
 #include "core/team.h"
 #include "core/thread_registry.h"
@@ -41,8 +43,8 @@ int64_t collect_interval_us();
 class CollectionLoop {
  public:
   // `collect(now, final)` runs after each tick (see CountingStrategy::collect).
-  CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table,
-                 std::function<void(int64_t, bool)> collect = nullptr);
+  using Collect = std::function<ThreadCreation(int64_t, bool)>;
+  CollectionLoop(ThreadRegistry& registry, TeamSet& team, OpTable& table, Collect collect = nullptr);
   ~CollectionLoop();
   // Starts the thread and waits until it has opened counters on every existing thread.
   void start();
@@ -50,6 +52,10 @@ class CollectionLoop {
   void stop();
   int64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
   uint64_t ticks() const { return ticks_.load(std::memory_order_relaxed); }
+  // Counter reads left out because the thread had not run since it was last found idle.
+  uint64_t idle_reads_skipped() const { return reads_skipped_.load(std::memory_order_relaxed); }
+  // Walks of /proc/self/task for new threads.
+  uint64_t scans() const { return scans_.load(std::memory_order_relaxed); }
 
  private:
   void run();
@@ -59,7 +65,8 @@ class CollectionLoop {
   ThreadRegistry& registry_;
   TeamSet& team_;
   OpTable& table_;
-  std::function<void(int64_t, bool)> collect_;
+  Collect collect_;
+  ThreadCreation last_creation_ = ThreadCreation::Unknown;
   const int64_t interval_us_;  // the period, fixed when the session starts (its rings are sized to it)
   std::thread thread_;
   pid_t tid_ = 0;
@@ -70,6 +77,8 @@ class CollectionLoop {
   int64_t last_scan_ns_ = 0;
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<uint64_t> ticks_{0};
+  std::atomic<uint64_t> reads_skipped_{0};
+  std::atomic<uint64_t> scans_{0};
 };
 
 }  // namespace cpuprof

@@ -62,8 +62,9 @@ SampledCounting::SampledCounting(CountingContext& context, const CountingOptions
   on_cpu_.reserve(256);
 }
 
-void SampledCounting::collect(int64_t now, bool final) {
+ThreadCreation SampledCounting::collect(int64_t now, bool final) {
   std::lock_guard<std::mutex> lock(mutex_);
+  creation_seen_ = false;
   enter_lazy();
   frames_.refresh();  // libraries loaded since the last pass (torch loads some lazily)
   // Op events are stamped when their callback began and published a little later; samples are
@@ -91,6 +92,9 @@ void SampledCounting::collect(int64_t now, bool final) {
     flush_view();
     flush_all();
   }
+  if (creation_seen_) return ThreadCreation::Seen;
+  // Fork records come with the switch records' attr.task: without them nothing is known.
+  return context_switch_records() ? ThreadCreation::NoneSeen : ThreadCreation::Unknown;
 }
 
 void SampledCounting::go_off_cpu(int slot, RunState state) {

@@ -52,7 +52,7 @@ class SampledCounting final : public CountingStrategy {
 
   uint64_t samples() const override { return joined_.load(std::memory_order_relaxed); }
 
-  void collect(int64_t now, bool final) override;
+  ThreadCreation collect(int64_t now, bool final) override;
   void fill_snapshot(SessionSnapshot* out) override;
 
  private:
@@ -205,6 +205,7 @@ class SampledCounting final : public CountingStrategy {
   PathId path_ids_[kPathIdCache];
   std::vector<Pending> pending_;
   std::vector<uint8_t> scratch_;
+  bool creation_seen_ = false;  // this pass's rings held a fork record, or lost records (one may be among them)
   FrameTables frames_;
   StackTable stacks_;
   std::vector<uint64_t> unwind_stops_;

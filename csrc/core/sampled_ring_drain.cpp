@@ -20,7 +20,12 @@ void SampledCounting::drain_rings() {
     ThreadSlot& thread = registry.mutable_slot(slot);
     if (!thread.counters.sampling()) continue;
     thread.counters.ring().consume(scratch_, [&](const perf_event_header& header, const uint8_t* record) {
+      if (header.type == PERF_RECORD_FORK) {
+        creation_seen_ = true;  // a profiled thread created one (attr.task writes it to the creator's ring)
+        return true;
+      }
       if (header.type == PERF_RECORD_LOST) {
+        creation_seen_ = true;
         if (header.size < sizeof(header) + 16) {
           ++unparsed_;
           return true;

@@ -154,7 +154,7 @@ std::vector<DroppedEvent> Session::start(const SessionConfig& config, void (*on_
   counting_ = make_counting_strategy(context_, options);
   CountingStrategy* counting = counting_.get();
   collection_ = std::make_unique<CollectionLoop>(registry_, team_, table_,
-                                                [counting](int64_t now, bool final) { counting->collect(now, final); });
+                                                [counting](int64_t now, bool final) { return counting->collect(now, final); });
   collection_->start();
   started_ns_ = now_ns();
   stopped_ns_ = 0;

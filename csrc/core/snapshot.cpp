@@ -48,6 +48,9 @@ SessionSnapshot Session::snapshot() {
   out.truncated_ops = truncated_;
   out.hook_ns = hook_ns();
   out.discovery_cpu_ns = collection_ ? collection_->cpu_ns() : 0;
+  out.idle_reads_skipped = collection_ ? collection_->idle_reads_skipped() : 0;
+  out.thread_scans = collection_ ? collection_->scans() : 0;
+  out.scan_setup_cpu_ns = registry_.scan_setup_cpu_ns();
   out.discovery_ticks = collection_ ? collection_->ticks() : 0;
   out.samples = counting_ ? counting_->samples() : 0;
   out.memory_reported = memory_reported_.load(std::memory_order_relaxed);

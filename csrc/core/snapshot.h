@@ -116,6 +116,8 @@ struct SessionSnapshot {
   uint64_t ops_seen = 0, too_deep = 0, unattributed_ops = 0, unmatched_ends = 0, truncated_ops = 0;
   uint64_t thread_setup_failures = 0;  // a dispatching thread's buffers could not be allocated
   int64_t hook_ns = 0, discovery_cpu_ns = 0;
+  uint64_t idle_reads_skipped = 0, thread_scans = 0;
+  int64_t scan_setup_cpu_ns = 0;
   uint64_t discovery_ticks = 0, samples = 0;
   bool memory_reported = false;  // torch's allocator reported to the session (alloc_* are measured)
   std::vector<std::string> scaled_events;  // per-op deltas scaled for multiplexing

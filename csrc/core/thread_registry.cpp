@@ -43,6 +43,9 @@ void ThreadRegistry::configure(const std::vector<EventSpec>& events, int max_thr
   // Slots are reused across sessions (their counters are closed at stop); resized only here,
   // while no session runs and so nothing reads them.
   slots_.resize(max_threads);
+  scan_setup_cpu_ns_.store(0);
+  known_tids_.clear();
+  known_tids_.reserve(max_threads);
   size_.store(0, std::memory_order_release);
   beyond_limit_.store(0);
 }
@@ -57,9 +60,8 @@ int ThreadRegistry::find(pid_t tid) const {
 
 int ThreadRegistry::add_locked(pid_t tid) {
   const int n = size_.load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i) {
-    if (slots_[i]->tid == tid) return i;
-  }
+  const auto known = std::lower_bound(known_tids_.begin(), known_tids_.end(), tid);
+  if (known != known_tids_.end() && *known == tid) return find(tid);
   if (n >= static_cast<int>(slots_.size())) return -1;
   if (!slots_[n]) slots_[n] = std::make_unique<ThreadSlot>();
   ThreadSlot& slot = *slots_[n];
@@ -70,6 +72,8 @@ int ThreadRegistry::add_locked(pid_t tid) {
   memset(slot.last_values, 0, sizeof(slot.last_values));
   slot.last_scaled = slot.last_counted = 0;
   slot.sched_at_stop = SchedStat{};
+  slot.quiet_at_read = false;
+  slot.activity_at_read = 0;
   char path[64];
   snprintf(path, sizeof(path), "/proc/self/task/%d/comm", static_cast<int>(tid));
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -89,6 +93,7 @@ int ThreadRegistry::add_locked(pid_t tid) {
   ThreadCounters::Sampling sampling = sampling_;
   if (n >= 64) sampling.ring_pages = std::min<size_t>(sampling.ring_pages, 32);
   slot.counters.open(tid, events_, &slot.open_errno, sampled_ ? &sampling : nullptr, count_by_ring_);
+  known_tids_.insert(known, tid);  // within the capacity configure() reserved: no allocation
   size_.store(n + 1, std::memory_order_release);
   return n;
 }
@@ -120,9 +125,11 @@ int ThreadRegistry::scan(pid_t exclude_tid) {
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t setup_from = thread_cpu_ns();
   int added = 0;
   int beyond = 0;
   for (pid_t tid : tids) {
+    if (std::binary_search(known_tids_.begin(), known_tids_.end(), tid)) continue;
     const int before = size_.load(std::memory_order_relaxed);
     const int slot = add_locked(tid);
     if (slot < 0) {
@@ -132,6 +139,7 @@ int ThreadRegistry::scan(pid_t exclude_tid) {
     }
   }
   if (beyond > beyond_limit_.load(std::memory_order_relaxed)) beyond_limit_.store(beyond);
+  if (added > 0) scan_setup_cpu_ns_.fetch_add(thread_cpu_ns() - setup_from, std::memory_order_relaxed);
   return added;
 }
 
@@ -141,6 +149,7 @@ void ThreadRegistry::reset_after_fork() {
   task_dir_fd_ = -1;
   const int n = size_.load(std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) slots_[i]->counters.close();
+  known_tids_.clear();
   size_.store(0, std::memory_order_release);
 }
 

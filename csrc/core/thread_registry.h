@@ -45,6 +45,10 @@ struct ThreadSlot {
   uint32_t last_scaled = 0;
   uint32_t last_counted = 0;
   SchedStat sched_at_stop;  // not ok when the thread had exited by then
+  // The collection loop's own: whether its last read found the counters unchanged, and the
+  // thread's activity position (ThreadCounters::activity_position) taken just before that read.
+  bool quiet_at_read = false;
+  uint64_t activity_at_read = 0;
 };
 
 class ThreadRegistry {
@@ -70,6 +74,9 @@ class ThreadRegistry {
   int find(pid_t tid) const;
   // The most threads seen at once beyond the slots, over the session.
   int threads_beyond_limit() const { return beyond_limit_.load(std::memory_order_relaxed); }
+  // CPU time scans spent opening counters on the threads they found (a one-off cost per thread,
+  // apart from the collector's cost per period).
+  int64_t scan_setup_cpu_ns() const { return scan_setup_cpu_ns_.load(std::memory_order_relaxed); }
   int n_events() const { return static_cast<int>(events_.size()); }
   void close_all();
   // In a forked child: the parent's threads are gone and the mutex may be held by one of them.
@@ -84,8 +91,12 @@ class ThreadRegistry {
   std::vector<pid_t> own_threads_;
   bool count_by_ring_ = false;
   std::vector<std::unique_ptr<ThreadSlot>> slots_;
+  // The tids in the slots, sorted: a scan of hundreds of threads looks each up in log time, where
+  // a walk of the slots per tid made discovery quadratic in the threads.
+  std::vector<pid_t> known_tids_;
   std::atomic<int> size_{0};
   std::atomic<int> beyond_limit_{0};
+  std::atomic<int64_t> scan_setup_cpu_ns_{0};
   std::mutex mutex_;
 };
 

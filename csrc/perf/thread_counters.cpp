@@ -285,6 +285,15 @@ bool ThreadCounters::switch_position(uint64_t* position, CpuState* cpu_state) co
   return true;
 }
 
+bool ThreadCounters::activity_position(uint64_t* position) const {
+  const bool sample_switches = ring_.mapped() && context_switch_records();
+  if (switch_ring_ < 0 && !sample_switches) return false;
+  uint64_t written = ring_.head();  // heads only grow: their sum moves with any record
+  for (int k = 0; k < n_ring_counts_; ++k) written += ring_counts_[k].ring.head();
+  *position = written;
+  return true;
+}
+
 void ThreadCounters::read_rings(RawCount* values, uint32_t* counted) const {
   for (int k = 0; k < n_ring_counts_; ++k) {
     const RingCount& r = ring_counts_[k];

@@ -78,6 +78,10 @@ class ThreadCounters {
   // Memory loads only, unless records are waiting.
   enum class CpuState : uint8_t { Unknown = 0, Off = 1, On = 2 };
   bool switch_position(uint64_t* position, CpuState* cpu_state) const;
+  // A position that moves whenever the kernel writes any record for this thread: a sample, a switch
+  // in or out, a ring-counted event. Where its rings carry switch records, a thread that was off
+  // its CPU and has not moved it since has not run since. False without switch records. Memory loads.
+  bool activity_position(uint64_t* position) const;
   uint32_t group_events() const { return group_mask_; }
 
   void close();

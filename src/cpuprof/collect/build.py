@@ -265,7 +265,9 @@ def build_profile(snap: Any, meta: Meta, dropped: list[DroppedEvent], complete: 
         idle_threads=_idle_threads(snap, set(index_of_slot), names, dropped),
         ops=ops,
         overhead=Overhead(hook_ns=snap.hook_ns, ops=snap.ops_seen, discovery_cpu_ns=snap.discovery_cpu_ns,
-                          discovery_ticks=snap.discovery_ticks, samples=snap.samples),
+                          discovery_ticks=snap.discovery_ticks, samples=snap.samples,
+                          idle_reads_skipped=snap.idle_reads_skipped, thread_scans=snap.thread_scans,
+                          scan_setup_cpu_ns=snap.scan_setup_cpu_ns),
         limits=Limits(
             op_capacity=snap.op_capacity, ops_overflowed=snap.ops_overflowed, span_capacity=snap.span_capacity,
             spans_dropped=snap.spans.dropped, too_deep=snap.too_deep, unattributed_ops=snap.unattributed_ops,

@@ -196,6 +196,11 @@ class Overhead:
     discovery_cpu_ns: int  # CPU time of the thread-discovery thread
     discovery_ticks: int
     samples: int = 0  # sampled mode: samples joined to ops
+    # Threads' counter reads the collector left out: idle at their last read, no record written since.
+    idle_reads_skipped: int = 0
+    thread_scans: int = 0  # walks of /proc/self/task for new threads
+    # Of discovery_cpu_ns: opening counters on the threads the scans found, once per thread.
+    scan_setup_cpu_ns: int = 0
     method: str = "self-timed callbacks; torch's own RecordFunction dispatch is not included"
 
     @property
