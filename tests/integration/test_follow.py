@@ -90,6 +90,18 @@ def test_every_pool_worker_is_profiled_whatever_the_start_method(tmp_path: Path,
     sections = {s["id"]: s for s in json.loads(again.stdout)["sections"]}
     pids = {row["pid"] for row in sections["processes"]["tables"][0]["rows"]}
     assert {p.profile.meta.pid for p in followed} <= pids
+    # What observing cost each process, as it measured it: a row per profiled process, its figures
+    # the profile's own; a start-up in each (a process that started its own Python imported cpuprof
+    # as it started: milliseconds), less than the worker's life.
+    costs = {row["pid"]: row for row in sections["processes"]["tables"][1]["rows"]}
+    for p in followed:
+        cost, overhead = costs[p.profile.meta.pid], p.profile.overhead
+        assert overhead is not None and cost["callbacks_ns"] == overhead.hook_ns  # 0 for a worker given no task
+        assert cost["collector_cpu_ns"] == overhead.discovery_cpu_ns > 0
+        assert 0 < cost["boot_ns"] < 10_000_000_000, cost
+        if method != "fork":
+            assert cost["boot_ns"] > 1_000_000, cost
+        assert 0 < cost["share"] < 1, cost
 
 
 def test_a_subprocess_python_child_is_followed_and_no_follow_turns_it_off(tmp_path: Path):

@@ -40,6 +40,36 @@ class ProcessRow:
     directory: str
     followed: bool = True
     changes: tuple[str, ...] = ()  # settings the process changed after its import of torch
+    cost: ObservingCost | None = None  # what cpuprof measured itself costing the process
+
+
+@dataclass(frozen=True)
+class ObservingCost:
+    """What observing one process cost it, as the process measured it (model.Overhead): the parts
+    cpuprof can time from inside. torch's own dispatch to a callback it cannot (a bench measures it)."""
+
+    callbacks_ns: int  # inside cpuprof's op callbacks, on the dispatching threads
+    per_op_ns: float
+    collector_cpu_ns: int  # the collector thread's CPU: thread discovery, draining and joining samples
+    opening_cpu_ns: int  # of that, opening counters on the threads found (once per thread)
+    sampler_cpu_ns: int | None  # the Python stack sampler thread, where Python stacks were read
+    checkpoints: int
+    checkpoint_ns: int  # the checkpoints' saves, wall time (the final save is after the profile's end)
+    boot_ns: int | None  # cpuprof's start-up in the process (None: not a followed process)
+
+    def measured_ns(self) -> int:
+        return (self.callbacks_ns + self.collector_cpu_ns + (self.sampler_cpu_ns or 0) + self.checkpoint_ns
+                + (self.boot_ns or 0))
+
+
+def observing_cost(profile: Profile) -> ObservingCost | None:
+    o = profile.overhead
+    if o is None or not profile.profiled:
+        return None
+    py = profile.sampling.python if profile.sampling is not None else None
+    return ObservingCost(callbacks_ns=o.hook_ns, per_op_ns=o.per_op_ns, collector_cpu_ns=o.discovery_cpu_ns,
+                         opening_cpu_ns=o.scan_setup_cpu_ns, sampler_cpu_ns=py.cpu_ns if py is not None else None,
+                         checkpoints=o.checkpoints, checkpoint_ns=o.checkpoint_ns, boot_ns=o.boot_ns)
 
 
 def op_time_ns(profile: Profile) -> int:
@@ -74,7 +104,8 @@ def row(p: ProcessProfile) -> ProcessRow:
     return ProcessRow(role=role if p.followed or profiled else f"{role}, never imported torch", pid=meta.pid,
                       ppid=meta.ppid, wall_ns=wall, cpu_ns=cpu, ops=ops,
                       op_ns=op_time_ns(profile) if profiled else None,
-                      ended=ending(profile), directory=str(p.directory), followed=p.followed, changes=changes)
+                      ended=ending(profile), directory=str(p.directory), followed=p.followed, changes=changes,
+                      cost=observing_cost(profile))
 
 
 def busiest(processes: list[ProcessProfile]) -> ProcessProfile | None:
@@ -103,6 +134,50 @@ _COLUMNS = [
     Column("directory", "profile in"),
 ]
 _TABLE_KEYS = [c.key for c in _COLUMNS]
+
+_COST_COLUMNS = [
+    Column("role", "process"),
+    Column("pid", "pid", "int"),
+    Column("boot_ns", "start-up", "ns", help="wall time cpuprof took in the process to start: its import as Python "
+                                             "started (none in a forked process: its parent's), then starting the "
+                                             "profile inside the import of torch"),
+    Column("callbacks_ns", "callbacks", "ns", help="time inside cpuprof's op callbacks on the threads that ran ops"),
+    Column("per_op_ns", "per op", "ns", help="callbacks per ATen op call"),
+    Column("collector_cpu_ns", "collector CPU", "ns", help="CPU time of cpuprof's collector thread: finding "
+                                                           "threads, draining the sample rings, joining samples "
+                                                           "to ops"),
+    Column("opening_cpu_ns", "of it opening", "ns", help="of the collector's CPU, opening counters and sample "
+                                                         "rings on the threads it found (once per thread)"),
+    Column("sampler_cpu_ns", "Python sampler", "ns", help="CPU time of the Python stack sampler thread (- : "
+                                                           "Python stacks not read)"),
+    Column("checkpoints", "checkpoints", "int", help="profiles saved while the process ran (so a kill keeps them)"),
+    Column("checkpoint_ns", "saving them", "ns", help="wall time the checkpoints took, holding the GIL part of it"),
+    Column("share", "of its time", "share", help="the measured parts together over the time the process was "
+                                                 "profiled (start-up included): a bound on what they took from it, "
+                                                 "not their sum on one CPU"),
+]
+
+
+def cost_table(rows: list[ProcessRow]) -> Table | None:
+    """What observing each profiled process cost it, measured in it: the next lever is in the
+    largest column."""
+    costed = [r for r in rows if r.cost is not None]
+    if not costed:
+        return None
+    table_rows = []
+    for r in costed:
+        assert r.cost is not None
+        cells = {"role": r.role, "pid": r.pid, **vars(r.cost)}
+        cells["sampler_cpu_ns"] = r.cost.sampler_cpu_ns
+        wall = (r.wall_ns or 0) + (r.cost.boot_ns or 0)
+        cells["share"] = r.cost.measured_ns() / wall if wall else None
+        table_rows.append(cells)
+    return Table(columns=_COST_COLUMNS, rows=table_rows,
+                 caption="what observing each process cost it, as the process measured it",
+                 legend_notes=["not measurable from inside a process, so not in these figures: torch's own dispatch "
+                               "to a RecordFunction callback (any callback profiler pays it; "
+                               "benches/bench_decode_profilers.py --breakdown measures it against a bare run) and the "
+                               "kernel's work for each sample on the sampled thread"])
 
 
 def processes_section(rows: list[ProcessRow], shown: ProcessRow | None, unsaved: list[int] | None = None) -> Section:
@@ -138,7 +213,8 @@ def processes_section(rows: list[ProcessRow], shown: ProcessRow | None, unsaved:
         shown_pids = ", ".join(str(p) for p in unsaved[:20]) + (", ..." if len(unsaved) > 20 else "")
         lines.append(f"{len(unsaved)} more process{'es' if len(unsaved) != 1 else ''} started profiling but saved "
                      f"nothing (killed before its first checkpoint): pid {shown_pids}")
-    return Section("processes", "Processes", lines=lines, tables=[table])
+    costs = cost_table(listed)
+    return Section("processes", "Processes", lines=lines, tables=[table] + ([costs] if costs is not None else []))
 
 
 def processes_report(rows: list[ProcessRow], shown: ProcessProfile | None, top: int = defaults.TOP_OPS,

@@ -23,6 +23,9 @@ LAUNCH_OWNED_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_PROC_BIND", "OMP
 
 # -- in a followed process ----------------------------------------------------------------------
 current_run: Any = None  # the FollowedRun of this process, once torch is imported
+# Wall time cpuprof took in this process as Python started: importing it and installing the hook
+# (0 in a forked child: that was its parent's).
+boot_ns = 0
 # The launch's variables as they were before the launch, once this process has been given them back
 # (None: it was not: a process forked from a followed one inherits its parent's as they are).
 before_launch: dict[str, str | None] | None = None

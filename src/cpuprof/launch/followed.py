@@ -32,7 +32,9 @@ is imported.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 from . import follow_env
 from .torch_import import TorchImportHook
@@ -40,14 +42,22 @@ from .torch_import import TorchImportHook
 _hook: TorchImportHook | None = None
 
 
-def follow(path: str) -> None:
-    """Called as a followed Python starts: profile it from its first ``import torch``."""
+def follow(path: str, began_ns: int | None = None) -> None:
+    """Called as a followed Python starts: profile it from its first ``import torch``. ``began_ns``
+    (perf_counter_ns) is when its start-up began importing cpuprof."""
     global _hook
+    began_ns = time.perf_counter_ns() if began_ns is None else began_ns
     follow_env.give_back_the_programs_env()
     if _hook is not None or "torch" in sys.modules:
         return
     _hook = TorchImportHook(lambda: _start(path))
     _hook.install()
+    follow_env.boot_ns += time.perf_counter_ns() - began_ns
+    os.register_at_fork(after_in_child=_forget_boot)
+
+
+def _forget_boot() -> None:
+    follow_env.boot_ns = 0  # a forked child's start-up was its parent's
 
 
 def _start(path: str) -> None:

@@ -129,21 +129,27 @@ class FollowedRun(ChildRun):
         self._saver: threading.Thread | None = None  # the thread doing the final save
         self._final_saved = threading.Event()
         self._libc_signal: Any = None  # libc's signal(), looked up before it is needed
+        self.start_ns = 0  # wall time starting the profile took (begin())
+        self.checkpoints = 0  # saved by the checkpoint thread, and the wall time they took
+        self.checkpoint_ns = 0
 
     @classmethod
     def start_new(cls, config: FollowConfig) -> FollowedRun | None:
         """A profile of this process, started; None (and one warning line) when it could not start:
         the program runs on, unprofiled."""
+        began = time.perf_counter_ns()
         try:
             run = cls(config)
-            run.begin()
+            run.begin(began)
         except Exception as exc:
             warn(f"not profiled: {type(exc).__name__}: {exc}")
             return None
         return run
 
-    def begin(self) -> None:
-        """Creates processes/<pid>, starts the profile and arranges for it to be saved."""
+    def begin(self, began_ns: int | None = None) -> None:
+        """Creates processes/<pid>, starts the profile and arranges for it to be saved. ``began_ns``
+        (perf_counter_ns): when starting it began, for the profile's own start-up figure."""
+        began_ns = time.perf_counter_ns() if began_ns is None else began_ns
         self.out.mkdir(parents=True, exist_ok=True)
         # How the launcher tells this process from a later one given the same pid: its start time.
         (self.out / START_FILENAME).write_text(str(_start_time(self.pid)))
@@ -160,6 +166,8 @@ class FollowedRun(ChildRun):
             self.prof = None  # each window makes its own
             self.windows = Windows(self, plan, self.config.root, process_place(self.pid), lock=self._lock)
             self.windows.begin()
+        # Before the handlers below can save: a pool's idle worker may be told to end right away.
+        self.start_ns = time.perf_counter_ns() - began_ns
         atexit.register(self.end)
         save_before_exec(self._before_exec, drop_env=(FOLLOW_ENV,))
         self._at_multiprocessing_exit()
@@ -294,7 +302,10 @@ class FollowedRun(ChildRun):
                     if self.windows is None or self.windows.is_open:  # between windows there is nothing new
                         began = time.monotonic()
                         self.save(complete=False, reason=CHECKPOINT_REASON)
-                        wait_s = max(self.checkpoint_s, CHECKPOINT_SHARE * (time.monotonic() - began))
+                        took = time.monotonic() - began
+                        self.checkpoints += 1
+                        self.checkpoint_ns += int(took * 1e9)
+                        wait_s = max(self.checkpoint_s, CHECKPOINT_SHARE * took)
             except Exception as exc:  # a full disk: the final save says so again
                 warn(f"a checkpoint of the profile failed ({type(exc).__name__}: {exc})")
                 return
@@ -316,8 +327,14 @@ class FollowedRun(ChildRun):
         ]
 
     def contribute(self, profile: Profile, complete: bool) -> None:
+        from . import follow_env
+
         program_context(self, note=False)
         profile.meta.role = process_role()
+        if profile.overhead is not None:
+            profile.overhead.boot_ns = follow_env.boot_ns + self.start_ns
+            profile.overhead.checkpoints = self.checkpoints
+            profile.overhead.checkpoint_ns = self.checkpoint_ns
 
     def end(self) -> None:
         """The final save, once, whichever way the process ends first."""

@@ -201,6 +201,12 @@ class Overhead:
     thread_scans: int = 0  # walks of /proc/self/task for new threads
     # Of discovery_cpu_ns: opening counters on the threads the scans found, once per thread.
     scan_setup_cpu_ns: int = 0
+    # A followed process (run): the wall time cpuprof took in it to start (importing cpuprof as
+    # Python started, none in a forked child, then starting the profile; None where not followed),
+    # and its checkpoints so far and their wall time.
+    boot_ns: int | None = None
+    checkpoints: int = 0
+    checkpoint_ns: int = 0
     method: str = "self-timed callbacks; torch's own RecordFunction dispatch is not included"
 
     @property

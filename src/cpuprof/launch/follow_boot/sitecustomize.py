@@ -29,9 +29,12 @@ def _follow() -> None:
     if not path:
         return
     try:
+        import time
+
+        began = time.perf_counter_ns()
         from cpuprof.launch.followed import follow
 
-        follow(path)
+        follow(path, began)
     except Exception as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name in ("cpuprof", "cpuprof.launch",
                                                                  "cpuprof.launch.followed"):
