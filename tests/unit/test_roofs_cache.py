@@ -38,7 +38,7 @@ class FakeMeasure:
             bandwidth=[BandwidthRoof(kernel="read", gb_per_s=rep, threads=threads, array_bytes=128 << 20, node=0)],
             compute=[ComputeRoof(dtype="f32", gflop_per_s=rep, threads=threads, size=2048)],
             kernel=[KernelRoof(dtype="bf16", gb_per_s=rep, threads=threads, shape=[1, 2048, 32768])],
-            errors=["f16 compute roof not measured: example"],
+            errors=["f16 compute roof not measured: example"], calibration=roofs.CALIBRATION,
         )
 
 
@@ -361,6 +361,23 @@ def test_a_cached_memory_roof_below_its_gemv_is_measured_again(cache_dir: Path, 
     measured, warnings = roofs.ensure(2, [0, 1])
     assert warnings == [reason] and len(measure.calls) == 2 and not measured.from_cache
     assert measured.kernel_above_memory() is None and roofs.cached(2, [0, 1])[0] is not None
+
+
+def test_an_entry_an_older_cpuprof_measured_another_way_is_measured_again(cache_dir: Path, measure: FakeMeasure):
+    """Entries of older cpuprofs stay in a newer file (its version is the newest writer's): one without
+    the calibration's method number measured its GEMV roofs without a decoder's head, which a decode's
+    head GEMV beat by 40%, so it is not used, the run says why, and measures again."""
+    assert roofs.store(measure(2, [0, 1])) is None
+    path = roofs.cache_path()
+    data = json.loads(path.read_text())
+    del data["entries"][0]["calibration"]  # as a cpuprof before the method number wrote it
+    path.write_text(json.dumps(data))
+    found, reason = roofs.cached(2, [0, 1])
+    assert found is None and reason is not None and "measured by an older cpuprof" in reason
+    measured, warnings = roofs.ensure(2, [0, 1])
+    assert warnings == [reason] and len(measure.calls) == 2 and not measured.from_cache
+    again, _ = roofs.cached(2, [0, 1])
+    assert again is not None and again.calibration == roofs.CALIBRATION
 
 
 def test_copy_is_not_held_to_what_a_gemv_read(measure: FakeMeasure):

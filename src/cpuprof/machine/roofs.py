@@ -34,8 +34,13 @@ from .topology import _meminfo, _model_name
 # 2: kernel roofs of quantized weights (KernelRoof.weights, group_size, elements_per_s, cached_shape).
 # 3: the last probe of the memory kept with each entry (MachineRoofs.probe).
 # 4: the read kernel (the memory roof), each kernel's ISA, the GEMV's paths, the cores' FMA peak.
-# 5: the GEMV kernel roofs read a decoder's output head after its layers (GEMV_HEAD).
+# 5: MachineRoofs.calibration.
 CACHE_VERSION = 5
+# The calibration's method, kept with each entry: an entry measured another way is neither used nor
+# stored, however the file's version reads (older entries are kept in a newer file).
+# 1: the GEMV kernel roofs read a decoder's output head after its layers (GEMV_HEAD): measured on the
+#    layers alone, a decode's head GEMV ran 40% above them.
+CALIBRATION = 1
 CACHE_FILE = "roofs.json"
 # Entries kept in the cache file; the oldest go first (one per machine, torch, runtime and binding).
 MAX_CACHE_ENTRIES = 64
@@ -583,6 +588,7 @@ def calibrate(
         seconds=0.0,
         threads=threads,
         cpus=sorted(cpus),
+        calibration=CALIBRATION,
     )
     torch_threads = torch.get_num_threads()
     if torch_threads != threads:
@@ -717,8 +723,9 @@ def _differs(entry: MachineRoofs, fp: dict[str, str], threads: int, cpus: Sequen
 
 def _has_read_roof(roofs: MachineRoofs) -> bool:
     """The memory roof is the read kernel's: an entry without it (an older cpuprof's, or one whose read
-    failed) is judged against another kernel's figure, so it is never cached nor taken from the cache."""
-    return any(b.kernel == "read" for b in roofs.bandwidth)
+    failed) is judged against another kernel's figure, so it is never cached nor taken from the cache;
+    nor is one measured another way (CALIBRATION)."""
+    return roofs.calibration == CALIBRATION and any(b.kernel == "read" for b in roofs.bandwidth)
 
 
 def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | None]:
@@ -735,8 +742,8 @@ def cached(threads: int, cpus: list[int]) -> tuple[MachineRoofs | None, str | No
     for entry in cache.entries:
         if entry.key == key and entry.fingerprint == fp and entry.threads == threads and entry.cpus == sorted(cpus):
             if not _has_read_roof(entry):
-                return None, ("the cached roofs have no read-only memory kernel (measured by an older cpuprof): "
-                              "measuring again")
+                return None, ("the cached roofs were measured by an older cpuprof (without the read-only memory "
+                              "kernel, or the GEMV kernel roofs without a decoder's output head): measuring again")
             above = entry.kernel_above_memory()
             if above is not None:  # stored by a cpuprof that did not check: its memory roof is low
                 return None, (f"the cached memory roof ({entry.memory_gb_per_s():.1f} GB/s) is below what its "
@@ -927,8 +934,8 @@ def not_cached_because(roofs: MachineRoofs) -> str | None:
     if roofs.memory_gb_per_s() is None:
         return "roofs without a memory bandwidth are not cached; they will be measured again next time"
     if not _has_read_roof(roofs):
-        return ("roofs without the read-only memory kernel (the memory roof) are not cached; they will be measured "
-                "again next time")
+        return ("roofs without the read-only memory kernel (the memory roof), or measured another way, are not "
+                "cached; they will be measured again next time")
     if above is not None:
         return (f"the memory bandwidth stayed at {roofs.memory_gb_per_s():.1f} GB/s when measured again, below the "
                 f"{above.gb_per_s.best:.1f} GB/s the {above.dtype} GEMV read from memory: something else used "

@@ -161,6 +161,8 @@ class MachineRoofs:
     kernel: list[KernelRoof] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # what could not be measured, and why
     from_cache: bool = False  # True: read from the cache, not measured by this run
+    # How it was measured: machine.roofs.CALIBRATION when it was (0: by a cpuprof before the number).
+    calibration: int = 0
     # How busy the machine was while measuring: the calibrating threads' time runnable but waiting for
     # a CPU (schedstat) / (the calibration's wall time x its threads); None where it could not be read.
     run_queue_share: float | None = None
