@@ -54,6 +54,9 @@ void CollectionLoop::stop() {
 
 void CollectionLoop::scan() {
   scans_.fetch_add(1, std::memory_order_relaxed);
+  // Threads created while this walk opens counters (by a thread whose ring is not open yet) are
+  // neither listed nor told by a fork record: a walk that added threads is followed by another.
+  size_at_scan_ = registry_.size();
   registry_.scan(tid_);
   const int n = registry_.size();
   table_.reserve_slots(n);
@@ -100,14 +103,17 @@ void CollectionLoop::run() {
 }
 
 void CollectionLoop::tick(bool final_tick) {
-  const int64_t since_scan = now_ns() - last_scan_ns_;
-  const bool due = since_scan > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000;
+  const int64_t now = now_ns();
+  const bool due = now - last_read_ns_ > static_cast<int64_t>(kDiscoveryIntervalUs) * 1000;
   if (!final_tick && !due) return;  // a collector period without discovery
-  // Where the rings tell thread creation, a scan only when they told one (just done, after the
-  // pass's collect) or, for threads created by a thread they do not cover (beyond the slots, its
-  // counters refused), at the fallback interval.
-  const bool told = last_creation_ == ThreadCreation::NoneSeen;
-  if (!final_tick && (!told || since_scan > static_cast<int64_t>(kDiscoveryFallbackUs) * 1000)) scan();
+  last_read_ns_ = now;
+  // Where the rings tell thread creation, a walk only when they told one (done already, after the
+  // pass's collect), when threads were added since the last walk began (by it, or by a first op),
+  // or at the fallback interval.
+  const bool told = last_creation_ != ThreadCreation::Unknown;
+  const bool added = registry_.size() != size_at_scan_;
+  const bool fallback = now - last_scan_ns_ > static_cast<int64_t>(kDiscoveryFallbackUs) * 1000;
+  if (!final_tick && (!told || added || fallback)) scan();
   const int n_slots = registry_.size();
   const int n_events = registry_.n_events();
   uint64_t values[kMaxEvents];

@@ -75,6 +75,8 @@ class CollectionLoop {
   bool stop_requested_ = false;
   bool ready_ = false;
   int64_t last_scan_ns_ = 0;
+  int64_t last_read_ns_ = 0;  // the last tick that read the threads outside the team
+  int size_at_scan_ = 0;      // the registry's size as the last walk began
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<uint64_t> ticks_{0};
   std::atomic<uint64_t> reads_skipped_{0};

@@ -65,6 +65,7 @@ SampledCounting::SampledCounting(CountingContext& context, const CountingOptions
 ThreadCreation SampledCounting::collect(int64_t now, bool final) {
   std::lock_guard<std::mutex> lock(mutex_);
   creation_seen_ = false;
+  uncovered_ = false;
   enter_lazy();
   frames_.refresh();  // libraries loaded since the last pass (torch loads some lazily)
   // Op events are stamped when their callback began and published a little later; samples are
@@ -93,8 +94,11 @@ ThreadCreation SampledCounting::collect(int64_t now, bool final) {
     flush_all();
   }
   if (creation_seen_) return ThreadCreation::Seen;
-  // Fork records come with the switch records' attr.task: without them nothing is known.
-  return context_switch_records() ? ThreadCreation::NoneSeen : ThreadCreation::Unknown;
+  // Fork records come with the switch records' attr.task: without them, or with threads no ring
+  // covers (without one, beyond the slots), nothing is known.
+  const bool covered = !uncovered_ && ctx_.registry->threads_beyond_limit() == 0 &&
+                       ctx_.registry->size() <= options_.max_slots;
+  return context_switch_records() && covered ? ThreadCreation::NoneSeen : ThreadCreation::Unknown;
 }
 
 void SampledCounting::go_off_cpu(int slot, RunState state) {

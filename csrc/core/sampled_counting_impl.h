@@ -205,7 +205,8 @@ class SampledCounting final : public CountingStrategy {
   PathId path_ids_[kPathIdCache];
   std::vector<Pending> pending_;
   std::vector<uint8_t> scratch_;
-  bool creation_seen_ = false;  // this pass's rings held a fork record, or lost records (one may be among them)
+  bool creation_seen_ = false;
+  bool uncovered_ = false;  // this pass found a thread without a sample ring  // this pass's rings held a fork record, or lost records (one may be among them)
   FrameTables frames_;
   StackTable stacks_;
   std::vector<uint64_t> unwind_stops_;

@@ -18,7 +18,12 @@ void SampledCounting::drain_rings() {
   const int n_slots = std::min(registry.size(), options_.max_slots);
   for (int slot = 0; slot < n_slots; ++slot) {
     ThreadSlot& thread = registry.mutable_slot(slot);
-    if (!thread.counters.sampling()) continue;
+    if (!thread.counters.sampling()) {
+      // A thread without a sample ring (sampling refused, the locked-memory budget spent, its
+      // counters refused) tells nobody what it creates.
+      uncovered_ = true;
+      continue;
+    }
     thread.counters.ring().consume(scratch_, [&](const perf_event_header& header, const uint8_t* record) {
       if (header.type == PERF_RECORD_FORK) {
         creation_seen_ = true;  // a profiled thread created one (attr.task writes it to the creator's ring)

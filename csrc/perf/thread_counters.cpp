@@ -130,6 +130,7 @@ int ThreadCounters::open(pid_t tid, const std::vector<EventSpec>& events, int* f
     Group& group = groups_[group_index];
     group.event_index[group.n++] = i;
     group_mask_ |= 1u << i;
+    if (is_cpu_clock(spec)) cpu_clock_counted_ = true;
     ++opened;
   }
   if (count_by_ring && switch_ring_ < 0 && opened > 0) open_switch_ring(tid);
@@ -287,7 +288,8 @@ bool ThreadCounters::switch_position(uint64_t* position, CpuState* cpu_state) co
 
 bool ThreadCounters::activity_position(uint64_t* position) const {
   const bool sample_switches = ring_.mapped() && context_switch_records();
-  if (switch_ring_ < 0 && !sample_switches) return false;
+  // Without its CPU clock counted, a thread that stayed on its CPU reads as unchanged.
+  if (!cpu_clock_counted_ || (switch_ring_ < 0 && !sample_switches)) return false;
   uint64_t written = ring_.head();  // heads only grow: their sum moves with any record
   for (int k = 0; k < n_ring_counts_; ++k) written += ring_counts_[k].ring.head();
   *position = written;
@@ -378,6 +380,7 @@ void ThreadCounters::close() {
   n_ring_counts_ = 0;
   switch_ring_ = -1;
   ring_mask_ = group_mask_ = 0;
+  cpu_clock_counted_ = false;
 }
 
 }  // namespace cpuprof

@@ -134,6 +134,7 @@ class ThreadCounters {
   int n_ring_counts_ = 0;
   int switch_ring_ = -1;  // the ring count whose ring carries the switch records, or -1
   uint32_t ring_mask_ = 0, group_mask_ = 0;
+  bool cpu_clock_counted_ = false;  // the thread's CPU clock event is open in a group
   SampleRing ring_;
   int sample_group_ = -1;
   int sampling_errno_ = 0;
