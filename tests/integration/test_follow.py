@@ -101,6 +101,8 @@ def test_every_pool_worker_is_profiled_whatever_the_start_method(tmp_path: Path,
         assert 0 < cost["boot_ns"] < 10_000_000_000, cost
         if method != "fork":
             assert cost["boot_ns"] > 1_000_000, cost
+        taken = overhead.hook_ns + overhead.checkpoint_ns + cost["boot_ns"]  # on the program's own threads
+        assert cost["share"] == pytest.approx(taken / (p.profile.collection.wall_ns + cost["boot_ns"]))
         assert 0 < cost["share"] < 1, cost
 
 

@@ -57,9 +57,12 @@ class ObservingCost:
     checkpoint_ns: int  # the checkpoints' saves, wall time (the final save is after the profile's end)
     boot_ns: int | None  # cpuprof's start-up in the process (None: not a followed process)
 
-    def measured_ns(self) -> int:
-        return (self.callbacks_ns + self.collector_cpu_ns + (self.sampler_cpu_ns or 0) + self.checkpoint_ns
-                + (self.boot_ns or 0))
+    def program_threads_ns(self) -> int:
+        """What cpuprof took of the program's own time: its start-up, the callbacks on the threads
+        that ran ops, and the checkpoints (whose thread holds the GIL). The collector and the Python
+        sampler run on threads of their own, beside the program: their CPU is not in it (summed with
+        it, a short process's share could pass 100%)."""
+        return self.callbacks_ns + self.checkpoint_ns + (self.boot_ns or 0)
 
 
 def observing_cost(profile: Profile) -> ObservingCost | None:
@@ -152,9 +155,10 @@ _COST_COLUMNS = [
                                                            "Python stacks not read)"),
     Column("checkpoints", "checkpoints", "int", help="profiles saved while the process ran (so a kill keeps them)"),
     Column("checkpoint_ns", "saving them", "ns", help="wall time the checkpoints took, holding the GIL part of it"),
-    Column("share", "of its time", "share", help="the measured parts together over the time the process was "
-                                                 "profiled (start-up included): a bound on what they took from it, "
-                                                 "not their sum on one CPU"),
+    Column("share", "of its time", "share", help="start-up, callbacks and checkpoints (what cpuprof took on the "
+                                                 "program's own threads) over the time the process was "
+                                                 "profiled (start-up included); the collector's and the "
+                                                 "sampler's CPU ran beside it and are not in it"),
 ]
 
 
@@ -170,7 +174,7 @@ def cost_table(rows: list[ProcessRow]) -> Table | None:
         cells = {"role": r.role, "pid": r.pid, **vars(r.cost)}
         cells["sampler_cpu_ns"] = r.cost.sampler_cpu_ns
         wall = (r.wall_ns or 0) + (r.cost.boot_ns or 0)
-        cells["share"] = r.cost.measured_ns() / wall if wall else None
+        cells["share"] = r.cost.program_threads_ns() / wall if wall else None
         table_rows.append(cells)
     return Table(columns=_COST_COLUMNS, rows=table_rows,
                  caption="what observing each process cost it, as the process measured it",
