@@ -13,6 +13,7 @@ it by those, not more.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,32 @@ def test_no_gemm_beats_its_kernel_roof(tmp_path: Path, cache: dict[str, str], va
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("the decode runs on 2 threads: this machine lets the process use fewer CPUs")
     # Probed again at its end: this VM's memory moves between states within a minute, and a roof measured
-    # in the low one is exceeded in the high one by the states' ratio, which the probe measures.
+    # in the low one is exceeded in the high one by the states' ratio, which the probe measures. It can
+    # also move and move back between the two probes, which neither sees: a GEMM above its roof is then
+    # decoded once more, from a fresh cache. A roof that misses a path (a compiled GEMM at 190% of eager
+    # F.linear's) is exceeded both times.
     env = {**cache, "CPUPROF_END_PROBE_AFTER_S": "0"}
-    result = cpuprof("decode", *MODEL, *variant, "--out", str(tmp_path / "d"), env=env, timeout=900)
+    for attempt in (1, 2):
+        profile, above = _decode_judged(tmp_path / f"d{attempt}", env, variant)
+        if not above:
+            break
+        print(f"decode {attempt}: above the roof, probes {profile.roofs.end_probe}: {above}")
+        shutil.rmtree(tmp_path / "roofs-cache", ignore_errors=True)
+    assert not above, above
+    if variant == ("--compile",):
+        # The compiled GEMMs run on weights prepacked for oneDNN: the roof that holds them is that path's.
+        bf16 = profile.roofs.kernel_roof("bf16")
+        assert bf16 is not None and "oneDNN prepacked" in bf16.paths, bf16
+        assert any(g.work.dtype == "bf16" and not g.quantized_weights and g.kernel_roof_share is not None
+                   for g in gemm_groups(profile))
+
+
+def _decode_judged(out: Path, env: dict[str, str], variant: tuple[str, ...]) -> tuple[Profile, list]:
+    """A decode's profile, and the GEMMs above their kernel roof by more than the roof's own spread and
+    the memory's move between the roof's measurement and the end probe (its ratio, where above 1)."""
+    result = cpuprof("decode", *MODEL, *variant, "--out", str(out), env=env, timeout=900)
     assert result.returncode == 0, result.stderr
-    profile = Profile.load(tmp_path / "d")
+    profile = Profile.load(out)
     assert profile.roofs is not None and profile.workload is not None
     llc = llc_bytes() or FALLBACK_LLC_BYTES
     assert (profile.workload.bytes_read_per_token or 0) > 4 * llc  # every weight comes from memory
@@ -50,13 +72,11 @@ def test_no_gemm_beats_its_kernel_roof(tmp_path: Path, cache: dict[str, str], va
     moved = max(1.0, end.ratio)  # the memory read this much more at the end than the roof it is judged by
     judged = [g for g in gemm_groups(profile) if g.kernel_roof_share is not None]
     assert len(judged) >= 3, [g.work for g in gemm_groups(profile)]
+    above = []
     for group in judged:
         roof = profile.roofs.kernel_roof(group.work.dtype, group.quantized_weights)
         assert roof is not None
         allowed = (1 + max(roof.gb_per_s.spread, ABOVE_ROOF_SHARE - 1)) * moved
-        assert group.kernel_roof_share <= allowed, (group.work, group.kernel_roof_share, roof)
-    if variant == ("--compile",):
-        # The compiled GEMMs run on weights prepacked for oneDNN: the roof that holds them is that path's.
-        bf16 = profile.roofs.kernel_roof("bf16")
-        assert bf16 is not None and "oneDNN prepacked" in bf16.paths, bf16
-        assert any(g.work.dtype == "bf16" and not g.quantized_weights for g in judged)
+        if group.kernel_roof_share > allowed:
+            above.append((group.work, round(group.kernel_roof_share, 3), round(allowed, 3), roof))
+    return profile, above

@@ -28,7 +28,7 @@ from tests.cli_runs import cpuprof
 from tests.vllm_checkpoint import FFN, HEAD_DIM, HIDDEN, KV_HEADS, VOCAB, write_checkpoint
 
 from cpuprof.analysis.gemm import gemm_work
-from cpuprof.analysis.processes import busiest
+from cpuprof.analysis.processes import busiest, ending, op_time_ns
 from cpuprof.analysis.report import build_report
 from cpuprof.analysis.steps import DECODE, MIXED, Steps, find_steps
 from cpuprof.launch.followed_run import followed_alive
@@ -80,7 +80,9 @@ def test_offline_generate_is_profiled_in_the_worker_with_vllms_gemms(tmp_path: P
     roles = {p.profile.meta.role for p in processes if p.followed}
     assert "EngineCore" in roles and any(r and r.startswith("VllmWorker") for r in roles), roles
     worker = busiest(processes)
-    assert worker is not None and worker.profile.meta.role.startswith("VllmWorker")
+    table = [(p.profile.meta.role, p.directory.name, op_time_ns(p.profile), ending(p.profile)) for p in processes]
+    assert worker is not None and (worker.profile.meta.role or "").startswith("VllmWorker"), \
+        (table, result.stderr[-3000:])
 
     # The projections by their (N, K), from the config: gate and up fused, down, lm_head; q, k and v fused, o.
     expected = {(2 * FFN, HIDDEN), (HIDDEN, FFN), (VOCAB, HIDDEN), (HIDDEN + 2 * KV_HEADS * HEAD_DIM, HIDDEN),
