@@ -14,6 +14,7 @@ from ..model import CPU_EVENT, Profile
 from ..model.run_layout import ProcessProfile
 from ..safe_text import cpuprof_command
 from .decode import changes_since_start
+from .rank_groups import RankTimeline, jobs, rank_timeline, ranks_section
 from .report_model import Column, Report, Section, Table
 
 CHECKPOINT_PREFIX = "checkpoint"
@@ -41,6 +42,7 @@ class ProcessRow:
     followed: bool = True
     changes: tuple[str, ...] = ()  # settings the process changed after its import of torch
     cost: ObservingCost | None = None  # what cpuprof measured itself costing the process
+    rank: RankTimeline | None = None  # its collectives, where it is a rank of a torch.distributed job
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def row(p: ProcessProfile) -> ProcessRow:
                       ppid=meta.ppid, wall_ns=wall, cpu_ns=cpu, ops=ops,
                       op_ns=op_time_ns(profile) if profiled else None,
                       ended=ending(profile), directory=str(p.directory), followed=p.followed, changes=changes,
-                      cost=observing_cost(profile))
+                      cost=observing_cost(profile), rank=rank_timeline(profile, role))
 
 
 def busiest(processes: list[ProcessProfile]) -> ProcessProfile | None:
@@ -229,4 +231,7 @@ def processes_report(rows: list[ProcessRow], shown: ProcessProfile | None, top: 
 
     report = Report(title="cpuprof run") if shown is None else build_report(shown.profile, top=top, whole_run=whole_run)
     report.sections.insert(0, processes_section(rows, row(shown) if shown is not None else None, unsaved))
+    ranks = ranks_section(jobs([r.rank for r in rows if r.rank is not None]))
+    if ranks is not None:
+        report.sections.insert(1, ranks)
     return report

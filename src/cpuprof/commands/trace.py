@@ -6,8 +6,11 @@ import argparse
 from pathlib import Path
 
 from .. import options_spec as spec
+from ..exports import trace as trace_export
+from ..model import Profile
 from ..model.io import is_directory, present
 from ..model.ranks import RANKS_FILENAME, MultiRun
+from ..model.run_layout import has_followed, iter_processes
 from ..reports import OutputOptions, ProfileSource, RanksSource, Source, get_output
 from ..safe_text import say
 from .common import load_profiled, write_output
@@ -25,6 +28,12 @@ def run(args: argparse.Namespace) -> int:
     source: Source
     if is_directory(directory) and present(directory / RANKS_FILENAME):
         source = RanksSource(MultiRun.load(directory), directory)
+    elif is_directory(directory) and has_followed(directory) and (ranks := followed_ranks(directory)):
+        n = write_output(args.output, lambda out: trace_export.write_ranks(ranks, out))
+        if args.output != "-":
+            say(f"wrote {args.output} ({n:,} trace events): the {len(ranks)} ranks of the run's torch.distributed "
+                "job, a process each on one clock")
+        return 0
     else:
         source = ProfileSource(load_profiled(args.path, "timeline"))
     output = get_output("trace", source.kind)
@@ -32,3 +41,15 @@ def run(args: argparse.Namespace) -> int:
     if args.output != "-":
         say(f"wrote {args.output} ({n:,} trace events)")
     return 0
+
+
+def followed_ranks(directory: Path) -> list[tuple[int, Profile]]:
+    """The followed processes of a run that are ranks of one torch.distributed job (the job with the
+    most ranks here), by rank; empty where fewer than two are."""
+    jobs: dict[tuple[str | None, int], list[tuple[int, Profile]]] = {}
+    for p in iter_processes(directory):
+        d = p.profile.distributed
+        if p.followed and d is not None and p.profile.profiled:
+            jobs.setdefault((d.store, d.world_size), []).append((d.rank, p.profile))
+    biggest = max(jobs.values(), key=len, default=[])
+    return sorted(biggest, key=lambda rank: rank[0]) if len(biggest) >= 2 else []

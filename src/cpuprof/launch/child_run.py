@@ -44,6 +44,7 @@ from ..output_file import write_text
 from ..safe_text import printable, say
 from . import child_signals
 from .child_signals import SignalReceived
+from .distributed_rank import RankWatch
 from .options import CRASH_FILENAME, ProfileOptions
 from .progress import Progress
 
@@ -151,6 +152,7 @@ class ChildRun:
         self.checkpoint_s = checkpoint_s
         self.started = time.monotonic()
         self.last_checkpoint = self.started
+        self.rank_watch = RankWatch()
 
     # -- what a kind of child provides ----------------------------------------------------------
     def steps(self) -> None:
@@ -197,6 +199,11 @@ class ChildRun:
     def profiled(self) -> bool:
         return self.prof is not None and self.prof.started
 
+    def watch_rank(self) -> None:
+        """Once torch is imported: the process's rank is read again just before its program destroys
+        its torch.distributed group, which most do as they end, before the final save."""
+        self.rank_watch.watch_destroy()
+
     def stop_profiler(self) -> None:
         if self.prof is not None and self.prof.running:
             self.prof.stop()
@@ -225,6 +232,8 @@ class ChildRun:
         kind's results, the settings, roofs and status: what :meth:`save` writes."""
         profile = (self.prof.profile or self.prof.snapshot()) if self.profiled else Profile(meta=process_meta())
         self.contribute(profile, complete)
+        if "torch.distributed" in sys.modules:  # never imported here: a save may run inside torch's import
+            profile.distributed = self.rank_watch.read()
         profile.settings = self.settings
         profile.roofs = self.roofs
         profile.status = Status(complete=complete, reason=reason)

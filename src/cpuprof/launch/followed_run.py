@@ -155,6 +155,7 @@ class FollowedRun(ChildRun):
         (self.out / START_FILENAME).write_text(str(_start_time(self.pid)))
         _preload_saving()
         self.read_settings_at_start()
+        self.watch_rank()
         prof = self.make_profiler()  # the events are checked here, whenever profiling starts
         if prof is None:
             return

@@ -142,6 +142,7 @@ class ScriptRun(ChildRun):
             # As the decode child does: the launch's thread count, whatever torch read at start-up.
             torch.set_num_threads(self.config.requested.threads)
             self.read_settings_at_start()
+            self.watch_rank()
             # Held before it starts: a signal between the two would otherwise lose a running session.
             prof = self.make_profiler()  # the events are checked here, whenever profiling starts
             assert prof is not None, "cpuprof run always profiles"

@@ -45,6 +45,20 @@ class Meta:
 
 
 @dataclass
+class DistributedRank:
+    """The process's place in a torch.distributed job, as torch.distributed told it (the program
+    started the group itself: torchrun's children, vLLM's tensor-parallel workers, mp.spawn)."""
+
+    rank: int
+    world_size: int
+    backend: str | None = None  # gloo, ccl, ...
+    # Where the ranks of one job meet: its store's address ("tcp 127.0.0.1:29500", "file /tmp/x"),
+    # so two jobs of one run are never taken for one. None: a store cpuprof cannot name.
+    store: str | None = None
+    local_rank: int | None = None  # LOCAL_RANK, where the launcher set it (torchrun)
+
+
+@dataclass
 class Status:
     complete: bool = True
     reason: str | None = None  # why the run did not finish (interrupted, failed, checkpoint)
@@ -267,6 +281,7 @@ class Profile:
     stacks: Stacks | None = None  # sampled mode: native stacks per thread and op
     roofs: MachineRoofs | None = None  # the machine's measured limits the GEMMs and decode are judged against
     openmp: OpenMPWaits | None = None  # the OMPT tool's waits and work, or why there are none
+    distributed: DistributedRank | None = None  # a followed process that joined a torch.distributed job
 
     @property
     def profiled(self) -> bool:

@@ -1,0 +1,93 @@
+"""Matching the ranks of a job at their collectives (analysis.rank_groups), on timelines whose waits
+are known by construction: rank r enters the k-th call at base(k) + delay[r] and every rank leaves
+it together, 100 µs after the last arrives."""
+
+from __future__ import annotations
+
+from cpuprof.analysis.rank_groups import RankTimeline, _intersection, _union, jobs, ranks_section
+
+MS = 1_000_000
+KIND = "gloo:all_reduce"
+
+
+def timeline(rank: int, delays: list[int], *, world: int = 2, store: str = "tcp 127.0.0.1:1", pid: int | None = None,
+             all_delays: list[list[int]] | None = None, dropped: int = 0, complete: bool = True,
+             skip_first: int = 0) -> RankTimeline:
+    """Calls at 10 ms intervals; ``all_delays``: every rank's delays, so the exits are shared."""
+    everyone = all_delays or [delays]
+    enters, exits = [], []
+    for k in range(skip_first, len(delays)):
+        base = k * 10 * MS
+        enters.append(base + delays[k])
+        exits.append(base + max(d[k] for d in everyone if k < len(d)) + MS // 10)
+    return RankTimeline(rank=rank, world_size=world, backend="gloo", store=store, pid=pid or 100 + rank,
+                        role=f"rank{rank}", hostname="h", calls={KIND: (enters, exits)},
+                        in_collectives_ns=sum(b - a for a, b in zip(enters, exits, strict=True)),
+                        first_ns=enters[0] if enters else None, last_ns=exits[-1] if exits else None,
+                        spans_dropped=dropped, complete=complete)
+
+
+def test_the_late_rank_makes_the_other_wait_its_lateness_at_every_call():
+    late = [3 * MS] * 5
+    on_time = [0] * 5
+    every = [on_time, late]
+    (job,) = jobs([timeline(1, late, all_delays=every), timeline(0, on_time, all_delays=every)])
+    first, second = job.ranks
+    assert (first.timeline.rank, second.timeline.rank) == (0, 1)
+    assert job.kinds == {KIND: 5} and not job.problems
+    assert first.wait_ns == 5 * 3 * MS and second.wait_ns == 0
+    assert first.transfer_ns == second.transfer_ns == 5 * MS // 10
+    assert second.arrived_last == 5 and second.made_wait_ns == 15 * MS and first.arrived_last == 0
+    section = ranks_section([job])
+    assert section is not None
+    text = " ".join(section.lines)
+    assert "Straggler: rank 1 (rank1, pid 101) entered 5 of 5 collectives last" in text
+    assert "waited 15.0 ms for it (3.0 ms a call)" in text
+
+
+def test_arrivals_closer_than_the_noise_name_no_straggler():
+    a, b = [0] * 4, [10_000] * 4  # 10 µs apart
+    (job,) = jobs([timeline(0, a, all_delays=[a, b]), timeline(1, b, all_delays=[a, b])])
+    assert all(f.arrived_last == 0 for f in job.ranks)
+    section = ranks_section([job])
+    assert section is not None and not any(line.startswith("Straggler") for line in section.lines)
+
+
+def test_a_rank_that_ended_early_is_matched_over_the_calls_both_made():
+    short, full = [2 * MS] * 3, [0] * 6
+    (job,) = jobs([timeline(0, full, all_delays=[full, short]), timeline(1, short, all_delays=[full, short])])
+    assert job.kinds == {KIND: 3}
+    assert job.ranks[0].wait_ns == 3 * 2 * MS
+    assert any("3 to 6 calls" in p for p in job.problems)
+
+
+def test_a_rank_that_kept_only_its_latest_spans_is_matched_from_the_last_call():
+    # Rank 1's timeline lost its first 2 calls: matched from the start, every pair would be off by two.
+    delays0, delays1 = [0] * 6, [0, 0, 4 * MS, 4 * MS, 4 * MS, 4 * MS]
+    every = [delays0, delays1]
+    (job,) = jobs([timeline(0, delays0, all_delays=every),
+                   timeline(1, delays1, all_delays=every, dropped=2, skip_first=2)])
+    assert job.aligned_at_end and job.kinds == {KIND: 4}
+    assert job.ranks[0].wait_ns == 4 * 4 * MS
+    # Not matchable where another rank did not end normally: the ends need not be the same call.
+    (broken,) = jobs([timeline(0, delays0, all_delays=every, complete=False),
+                      timeline(1, delays1, all_delays=every, dropped=2, skip_first=2)])
+    assert broken.kinds == {} and any("cannot be matched" in p for p in broken.problems)
+
+
+def test_jobs_are_told_apart_by_their_store_and_missing_ranks_are_said():
+    d = [0, 0]
+    found = jobs([timeline(0, d, store="tcp a:1"), timeline(1, d, store="tcp a:1"),
+                  timeline(0, d, store="tcp b:2", world=4)])
+    assert [(j.store, len(j.ranks)) for j in found] == [("tcp a:1", 2), ("tcp b:2", 1)]
+    assert any("rank(s) 1, 2, 3 of 4 saved no profile here" in p for p in found[1].problems)
+    (twice,) = jobs([timeline(0, d, pid=5), timeline(0, d, pid=6), timeline(1, d)])
+    assert [f.timeline.pid for f in twice.ranks] == [6, 101]
+    assert any("rank 0 twice (pids 5 and 6)" in p for p in twice.problems)
+
+
+def test_overlap_is_the_intersection_of_two_unions():
+    merged = _union([(0, 10), (5, 20), (30, 40)])
+    assert merged == [(0, 20), (30, 40)]
+    assert _intersection(merged, _union([(15, 35)])) == 5 + 5
+    assert _intersection(merged, []) == 0
