@@ -11,11 +11,11 @@ import sys
 from typing import Any
 
 from . import exit_codes, native
-from .commands import calibrate, compare, decode, diff, doctor, flamegraph, report, run, signal, trace
+from .commands import calibrate, compare, decode, diff, doctor, flamegraph, merge, report, run, signal, trace
 from .errors import CpuprofError
 from .safe_text import cpuprof_command, printable
 
-COMMANDS = (decode, run, signal, compare, calibrate, report, diff, flamegraph, trace, doctor)
+COMMANDS = (decode, run, signal, compare, calibrate, report, diff, merge, flamegraph, trace, doctor)
 # The commands that run the profiler (torch and the native module, here or in a child). The others
 # read saved files and work in an install without torch; these are refused there, in one line,
 # before anything starts.

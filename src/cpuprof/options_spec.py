@@ -546,6 +546,14 @@ def diff_options() -> tuple[Option, ...]:
     )
 
 
+def merge_options() -> tuple[Option, ...]:
+    return (
+        Option("runs", "each host's run directory (written by cpuprof run on that host)", metavar="DIR", nargs="+"),
+        out_dir_option("the merged run goes", "merge"),
+        OVERWRITE,
+    )
+
+
 def flamegraph_options() -> tuple[Option, ...]:
     return (
         Option("path", SAVED_PROFILE),

@@ -91,3 +91,36 @@ def test_overlap_is_the_intersection_of_two_unions():
     assert merged == [(0, 20), (30, 40)]
     assert _intersection(merged, _union([(15, 35)])) == 5 + 5
     assert _intersection(merged, []) == 0
+
+
+def test_a_hosts_clock_offset_is_the_median_difference_of_the_ends_it_shares_with_the_reference():
+    from cpuprof.analysis.rank_groups import align_hosts
+
+    d = [0] * 9
+    ref = timeline(0, d, all_delays=[d])
+    ref.host = "a"
+    other = timeline(1, d, all_delays=[d])
+    other.host = "b"
+    shift = 5000 * 10**9
+    jitter = [0, 30_000, -20_000, 10_000, 0, 0, 500_000, 0, -10_000]  # one end late by 0.5 ms
+    enters, exits = other.calls[KIND]
+    other.calls = {KIND: ([e + shift for e in enters], [e + shift + j for e, j in zip(exits, jitter, strict=True)])}
+    reference, clocks, problems = align_hosts([other, ref])
+    assert reference == "a" and not problems
+    assert clocks["b"].offset_ns == -shift and clocks["b"].matched == 9
+    assert clocks["b"].residual_ns == 500_000  # the 90th percentile of 9 deviations: the largest
+
+
+def test_hosts_of_another_job_or_with_no_shared_end_are_not_aligned():
+    from cpuprof.analysis.rank_groups import align_hosts
+
+    d = [0, 0]
+    a0, a1, other_job = timeline(0, d), timeline(1, d), timeline(0, d, store="tcp elsewhere:9")
+    a0.host, a1.host, other_job.host = "a", "b", "c"
+    broadcast_only = timeline(1, d)
+    broadcast_only.host, broadcast_only.calls = "d", {"gloo:broadcast": broadcast_only.calls[KIND]}
+    _, clocks, problems = align_hosts([a0, a1, other_job, broadcast_only])
+    assert set(clocks) == {"b"}
+    assert any(p.startswith("host(s) c: ranks of another job (store tcp elsewhere:9)") for p in problems), problems
+    assert any(p.startswith("host d: its ranks made no collective with rank 0 on a that ends on every rank at once")
+               for p in problems), problems

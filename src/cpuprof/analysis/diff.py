@@ -258,7 +258,9 @@ def _workload_differences(cmp: ProfileDiff) -> list[str]:
         if not cmp.per_token:  # per-token figures are what make runs of different lengths comparable
             pairs.append(("decode steps", wa.new_tokens, wb.new_tokens))
         return [f"{name} {x} vs {y}" for name, x, y in pairs if x != y]
-    return [] if a.meta.argv == b.meta.argv else [f"programs {' '.join(a.meta.argv)} vs {' '.join(b.meta.argv)}"]
+    if a.meta.program() == b.meta.program():
+        return []
+    return [f"programs {' '.join(a.meta.program())} vs {' '.join(b.meta.program())}"]
 
 
 def _warnings(cmp: ProfileDiff) -> list[str]:

@@ -92,10 +92,21 @@ def ending(profile: Profile) -> str:
     return reason
 
 
+def _short(words: list[str]) -> str:
+    """A command as a table names it: its program's file name ("torchrun", "generate.py"), or a
+    Python's module or script ("python -m torch.distributed.run" reads "torch.distributed.run")."""
+    name = os.path.basename(words[0])
+    if name.startswith("python") and len(words) > 1:
+        return words[2] if words[1] == "-m" and len(words) > 2 else os.path.basename(words[1])
+    return name
+
+
 def row(p: ProcessProfile) -> ProcessRow:
     profile = p.profile
     meta = profile.meta
-    role = meta.role or (f"the program ({os.path.basename(meta.argv[0])})" if meta.argv else "the program")
+    role = meta.role or (f"the program ({_short(meta.program())})" if meta.program() else "the program")
+    if p.host is not None:
+        role = f"{p.host}: {role}"
     profiled = profile.profiled
     cpu = None
     if profiled and any(t.cpu_ns is not None for t in profile.threads):
@@ -110,7 +121,8 @@ def row(p: ProcessProfile) -> ProcessRow:
                       ppid=meta.ppid, wall_ns=wall, cpu_ns=cpu, ops=ops,
                       op_ns=op_time_ns(profile) if profiled else None,
                       ended=ending(profile), directory=str(p.directory), followed=p.followed, changes=changes,
-                      cost=observing_cost(profile), rank=rank_timeline(profile, role))
+                      cost=observing_cost(profile),
+                      rank=rank_timeline(profile, role, p.host, p.clock_offset_ns))
 
 
 def busiest(processes: list[ProcessProfile]) -> ProcessProfile | None:
@@ -224,14 +236,19 @@ def processes_section(rows: list[ProcessRow], shown: ProcessRow | None, unsaved:
 
 
 def processes_report(rows: list[ProcessRow], shown: ProcessProfile | None, top: int = defaults.TOP_OPS,
-                     unsaved: list[int] | None = None, whole_run: bool = False) -> Report:
+                     unsaved: list[int] | None = None, whole_run: bool = False,
+                     merged: list[str] | None = None) -> Report:
     """The full report of ``shown`` (the busiest process, :func:`busiest_row`), with the table of
-    every process's row first."""
+    every process's row first; ``merged``: a merged run's lines on its hosts and their clocks."""
     from .report import build_report
 
     report = Report(title="cpuprof run") if shown is None else build_report(shown.profile, top=top, whole_run=whole_run)
     report.sections.insert(0, processes_section(rows, row(shown) if shown is not None else None, unsaved))
     ranks = ranks_section(jobs([r.rank for r in rows if r.rank is not None]))
+    if merged:
+        if ranks is None:
+            ranks = Section("ranks", "Hosts", lines=[])
+        ranks.lines[:0] = merged
     if ranks is not None:
         report.sections.insert(1, ranks)
     return report

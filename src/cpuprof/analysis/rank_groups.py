@@ -56,11 +56,12 @@ class RankTimeline:
     in_span_ns: int = 0  # its time in collectives (any kind) between those two
     spans_dropped: int = 0  # its timeline kept only the latest spans: its first calls may be missing
     complete: bool = True  # saved at its end, not at a checkpoint before a crash
+    host: str | None = None  # in a merged run: its host's label
 
 
-def rank_timeline(profile: Profile, role: str) -> RankTimeline | None:
-    """A rank's collectives from its op timeline; None for a process in no torch.distributed job,
-    or with no timeline."""
+def rank_timeline(profile: Profile, role: str, host: str | None = None, offset_ns: int = 0) -> RankTimeline | None:
+    """A rank's collectives from its op timeline, ``offset_ns`` added to its times (its host's clock
+    offset in a merged run); None for a process in no torch.distributed job, or with no timeline."""
     d = profile.distributed
     if d is None or profile.spans is None:
         return None
@@ -72,12 +73,13 @@ def rank_timeline(profile: Profile, role: str) -> RankTimeline | None:
     t = RankTimeline(rank=d.rank, world_size=d.world_size, backend=d.backend, store=d.store, pid=profile.meta.pid,
                      role=role, hostname=profile.meta.hostname,
                      spans_dropped=profile.limits.spans_dropped if profile.limits is not None else 0,
-                     complete=profile.status.complete)
+                     complete=profile.status.complete, host=host)
     flights: list[tuple[int, int, str]] = []
     for k in range(len(spans)):
         op = spans.op[k]
         if op in chosen and (op in backend_ids or spans.depth[k] == 0):  # a c10d op nests its own
-            flights.append((spans.start_ns[k], spans.start_ns[k] + spans.dur_ns[k], names[op]))
+            start = spans.start_ns[k] + offset_ns
+            flights.append((start, start + spans.dur_ns[k], names[op]))
     flights.sort()
     for enter, exit_, name in flights:
         enters, exits = t.calls.setdefault(name, ([], []))
@@ -92,7 +94,8 @@ def rank_timeline(profile: Profile, role: str) -> RankTimeline | None:
         t.first_ns, t.last_ns = enters[0], max(exits)
         t.in_span_ns = _intersection(merged, [(t.first_ns, t.last_ns)])
     dispatch = {i for i, th in enumerate(profile.threads) if th.role == "dispatch"}
-    compute = _union(sorted((spans.start_ns[k], spans.start_ns[k] + spans.dur_ns[k]) for k in range(len(spans))
+    compute = _union(sorted((spans.start_ns[k] + offset_ns, spans.start_ns[k] + offset_ns + spans.dur_ns[k])
+                            for k in range(len(spans))
                             if spans.depth[k] == 0 and spans.thread[k] in dispatch and spans.op[k] not in chosen
                             and not names.get(spans.op[k], "").startswith(C10D_OP_PREFIXES)))
     t.overlapped_ns = _intersection(merged, compute)
@@ -286,4 +289,85 @@ def _verdict(job: JobFigures) -> list[str]:
             lines.append(f"Rank {t.rank}: {fmt_percent(t.in_span_ns / span)} of its time in collectives (from the "
                          f"first of its most frequent one to the last), {fmt_percent(f.wait_ns / f.in_matched_ns)} "
                          "of their time waiting for the last rank")
+    return lines
+
+
+# Collectives every rank leaves together, as the last rank's data arrives: their ends tie the hosts'
+# clocks. A broadcast's root may leave as soon as it has sent: not one of them.
+SYMMETRIC_KINDS = ("all_reduce", "allreduce", "barrier", "all_gather", "allgather")
+
+
+@dataclass
+class HostClock:
+    offset_ns: int  # added to the host's times, they are the reference host's
+    residual_ns: int  # the 90th percentile of |reference end - (end + offset)| over the calls matched
+    matched: int
+
+
+def align_hosts(timelines: list[RankTimeline]) -> tuple[str | None, dict[str, HostClock], list[str]]:
+    """Each host's clock offset against the host of the job's lowest rank, from the ends of the
+    collectives its ranks and that rank made together; the reference host, the offsets, and a line
+    for each host that could not be aligned. Each host's times are its own CLOCK_MONOTONIC."""
+    if not timelines:
+        return None, {}, []
+    by_job: dict[tuple[str | None, int], list[RankTimeline]] = {}
+    for t in timelines:
+        by_job.setdefault((t.store, t.world_size), []).append(t)
+    members = max(by_job.values(), key=lambda ts: (len({t.host for t in ts}), len(ts)))
+    reference = min(members, key=lambda t: (t.rank, t.pid))
+    clocks: dict[str, HostClock] = {}
+    problems = []
+    for (store, _), others in by_job.items():
+        if others is not members:
+            hosts = sorted({t.host or "?" for t in others})
+            problems.append(f"host(s) {', '.join(hosts)}: ranks of another job (store {store}) than rank "
+                            f"{reference.rank}'s on {reference.host} (store {reference.store}): not aligned")
+    for host in sorted({t.host for t in members if t.host is not None and t.host != reference.host}):
+        diffs = []
+        for t in (t for t in members if t.host == host):
+            diffs.extend(_end_differences(reference, t))
+        if not diffs:
+            problems.append(f"host {host}: its ranks made no collective with rank {reference.rank} on "
+                            f"{reference.host} that ends on every rank at once: its clock is not aligned")
+            continue
+        diffs.sort()
+        offset = diffs[len(diffs) // 2]
+        deviations = sorted(abs(d - offset) for d in diffs)
+        clocks[host] = HostClock(offset_ns=offset, residual_ns=deviations[min(len(deviations) - 1,
+                                                                              int(0.9 * len(deviations)))],
+                                 matched=len(diffs))
+    return reference.host, clocks, problems
+
+
+def _end_differences(reference: RankTimeline, other: RankTimeline) -> list[int]:
+    from_end = bool(reference.spans_dropped or other.spans_dropped)
+    diffs = []
+    for kind in set(reference.calls) & set(other.calls):
+        if not any(word in kind for word in SYMMETRIC_KINDS):
+            continue
+        ref_exits, exits = reference.calls[kind][1], other.calls[kind][1]
+        common = min(len(ref_exits), len(exits))
+        for k in range(common):
+            i = len(ref_exits) - common + k if from_end else k
+            j = len(exits) - common + k if from_end else k
+            diffs.append(ref_exits[i] - exits[j])
+    return diffs
+
+
+def clock_lines(reference: str | None, hosts: list[tuple[str, int | None, int | None, int]]) -> list[str]:
+    """How a merged run's hosts' clocks were aligned: (label, offset, residual, matched) each."""
+    if reference is None or len(hosts) < 2:
+        return []
+    lines = [f"Clocks: host {reference}'s is the reference; never assumed equal, each other host's offset is found "
+             "from the ends of the collectives its ranks made with the reference's lowest rank (they end together, "
+             "within the interconnect's latency)"]
+    for label, offset, residual, matched in hosts:
+        if label == reference:
+            continue
+        if offset is None:
+            lines.append(f"  host {label}: not aligned (its times are its own clock's)")
+            continue
+        sign = "behind" if offset >= 0 else "ahead of"
+        lines.append(f"  host {label}: its clock is {abs(offset) / 1e9:.6f} s {sign} {reference}'s; residual "
+                     f"{fmt_ns(residual or 0)} (90th percentile, over {matched:,} calls)")
     return lines

@@ -15,9 +15,10 @@ from .. import options_spec as spec
 from ..errors import UsageError
 from ..launch.options import ProfileOptions
 from ..model import SAMPLED, Profile
-from ..model.run_layout import processes_dir, windows_of
+from ..model.io import PROFILE_FILENAME, is_directory, present
+from ..model.run_layout import has_followed, is_merged, iter_processes, processes_dir, windows_of
 from ..output_file import write_file
-from ..safe_text import cpuprof_command
+from ..safe_text import cpuprof_command, say
 
 # Argument types that reject bad input with argparse's one-line error (declared with the options).
 positive_int = spec.positive_int
@@ -25,10 +26,29 @@ non_negative_int = spec.non_negative_int
 positive_float = spec.positive_float
 
 
+def load_run(path: str) -> Profile:
+    """The profile a command on one profile reads at ``path``: the file, or a directory's own
+    profile; for a merged run, or a run whose program's own process ran no torch (a launcher:
+    torchrun, a serving front end), the process that ran the most op time, as its report shows,
+    named in one line on stderr. A program's own process that ran no op is its launcher's."""
+    directory = Path(path)
+    if is_directory(directory) and has_followed(directory) and (
+            is_merged(directory) or not present(directory / PROFILE_FILENAME)
+            or not any(op.kind == "op" for op in Profile.load(directory).ops)):
+        from ..analysis.processes import busiest_row, row
+
+        best = busiest_row([row(p) for p in iter_processes(directory)])
+        if best is not None:
+            say(f"cpuprof: {path}: the profile of {best.role} (pid {best.pid}), the process that ran the most op "
+                f"time (another process's: {cpuprof_command('report', 'DIR')} with DIR from its report's table)")
+            return Profile.load(best.directory)
+    return Profile.load(path)
+
+
 def load_profiled(path: str, what: str) -> Profile:
-    """The profile at ``path`` for a command that needs what was measured (``what``: its output);
-    a run made with --no-profile has none, and is one line naming that."""
-    profile = Profile.load(path)
+    """The profile at ``path`` (:func:`load_run`) for a command that needs what was measured
+    (``what``: its output); a run made with --no-profile has none, and is one line naming that."""
+    profile = load_run(path)
     if profile.profiled:
         return profile
     directory = Path(path) if Path(path).is_dir() else Path(path).parent

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from .. import options_spec as spec
-from ..model import Profile
 from ..reports import DiffSource, OutputOptions, get_output
+from .common import load_run
 
 COMMAND = spec.Command(
     "diff", help="what changed between two saved profiles: ops, GEMMs, threads, counters, settings, throughput",
@@ -19,6 +19,6 @@ COMMAND = spec.Command(
 
 
 def run(args: argparse.Namespace) -> int:
-    source = DiffSource(Profile.load(args.before), Profile.load(args.after), args.before, args.after)
+    source = DiffSource(load_run(args.before), load_run(args.after), args.before, args.after)
     get_output(args.format, source.kind, roles=("report",)).write(source, sys.stdout, OutputOptions(top=args.top))
     return 0

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if is_directory(directory) and present(directory / RANKS_FILENAME):
         source = RanksSource(MultiRun.load(directory), directory)
     elif is_directory(directory) and has_followed(directory) and (ranks := followed_ranks(directory)):
-        n = write_output(args.output, lambda out: trace_export.write_ranks(ranks, out))
+        n = write_output(args.output, lambda out: trace_export.write_ranks(
+            [(rank, profile) for rank, profile, _, _ in ranks], out, [(host, offset) for _, _, host, offset in ranks]))
         if args.output != "-":
             say(f"wrote {args.output} ({n:,} trace events): the {len(ranks)} ranks of the run's torch.distributed "
                 "job, a process each on one clock")
@@ -43,13 +44,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def followed_ranks(directory: Path) -> list[tuple[int, Profile]]:
-    """The followed processes of a run that are ranks of one torch.distributed job (the job with the
-    most ranks here), by rank; empty where fewer than two are."""
-    jobs: dict[tuple[str | None, int], list[tuple[int, Profile]]] = {}
+def followed_ranks(directory: Path) -> list[tuple[int, Profile, str, int]]:
+    """The followed processes of a run (of a merged run's hosts) that are ranks of one
+    torch.distributed job (the job with the most ranks here), by rank, each with its host's label and
+    clock offset; empty where fewer than two are."""
+    jobs: dict[tuple[str | None, int], list[tuple[int, Profile, str, int]]] = {}
     for p in iter_processes(directory):
         d = p.profile.distributed
-        if p.followed and d is not None and p.profile.profiled:
-            jobs.setdefault((d.store, d.world_size), []).append((d.rank, p.profile))
+        if d is not None and p.profile.profiled and p.profile.spans is not None:
+            jobs.setdefault((d.store, d.world_size), []).append((d.rank, p.profile, p.host or "", p.clock_offset_ns))
     biggest = max(jobs.values(), key=len, default=[])
     return sorted(biggest, key=lambda rank: rank[0]) if len(biggest) >= 2 else []

@@ -186,25 +186,28 @@ def write(profile: Profile, out: TextIO) -> int:
     return len(doc["traceEvents"])
 
 
-def build_ranks(profiles: list[tuple[int, Profile]]) -> dict[str, Any]:
+def build_ranks(profiles: list[tuple[int, Profile]], clocks: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     """One trace of several ranks: one process per rank, on one time axis (every rank's clock is the
-    machine's CLOCK_MONOTONIC), with each all-reduce a slice on the rank's dispatching thread."""
-    started = [p.collection.started_ns for _, p in profiles if p.collection is not None]
+    machine's CLOCK_MONOTONIC), with each all-reduce a slice on the rank's dispatching thread.
+    ``clocks``: ranks of several hosts, each rank's (host, clock offset), its times shifted by it."""
+    clocks = clocks or [("", 0)] * len(profiles)
+    started = [p.collection.started_ns + offset for (_, p), (_, offset) in zip(profiles, clocks, strict=True)
+               if p.collection is not None]
     if not started:
         return {"traceEvents": [], "displayTimeUnit": "ms", "otherData": {"cpuprof": "no rank was profiled"}}
     t0 = min(started)
     events: list[dict[str, Any]] = []
-    for rank, profile in profiles:
+    for (rank, profile), (host, offset) in zip(profiles, clocks, strict=True):
         if profile.collection is None:
             continue
-        shift_us = (profile.collection.started_ns - t0) / 1e3
+        shift_us = (profile.collection.started_ns + offset - t0) / 1e3
         pid = rank + 1  # trace viewers treat pid 0 as special
         for event in build(profile)["traceEvents"]:
             event["pid"] = pid
             if "ts" in event:
                 event["ts"] += shift_us
             if event.get("name") == "process_name":
-                event["args"] = {"name": f"rank {rank} (pid {profile.meta.pid})"}
+                event["args"] = {"name": f"rank {rank} ({host + ', ' if host else ''}pid {profile.meta.pid})"}
             events.append(event)
         events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank}})
         wl = profile.workload
@@ -218,9 +221,9 @@ def build_ranks(profiles: list[tuple[int, Profile]]) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_ranks(profiles: list[tuple[int, Profile]], out: TextIO) -> int:
+def write_ranks(profiles: list[tuple[int, Profile]], out: TextIO, clocks: list[tuple[str, int]] | None = None) -> int:
     """Writes the several ranks' trace; returns how many events."""
-    doc = build_ranks(profiles)
+    doc = build_ranks(profiles, clocks)
     json.dump(doc, out, separators=(",", ":"))
     out.write("\n")
     return len(doc["traceEvents"])

@@ -34,7 +34,7 @@ DEFAULT_ROOT = Path("cpuprof-out")
 LOCK_FILENAME = ".cpuprof.lock"
 OVERWRITE_FLAG = "--overwrite"
 # What makes a directory hold a run: the files cpuprof reads back from it.
-RUN_FILES = ("profile.json", "launch.json", "ranks.json", "compare.json")
+RUN_FILES = ("profile.json", "launch.json", "ranks.json", "compare.json", "merge.json")
 # What a run writes beside them: removed with them, so no old page or chart describes the new run.
 DERIVED_FILES = ("crash.txt", "child.log", "roofline.svg", "report.html", "flame.svg", "trace.json", "follow.json",
                  "window.json")

@@ -43,6 +43,15 @@ class Meta:
     # launcher started the process; argv is then its internal child's.
     command: list[str] = field(default_factory=list)
 
+    def program(self) -> list[str]:
+        """What the process ran, as its user would name it: for the program ``cpuprof run`` started
+        itself, the command after ``--`` (its argv is cpuprof's own child's); else its argv."""
+        if self.role is None and "--" in self.command:
+            words = self.command[self.command.index("--") + 1:]
+            if words:
+                return words
+        return self.argv
+
 
 @dataclass
 class DistributedRank:

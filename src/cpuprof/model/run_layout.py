@@ -7,6 +7,7 @@ opens a file (it is given what is loaded here).
     DIR/window-N/...                 each window of an --on-demand run          window_dir
     DIR/rank-R/profile.json          each rank of decode --tp/--instances, run --nproc   rank_dir
     DIR/ranks.json, DIR/compare.json the group's and the sweep's own files      model.ranks, model.compare
+    DIR/merge.json, DIR/hosts/H/...  a run merged from several hosts' runs      model.merged
 
 A window holds what a whole run does (the program's profile and its processes/).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from ..safe_text import say
 from .io import PROFILE_FILENAME, present
+from .merged import HOSTS_DIRNAME, MERGE_FILENAME, MergedRun
 from .profile import Profile
 
 PROCESSES_DIRNAME = "processes"
@@ -85,8 +87,9 @@ def window_requests_dir(root: Where) -> Path:
 
 
 def run_trees(root: Where) -> list[Path]:
-    """The directories under a run that hold profiles of their own: processes/ and every window."""
-    return [processes_dir(root), *windows_of(root)]
+    """The directories under a run that hold profiles of their own: processes/, every window, and a
+    merged run's hosts/."""
+    return [processes_dir(root), *windows_of(root), Path(root) / HOSTS_DIRNAME]
 
 
 # -- the processes a program started ------------------------------------------------------------------
@@ -98,6 +101,9 @@ class ProcessProfile:
     directory: Path
     profile: Profile
     followed: bool
+    host: str | None = None  # in a merged run: the host's label
+    clock_offset_ns: int = 0  # in a merged run: added to its times, they are the reference host's
+
 
 
 def _process_entries(root: Where) -> Iterator[Path]:
@@ -107,8 +113,15 @@ def _process_entries(root: Where) -> Iterator[Path]:
 
 
 def has_followed(root: Where) -> bool:
-    """Whether a run directory holds profiles of processes its program started."""
+    """Whether a run directory holds profiles of processes its program started (a merged run's:
+    always, each host's program and processes being those of one run)."""
+    if is_merged(root):
+        return True
     return any((entry / PROFILE_FILENAME).is_file() for entry in _process_entries(root))
+
+
+def is_merged(root: Where) -> bool:
+    return present(Path(root) / MERGE_FILENAME)
 
 
 def unsaved_processes(root: Where) -> list[int]:
@@ -119,7 +132,14 @@ def unsaved_processes(root: Where) -> list[int]:
 def iter_processes(root: Where, warn: bool = True) -> Iterator[ProcessProfile]:
     """The program's profile (if it saved one) and every followed process's, in pid order, one at
     a time (a run may hold thousands). A followed profile that cannot be read is one warning line;
-    the others still count."""
+    the others still count. A merged run's: each host's in turn, labelled, with its clock offset."""
+    if is_merged(root):
+        merged = MergedRun.load(root)
+        for host in merged.hosts:
+            for p in iter_processes(merged.host_dir(root, host), warn):
+                p.host, p.clock_offset_ns = host.label, host.offset_ns or 0
+                yield p
+        return
     if (Path(root) / PROFILE_FILENAME).exists():
         yield ProcessProfile(Path(root), Profile.load(root), followed=False)
     for entry in _process_entries(root):

@@ -88,13 +88,14 @@ class ProcessesSource:
     shown: ProcessProfile | None
     directory: Path
     kind: ClassVar[SourceKind] = "processes"
+    merged: list[str] | None = None  # a merged run's lines on its hosts and clocks
 
     def report(self, options: OutputOptions) -> Report:
         from ..analysis.processes import processes_report
         from ..model.run_layout import unsaved_processes
 
         return processes_report(self.rows, self.shown, top=options.top, unsaved=unsaved_processes(self.directory),
-                                whole_run=options.whole_run)
+                                whole_run=options.whole_run, merged=self.merged)
 
     @classmethod
     def load(cls, directory: str | Path) -> ProcessesSource:
@@ -107,7 +108,7 @@ class ProcessesSource:
         if best is not None:
             where = Path(best.directory)
             shown = ProcessProfile(where, Profile.load(where), followed=best.followed)
-        return cls(rows, shown, Path(directory))
+        return cls(rows, shown, Path(directory), merged=merged_lines(directory))
 
 
 @dataclass(frozen=True)
@@ -146,3 +147,21 @@ def report_of(source: Source, options: OutputOptions) -> Report:
 
 __all__ = ["REPORT_SOURCES", "DiffSource", "OutputOptions", "ProcessesSource", "ProfileSource", "RanksSource", "Source",
            "SourceKind", "StacksSource", "SweepSource", "report_of"]
+
+
+def merged_lines(directory: str | Path) -> list[str] | None:
+    """A merged run's hosts, where each came from, and how their clocks were aligned; None for a
+    run of one host."""
+    from ..analysis.rank_groups import clock_lines
+    from ..model.merged import MergedRun
+    from ..model.run_layout import is_merged
+
+    if not is_merged(directory):
+        return None
+    merged = MergedRun.load(directory)
+    reference = next((h.label for h in merged.hosts if h.reference), None)
+    lines = [f"Merged from {len(merged.hosts)} hosts' runs: " + "; ".join(
+        f"{h.label} ({h.hostname}) from {h.source}" for h in merged.hosts)]
+    lines += clock_lines(reference, [(h.label, h.offset_ns, h.residual_ns, h.matched) for h in merged.hosts])
+    lines += [f"note: {p}" for p in merged.problems]
+    return lines
