@@ -83,7 +83,11 @@ def script_target(command: list[str]) -> ScriptTarget:
         raise UsageError(f"nothing to run after --: expected {FORMS}")
     python, rest = words[0], words[1:]
     if not PYTHON_NAME.fullmatch(os.path.basename(python)):
-        raise UsageError(f"{python}: cpuprof runs Python programs: expected {FORMS} after --")
+        console = console_script(python)
+        if console is None:
+            raise UsageError(f"{python}: cpuprof runs Python programs: expected {FORMS} (or a Python console "
+                             "script such as torchrun) after --")
+        return ScriptTarget(path=console, module=None, args=rest)
     if os.sep in python and (os.path.dirname(os.path.abspath(python))
                              != os.path.dirname(os.path.abspath(sys.executable))):
         raise UsageError(f"{python}: the program runs under cpuprof's own Python ({sys.executable}), where torch "
@@ -105,6 +109,33 @@ def script_target(command: list[str]) -> ScriptTarget:
     if not os.access(script, os.R_OK):
         raise UsageError(f"{script}: not readable")
     return ScriptTarget(path=os.path.abspath(script), module=None, args=rest[1:])
+
+
+def console_script(name: str) -> str | None:
+    """``name`` (torchrun, vllm) as the Python script it is: a file on PATH (or at that path) whose
+    first line runs a Python, run here as ``python <it>``; None when it is not one. UsageError when
+    its Python is another than cpuprof's (torch and cpuprof are installed in this one)."""
+    found = name if os.sep in name else shutil.which(name)
+    if found is None or not os.path.isfile(found):
+        return None
+    try:
+        with open(found, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+    if not words or not PYTHON_NAME.fullmatch(os.path.basename(words[0])):
+        return None
+    interpreter = words[0]
+    if os.sep in interpreter and (os.path.dirname(os.path.abspath(interpreter))
+                                  != os.path.dirname(os.path.abspath(sys.executable))):
+        raise UsageError(f"{name}: a script of another Python ({interpreter}); the program runs under cpuprof's own "
+                         f"({sys.executable}), where torch and cpuprof are installed: install it there")
+    return os.path.abspath(found)
 
 
 def prepare(target: ScriptTarget, launch: environment.LaunchSettings, profile: ProfileOptions,
