@@ -576,7 +576,9 @@ TRACE: tuple[Option, ...] = (
 
 SIGNAL_ACTIONS = tuple(program.WINDOW_SIGNALS)
 SIGNAL: tuple[Option, ...] = (
-    Option("pid", "the pid of the `cpuprof run --on-demand` launcher", type=int, metavar="PID"),
+    Option("pid", "the pid of the `cpuprof run --on-demand` launcher, or tcp://HOST:PORT: the store of a "
+                  "torch.distributed job whose every rank runs under an --on-demand launcher (a window on every "
+                  "rank, on every host)", metavar="PID|tcp://HOST:PORT"),
     Option("action", "start: open a window; stop: close and save it", choices=SIGNAL_ACTIONS),
 )
 

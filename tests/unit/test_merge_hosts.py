@@ -78,3 +78,37 @@ def test_64_ranks_on_4_hosts_merge_with_each_clock_found_and_memory_bounded(tmp_
     # One profile loaded at a time: the peak is one load's, plus the 64 ranks' collectives (a small
     # part of a profile each). Held at once, the 64 profiles would add 64 times one's retained size.
     assert peak < one + 8 * retained, (peak, one, retained)
+
+
+def test_the_commands_that_read_a_run_read_a_merged_one(tmp_path: Path, capsys):
+    import json
+
+    from cpuprof.cli import main
+
+    template = make_profile()
+    dirs = []
+    for host in range(2):
+        root = tmp_path / f"host{host}"
+        launcher = copy.deepcopy(template)
+        launcher.meta.hostname, launcher.spans, launcher.ops = f"node{host}", None, []  # torchrun: no op
+        launcher.save(root)
+        for local in range(2):
+            rank = host * 2 + local
+            p = rank_profile(template, host, rank)
+            p.distributed.world_size = 4  # type: ignore[union-attr]
+            p.save(process_dir(root, 1000 + rank))
+        dirs.append(str(root))
+    merged = tmp_path / "merged"
+    assert main(["merge", *dirs, "--out", str(merged)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(merged)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Merged from 2 hosts' runs" in text and "host node1: its clock is 1000.000000 s ahead of node0's" in text
+    assert "A torch.distributed job of 4 ranks" in text and "node1: rank3" in text
+    trace = tmp_path / "trace.json"
+    assert main(["trace", str(merged), "-o", str(trace)]) == 0
+    names = sorted(e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+                   if e.get("name") == "process_name")
+    assert names == [f"rank {r} (node{r // 2}, pid {1000 + r})" for r in range(4)]
+    assert main(["diff", str(merged), str(merged)]) == 0
+    assert "the process that ran the most op time" in capsys.readouterr().err

@@ -42,7 +42,7 @@ def test_the_late_rank_makes_the_other_wait_its_lateness_at_every_call():
     assert section is not None
     text = " ".join(section.lines)
     assert "Straggler: rank 1 (rank1, pid 101) entered 5 of 5 collectives last" in text
-    assert "waited 15.0 ms for it (3.0 ms a call)" in text
+    assert "the other 1 rank(s) waited 15.0 ms for it, summed over them (3.0 ms a call)" in text
 
 
 def test_arrivals_closer_than_the_noise_name_no_straggler():
@@ -61,18 +61,57 @@ def test_a_rank_that_ended_early_is_matched_over_the_calls_both_made():
     assert any("3 to 6 calls" in p for p in job.problems)
 
 
-def test_a_rank_that_kept_only_its_latest_spans_is_matched_from_the_last_call():
+def test_a_rank_that_kept_only_its_latest_spans_is_matched_by_time():
     # Rank 1's timeline lost its first 2 calls: matched from the start, every pair would be off by two.
     delays0, delays1 = [0] * 6, [0, 0, 4 * MS, 4 * MS, 4 * MS, 4 * MS]
     every = [delays0, delays1]
-    (job,) = jobs([timeline(0, delays0, all_delays=every),
+    (job,) = jobs([timeline(0, delays0, all_delays=every, complete=False),
                    timeline(1, delays1, all_delays=every, dropped=2, skip_first=2)])
-    assert job.aligned_at_end and job.kinds == {KIND: 4}
-    assert job.ranks[0].wait_ns == 4 * 4 * MS
-    # Not matchable where another rank did not end normally: the ends need not be the same call.
-    (broken,) = jobs([timeline(0, delays0, all_delays=every, complete=False),
-                      timeline(1, delays1, all_delays=every, dropped=2, skip_first=2)])
-    assert broken.kinds == {} and any("cannot be matched" in p for p in broken.problems)
+    assert job.kinds == {KIND: 4} and job.ranks[0].wait_ns == 4 * 4 * MS and job.ranks[1].wait_ns == 0
+
+
+def test_a_host_whose_clock_was_not_aligned_is_left_out_of_the_waits():
+    d = [0] * 4
+    aligned, unaligned, third = timeline(0, d, world=3), timeline(1, d, world=3), timeline(2, d, world=3)
+    unaligned.on_common_clock, unaligned.host = False, "b"
+    # Its raw clock 5000 s ahead: compared as it is, it would seem to enter every call last.
+    unaligned.calls = {KIND: tuple([x + 5000 * 10**9 for x in xs] for xs in unaligned.calls[KIND])}
+    (job,) = jobs([aligned, unaligned, third])
+    assert job.kinds == {KIND: 4}
+    assert [f.matched for f in job.ranks] == [4, 0, 4] and all(f.arrived_last == 0 for f in job.ranks)
+    assert any(p.startswith("host(s) b: clock not aligned") and "rank(s) 1 are left out" in p for p in job.problems)
+
+
+def test_a_kind_one_rank_never_made_is_named_and_the_rest_still_matched():
+    d = [0] * 3
+    a, b = timeline(0, d), timeline(1, d)
+    a.calls = {**a.calls, "gloo:broadcast": a.calls[KIND]}
+    (job,) = jobs([a, b])
+    assert job.kinds == {KIND: 3}
+    assert any(p.startswith("gloo:broadcast: rank(s) 1 made none") for p in job.problems), job.problems
+
+
+def test_a_late_arrival_within_the_hosts_clock_residual_is_not_late():
+    a, b = [0] * 4, [300_000] * 4  # 0.3 ms apart, clocks known to 0.5 ms
+    ta, tb = timeline(0, a, all_delays=[a, b]), timeline(1, b, all_delays=[a, b])
+    tb.clock_residual_ns = 500_000
+    (job,) = jobs([ta, tb])
+    assert all(f.arrived_last == 0 for f in job.ranks) and job.ranks[0].wait_ns == 4 * 300_000
+
+
+def test_windows_opened_at_different_calls_are_matched_by_time():
+    # Rank 0's window opened 3 calls before rank 1's and closed 1 call after: by order, every pair
+    # would be 3 calls apart (30 ms) and rank 0 would seem to wait 30 ms at each.
+    delays = [MS] * 10
+    every = [[0] * 10, delays]
+    early = timeline(0, [0] * 10, all_delays=every)
+    late = timeline(1, delays, all_delays=every, skip_first=3)
+    enters, exits = late.calls[KIND]
+    late.calls = {KIND: (enters[:-1], exits[:-1])}
+    (job,) = jobs([early, late])
+    assert job.kinds == {KIND: 6}
+    assert job.ranks[0].wait_ns == 6 * MS and job.ranks[1].wait_ns == 0
+    assert any("6 to 10 calls" in p and "by their times" in p for p in job.problems), job.problems
 
 
 def test_jobs_are_told_apart_by_their_store_and_missing_ranks_are_said():
@@ -124,3 +163,37 @@ def test_hosts_of_another_job_or_with_no_shared_end_are_not_aligned():
     assert any(p.startswith("host(s) c: ranks of another job (store tcp elsewhere:9)") for p in problems), problems
     assert any(p.startswith("host d: its ranks made no collective with rank 0 on a that ends on every rank at once")
                for p in problems), problems
+
+
+def _rank_profile(spans: list[tuple[int, int, int, int, int]], ops: dict[int, tuple[str, str]]):
+    """A profile of rank 0 of 2 whose timeline is ``spans``: (op id, thread, depth, start, end)."""
+    from profiles import make_profile
+
+    from cpuprof.model import DistributedRank, OpStat, Spans
+
+    p = make_profile()
+    p.distributed = DistributedRank(rank=0, world_size=2, backend="gloo", store="tcp 127.0.0.1:1")
+    p.ops = [OpStat(id=i, kind=kind, name=name, region=[], calls=1, incl_ns=1, self_ns=1, max_ns=1,
+                    counters_self={}, counters_incl={}) for i, (name, kind) in ops.items()]
+    p.spans = Spans(op=[s[0] for s in spans], thread=[s[1] for s in spans], depth=[s[2] for s in spans],
+                    start_ns=[s[3] for s in spans], dur_ns=[s[4] - s[3] for s in spans], counters=[[]] * len(spans))
+    return p
+
+
+def test_a_ranks_collectives_and_overlap_from_its_timeline():
+    from cpuprof.analysis.rank_groups import rank_timeline
+
+    ops = {1: ("step", "region"), 2: ("aten::mm", "op"), 3: ("c10d::allreduce_", "op"), 4: ("aten::empty", "op"),
+           5: ("aten::add", "op"), 6: ("gloo:all_reduce", "op")}
+    # Thread 0 dispatches (a region around the step, an allreduce_ inside it with an op of its own
+    # inside); thread 1 is a worker. No backend span: the c10d op is the collective, at any depth.
+    c10d_only = [(1, 0, 0, 0, 100), (2, 0, 1, 10, 40), (3, 0, 1, 40, 45), (4, 0, 2, 41, 42), (5, 0, 1, 50, 55)]
+    t = rank_timeline(_rank_profile(c10d_only, ops), "r0")
+    assert t is not None and t.calls == {"c10d::allreduce_": ([40], [45])}
+    assert t.overlapped_ns == 0  # the region is no compute, the collective's own op none either
+    # gloo's span on its thread: the collective's whole flight, while thread 0 ran aten::add.
+    with_gloo = [*c10d_only, (6, 1, 0, 42, 60)]
+    t = rank_timeline(_rank_profile(with_gloo, ops), "r0", offset_ns=1000)
+    assert t is not None and t.calls == {"gloo:all_reduce": ([1042], [1060])}
+    assert t.in_collectives_ns == 18 and t.overlapped_ns == 5
+    assert rank_timeline(_rank_profile(with_gloo, ops), "r0", offset_ns=None).on_common_clock is False

@@ -43,6 +43,7 @@ class ProcessRow:
     changes: tuple[str, ...] = ()  # settings the process changed after its import of torch
     cost: ObservingCost | None = None  # what cpuprof measured itself costing the process
     rank: RankTimeline | None = None  # its collectives, where it is a rank of a torch.distributed job
+    host: str | None = None  # in a merged run: its host's label
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,16 @@ def _short(words: list[str]) -> str:
     """A command as a table names it: its program's file name ("torchrun", "generate.py"), or a
     Python's module or script ("python -m torch.distributed.run" reads "torch.distributed.run")."""
     name = os.path.basename(words[0])
-    if name.startswith("python") and len(words) > 1:
-        return words[2] if words[1] == "-m" and len(words) > 2 else os.path.basename(words[1])
+    if not name.startswith("python"):
+        return name
+    rest = iter(words[1:])
+    for word in rest:  # Python's own flags (-u, -X dev, -O) before the script or module
+        if word == "-m":
+            return next(rest, name)
+        if word in ("-X", "-W"):
+            next(rest, None)
+        elif not word.startswith("-"):
+            return os.path.basename(word)
     return name
 
 
@@ -122,7 +131,8 @@ def row(p: ProcessProfile) -> ProcessRow:
                       op_ns=op_time_ns(profile) if profiled else None,
                       ended=ending(profile), directory=str(p.directory), followed=p.followed, changes=changes,
                       cost=observing_cost(profile),
-                      rank=rank_timeline(profile, role, p.host, p.clock_offset_ns))
+                      rank=rank_timeline(profile, role, p.host, p.clock_offset_ns, p.clock_residual_ns),
+                      host=p.host)
 
 
 def busiest(processes: list[ProcessProfile]) -> ProcessProfile | None:

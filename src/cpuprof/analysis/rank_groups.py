@@ -57,29 +57,43 @@ class RankTimeline:
     spans_dropped: int = 0  # its timeline kept only the latest spans: its first calls may be missing
     complete: bool = True  # saved at its end, not at a checkpoint before a crash
     host: str | None = None  # in a merged run: its host's label
+    on_common_clock: bool = True  # its times are on the other ranks' clock (one host, or its host aligned)
+    clock_residual_ns: int = 0  # in a merged run: how well its host's clock is known against the reference
 
 
-def rank_timeline(profile: Profile, role: str, host: str | None = None, offset_ns: int = 0) -> RankTimeline | None:
+def rank_timeline(profile: Profile, role: str, host: str | None = None, offset_ns: int | None = 0,
+                  residual_ns: int = 0) -> RankTimeline | None:
     """A rank's collectives from its op timeline, ``offset_ns`` added to its times (its host's clock
-    offset in a merged run); None for a process in no torch.distributed job, or with no timeline."""
+    offset in a merged run; None: a host not aligned, its times its own); None for a process in no
+    torch.distributed job, or with no timeline."""
     d = profile.distributed
     if d is None or profile.spans is None:
         return None
     spans, ops = profile.spans, profile.op_by_id()
     names = {op.id: op.name for op in ops.values()}
     backend_ids = {i for i, n in names.items() if n.startswith(BACKEND_SPAN_PREFIXES)}
-    present = {i for i in backend_ids if ops[i].calls}
-    chosen = present or {i for i, n in names.items() if n.startswith(C10D_OP_PREFIXES) and ops[i].calls}
+    timed = set(spans.op)  # what the timeline holds (a window's, or the latest spans only)
+    chosen = (backend_ids & timed) or {i for i in timed if names.get(i, "").startswith(C10D_OP_PREFIXES)}
     t = RankTimeline(rank=d.rank, world_size=d.world_size, backend=d.backend, store=d.store, pid=profile.meta.pid,
                      role=role, hostname=profile.meta.hostname,
                      spans_dropped=profile.limits.spans_dropped if profile.limits is not None else 0,
-                     complete=profile.status.complete, host=host)
-    flights: list[tuple[int, int, str]] = []
+                     complete=profile.status.complete, host=host, on_common_clock=offset_ns is not None,
+                     clock_residual_ns=residual_ns)
+    offset_ns = offset_ns or 0
+    by_thread: dict[int, list[tuple[int, int, str]]] = {}
     for k in range(len(spans)):
-        op = spans.op[k]
-        if op in chosen and (op in backend_ids or spans.depth[k] == 0):  # a c10d op nests its own
+        if spans.op[k] in chosen:
             start = spans.start_ns[k] + offset_ns
-            flights.append((start, start + spans.dur_ns[k], names[op]))
+            by_thread.setdefault(spans.thread[k], []).append((start, start + spans.dur_ns[k], names[spans.op[k]]))
+    flights: list[tuple[int, int, str]] = []
+    for thread_flights in by_thread.values():  # a c10d op inside another (a functional collective's) is one
+        thread_flights.sort(key=lambda f: (f[0], -f[1]))
+        outer_end: int | None = None
+        for flight in thread_flights:
+            if outer_end is not None and flight[0] < outer_end:
+                continue  # nested in the one kept before it: one thread's spans nest or follow
+            flights.append(flight)
+            outer_end = flight[1]
     flights.sort()
     for enter, exit_, name in flights:
         enters, exits = t.calls.setdefault(name, ([], []))
@@ -93,13 +107,51 @@ def rank_timeline(profile: Profile, role: str, host: str | None = None, offset_n
         enters, exits = max(t.calls.values(), key=lambda c: len(c[0]))
         t.first_ns, t.last_ns = enters[0], max(exits)
         t.in_span_ns = _intersection(merged, [(t.first_ns, t.last_ns)])
-    dispatch = {i for i, th in enumerate(profile.threads) if th.role == "dispatch"}
-    compute = _union(sorted((spans.start_ns[k] + offset_ns, spans.start_ns[k] + offset_ns + spans.dur_ns[k])
-                            for k in range(len(spans))
-                            if spans.depth[k] == 0 and spans.thread[k] in dispatch and spans.op[k] not in chosen
-                            and not names.get(spans.op[k], "").startswith(C10D_OP_PREFIXES)))
-    t.overlapped_ns = _intersection(merged, compute)
+    t.overlapped_ns = _intersection(merged, _compute(profile, chosen, offset_ns))
     return t
+
+
+def _compute(profile: Profile, chosen: set[int], offset_ns: int) -> list[tuple[int, int]]:
+    """When the rank's dispatching threads ran ATen ops outside its collectives: ops only (a region
+    around a step is not compute), nested ones included, a collective's own inner ops left out."""
+    spans, ops = profile.spans, profile.op_by_id()
+    assert spans is not None
+    dispatch = {i for i, th in enumerate(profile.threads) if th.role == "dispatch"}
+    compute: dict[int, list[tuple[int, int]]] = {}
+    inside: dict[int, list[tuple[int, int]]] = {}
+    for k in range(len(spans)):
+        thread = spans.thread[k]
+        if thread not in dispatch:
+            continue
+        op = ops.get(spans.op[k])
+        start = spans.start_ns[k] + offset_ns
+        interval = (start, start + spans.dur_ns[k])
+        if spans.op[k] in chosen or (op is not None and op.name.startswith(C10D_OP_PREFIXES)):
+            inside.setdefault(thread, []).append(interval)
+        elif op is not None and op.kind == "op":
+            compute.setdefault(thread, []).append(interval)
+    out: list[tuple[int, int]] = []
+    for thread, intervals in compute.items():
+        out.extend(_subtract(_union(sorted(intervals)), _union(sorted(inside.get(thread, [])))))
+    return _union(sorted(out))
+
+
+def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, merged intervals ``a`` less those of ``b``."""
+    out = []
+    j = 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k, cursor = j, lo
+        while k < len(b) and b[k][0] < hi:
+            if b[k][0] > cursor:
+                out.append((cursor, b[k][0]))
+            cursor = max(cursor, b[k][1])
+            k += 1
+        if cursor < hi:
+            out.append((cursor, hi))
+    return out
 
 
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -149,7 +201,6 @@ class JobFigures:
     backend: str | None
     ranks: list[RankFigures]  # by rank
     kinds: dict[str, int]  # the collectives matched, by kind: how many calls
-    aligned_at_end: bool  # a rank kept only its latest spans: the calls were matched from the last
     problems: list[str] = field(default_factory=list)  # why some calls or ranks could not be matched
 
 
@@ -174,36 +225,41 @@ def _job(store: str | None, world_size: int, members: list[RankTimeline]) -> Job
     if missing:
         problems.append(f"rank(s) {', '.join(map(str, missing))} of {world_size} saved no profile here (another "
                         "host's, or not followed): the waits are for the ranks present")
-    aligned_at_end = any(f.timeline.spans_dropped for f in ranks)
-    if aligned_at_end and not all(f.timeline.complete for f in ranks):
-        problems.append("a rank's timeline kept only its latest spans and another did not end normally: its "
-                        "collectives cannot be matched")
-        ranks_kinds: dict[str, int] = {}
-    else:
-        ranks_kinds = _match(ranks, aligned_at_end, problems)
+    unaligned = [f for f in ranks if not f.timeline.on_common_clock]
+    if unaligned:
+        hosts = sorted({f.timeline.host or "?" for f in unaligned})
+        problems.append(f"host(s) {', '.join(hosts)}: clock not aligned with the others', so rank(s) "
+                        f"{', '.join(str(f.timeline.rank) for f in unaligned)} are left out of the waits")
+    ranks_kinds = _match([f for f in ranks if f.timeline.on_common_clock], problems)
     return JobFigures(store=store, world_size=world_size, backend=members[0].backend, ranks=ranks,
-                      kinds=ranks_kinds, aligned_at_end=aligned_at_end, problems=problems)
+                      kinds=ranks_kinds, problems=problems)
 
 
-def _match(ranks: list[RankFigures], from_end: bool, problems: list[str]) -> dict[str, int]:
+def _match(ranks: list[RankFigures], problems: list[str]) -> dict[str, int]:
+    """Every kind of collective all ``ranks`` (on one clock) made, matched call by call by time."""
     if len(ranks) < 2:
         return {}
-    kinds = set(ranks[0].timeline.calls)
-    for f in ranks[1:]:
-        kinds &= set(f.timeline.calls)
+    every = set().union(*(f.timeline.calls for f in ranks))
+    kinds = {kind for kind in every if all(kind in f.timeline.calls for f in ranks)}
+    for kind in sorted(every - kinds):
+        without = [str(f.timeline.rank) for f in ranks if kind not in f.timeline.calls]
+        problems.append(f"{kind}: rank(s) {', '.join(without)} made none (a subgroup's collective, or a window "
+                        "that missed it): not matched")
+    # A rank later than the others by less than the clocks are known to agree is not late.
+    late_ns = max([LATE_ARRIVAL_NS] + [f.timeline.clock_residual_ns for f in ranks])
     matched: dict[str, int] = {}
     for kind in sorted(kinds):
         calls = [f.timeline.calls[kind] for f in ranks]
         counts = [len(enters) for enters, _ in calls]
-        common = min(counts)
+        starts, common = _aligned(calls)
         if len(set(counts)) > 1:
-            problems.append(f"{kind}: the ranks made {min(counts)} to {max(counts)} calls (one ended early or lost "
-                            f"spans): {common} matched " + ("from the last" if from_end else "from the first"))
+            problems.append(f"{kind}: the ranks made {min(counts)} to {max(counts)} calls (a window opened at "
+                            f"another call, a rank ended early or lost spans, or a subgroup's): {common} matched "
+                            "by their times")
         matched[kind] = common
         for k in range(common):
-            idx = [(len(enters) - common + k) if from_end else k for enters, _ in calls]
-            enters = [calls[r][0][i] for r, i in enumerate(idx)]
-            exits = [calls[r][1][i] for r, i in enumerate(idx)]
+            enters = [calls[r][0][starts[r] + k] for r in range(len(ranks))]
+            exits = [calls[r][1][starts[r] + k] for r in range(len(ranks))]
             last = max(enters)
             late = max(range(len(ranks)), key=lambda r: enters[r])
             waits = [min(last - enters[r], exits[r] - enters[r]) for r in range(len(ranks))]
@@ -211,10 +267,42 @@ def _match(ranks: list[RankFigures], from_end: bool, problems: list[str]) -> dic
                 f.matched += 1
                 f.in_matched_ns += exits[r] - enters[r]
                 f.wait_ns += waits[r]
-            if last - min(enters) >= LATE_ARRIVAL_NS:
+            if last - min(enters) >= late_ns:
                 ranks[late].arrived_last += 1
                 ranks[late].made_wait_ns += sum(waits)
     return matched
+
+
+# How far apart two ranks' first calls of a kind may be, in calls, where they are aligned by time.
+MAX_CALL_SHIFT = 64
+_SHIFT_SAMPLE = 256  # calls compared for each candidate shift
+
+
+def _aligned(calls: list[tuple[list[int], list[int]]]) -> tuple[list[int], int]:
+    """Where each rank's matched calls of a kind start, and how many there are: rank r's call
+    k + shift is the first rank's call k, for the shift that makes their ends closest (windows open
+    at different calls on different ranks; a rank's ring keeps only its latest spans)."""
+    counts = [len(exits) for _, exits in calls]
+    reference = calls[0][1]
+    shifts = [0] + [_best_shift(reference, exits) for _, exits in calls[1:]]
+    first = max(max(0, -shift) for shift in shifts)
+    end = min(min(counts[r] - shift for r, shift in enumerate(shifts)), counts[0])
+    return [first + shift for shift in shifts], max(0, end - first)
+
+
+def _best_shift(reference: list[int], exits: list[int]) -> int:
+    spread = min(abs(len(reference) - len(exits)) + 2, MAX_CALL_SHIFT)
+    best: tuple[int, int, int] | None = None  # (median |end difference|, |shift|, shift)
+    for shift in range(-spread, spread + 1):
+        lo, hi = max(0, -shift), min(len(reference), len(exits) - shift)
+        if hi - lo < 1:
+            continue
+        step = max(1, (hi - lo) // _SHIFT_SAMPLE)
+        gaps = sorted(abs(reference[k] - exits[k + shift]) for k in range(lo, hi, step))
+        candidate = (gaps[len(gaps) // 2], abs(shift), shift)
+        if best is None or candidate < best:
+            best = candidate
+    return best[2] if best is not None else 0
 
 
 COLUMNS = [
@@ -232,7 +320,8 @@ COLUMNS = [
     Column("overlap", "overlapped", "share", "of its time in collectives, the share its dispatching threads ran "
                                              "other ops meanwhile: compute and communication overlapped"),
     Column("last", "arrived last", "int", "collectives it entered last, at least 50 µs after the first rank"),
-    Column("made_wait_ns", "others waited", "ns", "the other ranks' waits at the collectives it entered last"),
+    Column("made_wait_ns", "others waited", "ns", "the other ranks' waits at the collectives it entered last, "
+                                                  "summed over those ranks"),
 ]
 
 
@@ -249,8 +338,7 @@ def ranks_section(found: list[JobFigures]) -> Section | None:
         calls = ", ".join(f"{n:,} {kind}" for kind, n in job.kinds.items()) or "none matched"
         lines.append(f"A torch.distributed job of {job.world_size} ranks ({job.backend or 'backend unknown'}, {where}):"
                      f" {len(job.ranks)} profiled here; collectives matched across them: {calls}"
-                     + (" (matched from the last call: a rank kept only its latest spans)" if job.aligned_at_end
-                        else ""))
+)
         lines.extend(_verdict(job))
         notes.extend(job.problems)
         rows = []
@@ -263,9 +351,11 @@ def ranks_section(found: list[JobFigures]) -> Section | None:
                          "overlap": t.overlapped_ns / t.in_collectives_ns if t.in_collectives_ns else None,
                          "last": f.arrived_last, "made_wait_ns": f.made_wait_ns})
         tables.append(Table(columns=COLUMNS, rows=rows, caption=f"the job's ranks ({where}), by rank"))
+    hosts = {f.timeline.host for job in shown for f in job.ranks} - {None}
+    clock = ("the hosts' clocks aligned as the Clocks lines say; a rank is late only by more than their residual"
+             if hosts else "the ranks' clocks are this machine's CLOCK_MONOTONIC, one for all")
     notes.append("a collective's time is its whole flight: gloo's own span on its thread (the c10d op only "
-                 "enqueues it), vLLM's shared-memory ops, or else the c10d op; the ranks' clocks are this "
-                 "machine's CLOCK_MONOTONIC, one for all")
+                 f"enqueues it), vLLM's shared-memory ops, or else the c10d op; {clock}")
     return Section("ranks", "Ranks: the processes of one torch.distributed job, at their collectives",
                    lines=lines, tables=tables, notes=notes)
 
@@ -279,9 +369,10 @@ def _verdict(job: JobFigures) -> list[str]:
     if late.arrived_last and waiting.in_matched_ns and waiting.wait_ns / waiting.in_matched_ns >= HELD_BACK_SHARE:
         t = late.timeline
         lines.append(f"Straggler: rank {t.rank} ({t.role}, pid {t.pid}) entered {late.arrived_last:,} of "
-                     f"{late.matched:,} collectives last; the other ranks waited {fmt_ns(late.made_wait_ns)} for it "
-                     f"({fmt_ns(late.made_wait_ns / late.arrived_last)} a call). Its own report shows what it "
-                     "computed meanwhile.")
+                     f"{late.matched:,} collectives last; the other {len(job.ranks) - 1} rank(s) waited "
+                     f"{fmt_ns(late.made_wait_ns)} for it, summed over them "
+                     f"({fmt_ns(late.made_wait_ns / late.arrived_last)} a call). Its own report shows what it computed "
+                     "meanwhile.")
     for f in job.ranks:
         t = f.timeline
         span = (t.last_ns - t.first_ns) if t.first_ns is not None and t.last_ns is not None else 0
@@ -323,9 +414,14 @@ def align_hosts(timelines: list[RankTimeline]) -> tuple[str | None, dict[str, Ho
             problems.append(f"host(s) {', '.join(hosts)}: ranks of another job (store {store}) than rank "
                             f"{reference.rank}'s on {reference.host} (store {reference.store}): not aligned")
     for host in sorted({t.host for t in members if t.host is not None and t.host != reference.host}):
-        diffs = []
+        diffs: list[int] = []
+        unsure: set[str] = set()
         for t in (t for t in members if t.host == host):
-            diffs.extend(_end_differences(reference, t))
+            diffs.extend(_end_differences(reference, t, unsure))
+        if unsure:
+            problems.append(f"host {host}: its ranks and rank {reference.rank} made different numbers of "
+                            f"{', '.join(sorted(unsure))} calls (windows opened at other calls, lost spans), paired "
+                            "by order: its offset may be off by whole steps, which the residual cannot show")
         if not diffs:
             problems.append(f"host {host}: its ranks made no collective with rank {reference.rank} on "
                             f"{reference.host} that ends on every rank at once: its clock is not aligned")
@@ -339,7 +435,9 @@ def align_hosts(timelines: list[RankTimeline]) -> tuple[str | None, dict[str, Ho
     return reference.host, clocks, problems
 
 
-def _end_differences(reference: RankTimeline, other: RankTimeline) -> list[int]:
+def _end_differences(reference: RankTimeline, other: RankTimeline, unsure: set[str]) -> list[int]:
+    """The reference's end minus the other's, call by call (by order: the two clocks are not yet
+    tied, so times cannot pair them); the kinds whose counts differ go into ``unsure``."""
     from_end = bool(reference.spans_dropped or other.spans_dropped)
     diffs = []
     for kind in set(reference.calls) & set(other.calls):
@@ -347,6 +445,8 @@ def _end_differences(reference: RankTimeline, other: RankTimeline) -> list[int]:
             continue
         ref_exits, exits = reference.calls[kind][1], other.calls[kind][1]
         common = min(len(ref_exits), len(exits))
+        if len(ref_exits) != len(exits):
+            unsure.add(kind)
         for k in range(common):
             i = len(ref_exits) - common + k if from_end else k
             j = len(exits) - common + k if from_end else k

@@ -32,9 +32,9 @@ def load_run(path: str) -> Profile:
     torchrun, a serving front end), the process that ran the most op time, as its report shows,
     named in one line on stderr. A program's own process that ran no op is its launcher's."""
     directory = Path(path)
+    own = Profile.load(directory) if not is_directory(directory) or present(directory / PROFILE_FILENAME) else None
     if is_directory(directory) and has_followed(directory) and (
-            is_merged(directory) or not present(directory / PROFILE_FILENAME)
-            or not any(op.kind == "op" for op in Profile.load(directory).ops)):
+            is_merged(directory) or own is None or not any(op.kind == "op" for op in own.ops)):
         from ..analysis.processes import busiest_row, row
 
         best = busiest_row([row(p) for p in iter_processes(directory)])
@@ -42,7 +42,7 @@ def load_run(path: str) -> Profile:
             say(f"cpuprof: {path}: the profile of {best.role} (pid {best.pid}), the process that ran the most op "
                 f"time (another process's: {cpuprof_command('report', 'DIR')} with DIR from its report's table)")
             return Profile.load(best.directory)
-    return Profile.load(path)
+    return own if own is not None else Profile.load(path)
 
 
 def load_profiled(path: str, what: str) -> Profile:

@@ -9,7 +9,7 @@ from .. import exit_codes
 from .. import options_spec as spec
 from ..launch.merge_hosts import merge_runs
 from ..launch.run_dir import claimed
-from ..safe_text import cpuprof_command, say
+from ..safe_text import cpuprof_command, printable, say
 
 COMMAND = spec.Command(
     "merge", help="one run from several hosts' runs of one job (a run directory each): ranks by host, clocks aligned",
@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
         merged = merge_runs(args.runs, out)
     for line in merged.problems:
         say(f"cpuprof: warning: {line}")
-    hosts = ", ".join(f"{h.label} ({h.source})" for h in merged.hosts)
-    print(f"merged {len(merged.hosts)} host{'s' if len(merged.hosts) != 1 else ''} into {out}: {hosts}")
+    hosts = ", ".join(f"{h.label} ({printable(h.source)})" for h in merged.hosts)
+    print(f"merged {len(merged.hosts)} host{'s' if len(merged.hosts) != 1 else ''} into {printable(str(out))}: {hosts}")
     for h in merged.hosts:
         if h.reference:
             print(f"  {h.label}: the reference clock")

@@ -29,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if is_directory(directory) and present(directory / RANKS_FILENAME):
         source = RanksSource(MultiRun.load(directory), directory)
     elif is_directory(directory) and has_followed(directory) and (ranks := followed_ranks(directory)):
+        t0 = min(started for *_, started in ranks)
+        loaded = ((rank, Profile.load(where)) for rank, where, _, _, _ in ranks)  # one at a time
         n = write_output(args.output, lambda out: trace_export.write_ranks(
-            [(rank, profile) for rank, profile, _, _ in ranks], out, [(host, offset) for _, _, host, offset in ranks]))
+            loaded, out, [(host, offset) for _, _, host, offset, _ in ranks], t0))
         if args.output != "-":
             say(f"wrote {args.output} ({n:,} trace events): the {len(ranks)} ranks of the run's torch.distributed "
                 "job, a process each on one clock")
@@ -44,14 +46,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def followed_ranks(directory: Path) -> list[tuple[int, Profile, str, int]]:
-    """The followed processes of a run (of a merged run's hosts) that are ranks of one
-    torch.distributed job (the job with the most ranks here), by rank, each with its host's label and
-    clock offset; empty where fewer than two are."""
-    jobs: dict[tuple[str | None, int], list[tuple[int, Profile, str, int]]] = {}
+def followed_ranks(directory: Path) -> list[tuple[int, Path, str, int, int]]:
+    """The processes of a run (of a merged run's hosts) that are ranks of one torch.distributed job
+    (the job with the most ranks here), by rank: each one's directory, host label, clock offset and
+    start on the aligned clock; empty where fewer than two are. Each profile is dropped once read."""
+    jobs: dict[tuple[str | None, int], list[tuple[int, Path, str, int, int]]] = {}
     for p in iter_processes(directory):
-        d = p.profile.distributed
-        if d is not None and p.profile.profiled and p.profile.spans is not None:
-            jobs.setdefault((d.store, d.world_size), []).append((d.rank, p.profile, p.host or "", p.clock_offset_ns))
+        d, collection = p.profile.distributed, p.profile.collection
+        if d is not None and collection is not None and p.profile.spans is not None:
+            offset = p.clock_offset_ns or 0
+            jobs.setdefault((d.store, d.world_size), []).append(
+                (d.rank, p.directory, p.host or "", offset, collection.started_ns + offset))
     biggest = max(jobs.values(), key=len, default=[])
     return sorted(biggest, key=lambda rank: rank[0]) if len(biggest) >= 2 else []

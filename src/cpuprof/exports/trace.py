@@ -15,9 +15,11 @@ Times are microseconds from the start of the session.
 
 from __future__ import annotations
 
+import itertools
 import json
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..analysis.labels import input_text, thread_label
@@ -186,18 +188,24 @@ def write(profile: Profile, out: TextIO) -> int:
     return len(doc["traceEvents"])
 
 
-def build_ranks(profiles: list[tuple[int, Profile]], clocks: list[tuple[str, int]] | None = None) -> dict[str, Any]:
+def build_ranks(profiles: Iterable[tuple[int, Profile]], clocks: list[tuple[str, int]] | None = None,
+                t0_ns: int | None = None) -> dict[str, Any]:
     """One trace of several ranks: one process per rank, on one time axis (every rank's clock is the
     machine's CLOCK_MONOTONIC), with each all-reduce a slice on the rank's dispatching thread.
-    ``clocks``: ranks of several hosts, each rank's (host, clock offset), its times shifted by it."""
-    clocks = clocks or [("", 0)] * len(profiles)
-    started = [p.collection.started_ns + offset for (_, p), (_, offset) in zip(profiles, clocks, strict=True)
-               if p.collection is not None]
-    if not started:
-        return {"traceEvents": [], "displayTimeUnit": "ms", "otherData": {"cpuprof": "no rank was profiled"}}
-    t0 = min(started)
+    ``clocks``: ranks of several hosts, each rank's (host, clock offset), its times shifted by it.
+    Given ``t0_ns`` (the earliest profile's start, shifted), ``profiles`` is read once, in order, so
+    it may load each profile as it goes: one in memory at a time."""
+    if t0_ns is None:
+        profiles = list(profiles)
+        clocks = clocks or [("", 0)] * len(profiles)
+        started = [p.collection.started_ns + offset for (_, p), (_, offset) in zip(profiles, clocks, strict=True)
+                   if p.collection is not None]
+        if not started:
+            return {"traceEvents": [], "displayTimeUnit": "ms", "otherData": {"cpuprof": "no rank was profiled"}}
+        t0_ns = min(started)
+    t0 = t0_ns
     events: list[dict[str, Any]] = []
-    for (rank, profile), (host, offset) in zip(profiles, clocks, strict=True):
+    for (rank, profile), (host, offset) in zip(profiles, clocks or itertools.repeat(("", 0)), strict=False):
         if profile.collection is None:
             continue
         shift_us = (profile.collection.started_ns + offset - t0) / 1e3
@@ -216,14 +224,15 @@ def build_ranks(profiles: list[tuple[int, Profile]], clocks: list[tuple[str, int
             c = wl.collectives
             for k in range(len(c.enter_ns)):
                 events.append({"ph": "X", "pid": pid, "tid": dispatch, "cat": "collective", "name": c.kind,
-                               "ts": (c.enter_ns[k] - t0) / 1e3, "dur": (c.exit_ns[k] - c.enter_ns[k]) / 1e3,
+                               "ts": (c.enter_ns[k] + offset - t0) / 1e3, "dur": (c.exit_ns[k] - c.enter_ns[k]) / 1e3,
                                "args": {"payload_bytes": c.payload_bytes[k], "step": c.step[k]}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_ranks(profiles: list[tuple[int, Profile]], out: TextIO, clocks: list[tuple[str, int]] | None = None) -> int:
-    """Writes the several ranks' trace; returns how many events."""
-    doc = build_ranks(profiles, clocks)
+def write_ranks(profiles: Iterable[tuple[int, Profile]], out: TextIO, clocks: list[tuple[str, int]] | None = None,
+                t0_ns: int | None = None) -> int:
+    """Writes the several ranks' trace (:func:`build_ranks`); returns how many events."""
+    doc = build_ranks(profiles, clocks, t0_ns)
     json.dump(doc, out, separators=(",", ":"))
     out.write("\n")
     return len(doc["traceEvents"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any
 
 from ..model import DistributedRank
@@ -68,6 +69,8 @@ class RankWatch:
 
     def watch_destroy(self) -> None:
         """Wraps torch.distributed.destroy_process_group: the rank is read before the group goes."""
+        if "torch.distributed" not in sys.modules:  # torch imports it itself; never imported here for it
+            return
         try:
             import torch.distributed as dist
             from torch.distributed import distributed_c10d
@@ -80,7 +83,7 @@ class RankWatch:
         @functools.wraps(original)
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
             group = args[0] if args else kwargs.get("group")
-            if group is None:  # the default group, whose rank is the process's
+            if group is None or group is getattr(dist.group, "WORLD", None):  # the default group: the process's
                 self.read()
             return original(*args, **kwargs)
 

@@ -19,7 +19,7 @@ from ..analysis.rank_groups import RankTimeline, align_hosts, rank_timeline
 from ..errors import UsageError
 from ..model.io import PROFILE_FILENAME, is_directory, present
 from ..model.merged import HOSTS_DIRNAME, MergedHost, MergedRun
-from ..model.run_layout import has_followed, is_merged, iter_processes
+from ..model.run_layout import has_followed, is_merged, iter_processes, windows_of
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -27,21 +27,35 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 def merge_runs(directories: list[str], out: str | os.PathLike[str]) -> MergedRun:
     """Merges the run directories into ``out`` (an empty directory); what could not be merged is
     one line each in the result's ``problems``. UsageError when none could be."""
+    hosts_dir = Path(out) / HOSTS_DIRNAME
+    if os.path.lexists(hosts_dir):
+        raise UsageError(f"{hosts_dir} exists (an interrupted merge's, or another program's): remove it, or give "
+                         "another --out")
     merged = MergedRun()
     timelines: list[RankTimeline] = []
     labels: set[str] = set()
     for directory in directories:
         path = Path(directory)
-        refused = _refusal(path)
+        refused = _refusal(path, Path(out))
         if refused:
             merged.problems.append(f"{directory}: {refused}: left out")
             continue
-        hostname, host_timelines = _read_host(path)
+        hostname = _hostname(path)
         label = _label(hostname, labels)
+        copy = hosts_dir / label
+        partial = hosts_dir / f".partial-{label}"
+        try:
+            shutil.copytree(path, partial, symlinks=False, ignore=_not_copied)
+            partial.rename(copy)
+        except (OSError, shutil.Error) as exc:
+            shutil.rmtree(partial, ignore_errors=True)
+            labels.discard(label)
+            merged.problems.append(f"{directory}: could not be copied ({_first_error(exc)}): left out")
+            continue
+        host_timelines = _read_host(copy)  # the copy: what the merged run holds is what was aligned
         for t in host_timelines:
             t.host = label
         timelines.extend(host_timelines)
-        shutil.copytree(path, Path(out) / HOSTS_DIRNAME / label, symlinks=False, ignore=_not_copied)
         merged.hosts.append(MergedHost(label=label, hostname=hostname, source=str(path.resolve())))
     if not merged.hosts:
         raise UsageError("nothing to merge: " + "; ".join(merged.problems))
@@ -61,27 +75,43 @@ def merge_runs(directories: list[str], out: str | os.PathLike[str]) -> MergedRun
     return merged
 
 
-def _refusal(path: Path) -> str | None:
+def _refusal(path: Path, out: Path) -> str | None:
     if not is_directory(path):
         return "no such directory" if not os.path.lexists(path) else "not a directory"
+    source, target = path.resolve(), out.resolve()
+    if source == target or target.is_relative_to(source) or source.is_relative_to(target):
+        return f"it holds the merge's --out {out}, or is inside it: merge into a directory of its own"
     if is_merged(path):
         return "a merged run already: give the hosts' own run directories"
+    if windows_of(path) and not has_followed(path) and not present(path / PROFILE_FILENAME):
+        return "an --on-demand run, whose profiles are its windows: give its window-N directories"
     if not present(path / PROFILE_FILENAME) and not has_followed(path):
         return "not a run's directory (no profile.json, no processes/PID/profile.json)"
     return None
 
 
-def _read_host(path: Path) -> tuple[str, list[RankTimeline]]:
-    """The host's name (its profiles'), and its ranks' collectives: one profile in memory at a time."""
-    hostname = ""
+def _hostname(path: Path) -> str:
+    """The host's name, as the first profile there says it (one profile read)."""
+    for p in iter_processes(path, warn=False):
+        if p.profile.meta.hostname:
+            return p.profile.meta.hostname
+    return path.name
+
+
+def _first_error(exc: BaseException) -> str:
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        return str(exc.args[0][0][-1])[:200]
+    return (getattr(exc, "strerror", None) or str(exc))[:200]
+
+
+def _read_host(path: Path) -> list[RankTimeline]:
+    """The host's ranks' collectives: one profile in memory at a time."""
     timelines = []
     for p in iter_processes(path):
-        hostname = hostname or p.profile.meta.hostname
-        role = p.profile.meta.role or "the program"
-        t = rank_timeline(p.profile, role)
+        t = rank_timeline(p.profile, p.profile.meta.role or "the program")
         if t is not None:
             timelines.append(t)
-    return hostname or path.name, timelines
+    return timelines
 
 
 def _label(hostname: str, taken: set[str]) -> str:
@@ -96,6 +126,11 @@ def _label(hostname: str, taken: set[str]) -> str:
 
 
 def _not_copied(directory: str, names: list[str]) -> set[str]:
-    """What a merge leaves behind: the run's lock, and links (a copied run is files; a link could
-    point anywhere)."""
-    return {n for n in names if n == ".cpuprof.lock" or os.path.islink(os.path.join(directory, n))}
+    """What a merge leaves behind: the run's lock, and anything but regular files and directories (a
+    link could point anywhere; reading a FIFO would block the copy forever)."""
+    left = set()
+    for name in names:
+        where = os.path.join(directory, name)
+        if name == ".cpuprof.lock" or os.path.islink(where) or not (os.path.isfile(where) or os.path.isdir(where)):
+            left.add(name)
+    return left

@@ -18,6 +18,7 @@ is measured in the process and said in its progress lines.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from ..errors import FileFormatError
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..model.run_layout import LOST_FILENAME, window_dir, window_requests_dir
 from ..safe_text import say
+from .job_windows import StoreWindows
 
 CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
                         written_by="cpuprof run --on-demand")
@@ -167,6 +169,9 @@ class Windows:
         self._thread: threading.Thread | None = None
         self._seen: tuple[int, int] | None = None  # the control file's (inode, mtime) when last read
         self.lost_reasons: dict[int, str] = {}  # windows whose profile could not be saved (a full disk), why
+        self._job_store = StoreWindows()  # a rank's job's store, once it joins one
+        self._job_store_address: str | None = None
+        self._job_store_next_look = 0.0
 
     def begin(self) -> None:
         target = self._on_demand if self.plan.on_demand else self._timed
@@ -187,6 +192,34 @@ class Windows:
                 self._follow_control()
             except Exception as exc:  # never the end of the program's windows: said, and on to the next poll
                 _say(f"window control: {type(exc).__name__}: {exc}")
+            self._follow_job_store()
+
+    def _follow_job_store(self) -> None:
+        """A rank of a torch.distributed job also takes the windows its job's store asks for
+        (``cpuprof signal tcp://HOST:PORT``, :mod:`.job_windows`)."""
+        jobs = self._job_store
+        if jobs.failed:
+            return
+        if jobs.store is None:
+            now = time.monotonic()
+            if now < self._job_store_next_look:
+                return
+            self._job_store_next_look = now + 1.0  # torch.distributed read once a second until the job is joined
+            rank_watch = getattr(self.run, "rank_watch", None)
+            rank = rank_watch.read() if rank_watch is not None and "torch.distributed" in sys.modules else None
+            if rank is None or rank.store is None:
+                return
+            self._job_store_address = rank.store
+        try:
+            asked = jobs.poll(self._job_store_address)
+            if asked is not None:
+                window, is_open = asked
+                self._apply(WindowControl(window=window, open=is_open))
+                jobs.acknowledge(window, is_open)
+        except Exception as exc:  # the job's store is gone (its job ended) or refused: said once
+            jobs.failed = True
+            _say(f"the job's store ({self._job_store_address}) stopped answering ({type(exc).__name__}); windows "
+                 "asked through it stop here, the launcher's still open and close")
 
     def _follow_control(self) -> None:
         path = control_path(self.root)
@@ -205,6 +238,9 @@ class Windows:
         except Exception:
             self._seen = None  # being replaced: read it again next time
             return
+        self._apply(control)
+
+    def _apply(self, control: WindowControl) -> None:
         if control.open and control.window > self.opened:
             self.close()
             self.open(window_dir(self.root, control.window) / self.place, window=control.window)

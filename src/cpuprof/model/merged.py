@@ -41,7 +41,7 @@ class MergedRun:
 
     def validate(self) -> None:
         for host in self.hosts:
-            if not host.label or host.label in (".", "..") or "/" in host.label or os.sep in host.label:
+            if not host.label or host.label in (".", "..") or any(c in host.label for c in ("/", os.sep, "\0")):
                 raise FileFormatError(f"host label {host.label!r} is not a directory name")
 
     def host_dir(self, root: str | os.PathLike[str], host: MergedHost) -> Path:

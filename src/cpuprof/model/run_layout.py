@@ -88,8 +88,8 @@ def window_requests_dir(root: Where) -> Path:
 
 def run_trees(root: Where) -> list[Path]:
     """The directories under a run that hold profiles of their own: processes/, every window, and a
-    merged run's hosts/."""
-    return [processes_dir(root), *windows_of(root), Path(root) / HOSTS_DIRNAME]
+    merged run's hosts/ (only a merged run's: a directory named hosts is someone else's otherwise)."""
+    return [processes_dir(root), *windows_of(root), *([Path(root) / HOSTS_DIRNAME] if is_merged(root) else [])]
 
 
 # -- the processes a program started ------------------------------------------------------------------
@@ -102,8 +102,9 @@ class ProcessProfile:
     profile: Profile
     followed: bool
     host: str | None = None  # in a merged run: the host's label
-    clock_offset_ns: int = 0  # in a merged run: added to its times, they are the reference host's
-
+    # In a merged run: added to its times, they are the reference host's (None: its host not aligned).
+    clock_offset_ns: int | None = 0
+    clock_residual_ns: int = 0  # in a merged run: how well that offset is known
 
 
 def _process_entries(root: Where) -> Iterator[Path]:
@@ -136,8 +137,13 @@ def iter_processes(root: Where, warn: bool = True) -> Iterator[ProcessProfile]:
     if is_merged(root):
         merged = MergedRun.load(root)
         for host in merged.hosts:
-            for p in iter_processes(merged.host_dir(root, host), warn):
-                p.host, p.clock_offset_ns = host.label, host.offset_ns or 0
+            where = merged.host_dir(root, host)
+            if where.is_symlink() or not where.is_dir() or is_merged(where):
+                if warn:  # a merged run's hosts are copies it made: a link, or a merge inside, is not one
+                    say(f"cpuprof: warning: {where} is not a host's copied run: left out")
+                continue
+            for p in iter_processes(where, warn):
+                p.host, p.clock_offset_ns, p.clock_residual_ns = host.label, host.offset_ns, host.residual_ns or 0
                 yield p
         return
     if (Path(root) / PROFILE_FILENAME).exists():

@@ -107,7 +107,7 @@ class ProcessesSource:
         shown = None
         if best is not None:
             where = Path(best.directory)
-            shown = ProcessProfile(where, Profile.load(where), followed=best.followed)
+            shown = ProcessProfile(where, Profile.load(where), followed=best.followed, host=best.host)
         return cls(rows, shown, Path(directory), merged=merged_lines(directory))
 
 
