@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pytest
 from tests.cli_runs import cpuprof
-from tests.vllm_checkpoint import FFN, HEAD_DIM, HIDDEN, KV_HEADS, VOCAB, write_checkpoint
+from tests.vllm_checkpoint import FFN, HEAD_DIM, HIDDEN, KV_HEADS, LAYERS, VOCAB, write_checkpoint
 
 from cpuprof.analysis.gemm import gemm_work
-from cpuprof.analysis.processes import busiest, ending, op_time_ns
+from cpuprof.analysis.processes import busiest, ending, op_time_ns, row
+from cpuprof.analysis.rank_groups import jobs
 from cpuprof.analysis.report import build_report
 from cpuprof.analysis.steps import DECODE, MIXED, Steps, find_steps
 from cpuprof.launch.followed_run import followed_alive
@@ -120,6 +121,36 @@ def test_offline_generate_is_profiled_in_the_worker_with_vllms_gemms(tmp_path: P
     startup = steady.section("startup")
     assert startup is not None and "aten::fill_" in [row["op"] for row in startup.tables[0].rows]
     assert top["op"] != "aten::fill_"
+
+
+def test_tensor_parallel_workers_are_ranks_matched_at_their_shared_memory_all_reduces(tmp_path: Path, model: Path):
+    """``tensor_parallel_size=2``: vLLM's two workers are one job's ranks, matched at the shared-memory
+    collectives vLLM's CPU backend makes inside its own ops. Known answer, from the checkpoint's
+    config: every forward all-reduces twice a layer (after attention, after the MLP) and once for the
+    vocab-parallel embedding, and gathers the logits once, so each rank's _C::shm_allreduce calls
+    are (2 × layers + 1) × its _C::shm_all_gather calls."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("vLLM binds one worker to each of 2 CPUs: this machine lets the process use fewer")
+    program = tmp_path / "generate.py"
+    program.write_text(textwrap.dedent(GENERATE).replace("enforce_eager=True", "enforce_eager=True, "
+                                                                                 "tensor_parallel_size=2"))
+    out = tmp_path / "out"
+    env = {**ENV, "VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # vLLM refuses 2 workers on one node without it
+    result = cpuprof("run", "--out", str(out), "--", "python", str(program), str(model), timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"generated {PROMPTS * NEW_TOKENS}" in result.stdout
+
+    rows = [row(p) for p in load_processes(out)]
+    ranks = [r.rank for r in rows if r.rank is not None]
+    assert sorted((t.rank, t.world_size) for t in ranks) == [(0, 2), (1, 2)], [r.role for r in rows]
+    (job,) = jobs(ranks)
+    for f in job.ranks:
+        calls = {kind: len(enters) for kind, (enters, _) in f.timeline.calls.items()}
+        assert calls["_C::shm_allreduce"] == (2 * LAYERS + 1) * calls["_C::shm_all_gather"], calls
+    assert job.kinds["_C::shm_allreduce"] == len(job.ranks[0].timeline.calls["_C::shm_allreduce"][0])
+    assert all(0 <= f.wait_ns <= f.in_matched_ns for f in job.ranks)
+    report = " ".join(result.stdout.split())
+    assert "Ranks: the processes of one torch.distributed job" in report and "_C::shm_allreduce" in report
 
 
 def _free_port() -> int:

@@ -18,7 +18,7 @@ from cpuprof.model import DistributedRank, OpStat, Profile, Spans
 from cpuprof.model.merged import MergedRun
 from cpuprof.model.run_layout import process_dir
 
-HOSTS, RANKS_PER_HOST, CALLS, OTHER_SPANS = 4, 16, 100, 1_500
+HOSTS, RANKS_PER_HOST, CALLS, OTHER_SPANS = 4, 16, 60, 1_000
 AHEAD_NS = 1000 * 10**9
 STEP_NS = 5_000_000
 
