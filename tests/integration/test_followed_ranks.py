@@ -10,45 +10,25 @@ program prints it). The report names rank 1 the straggler; the trace has a proce
 from __future__ import annotations
 
 import json
-import socket
 import textwrap
 from pathlib import Path
 
 from cli_runs import cpuprof
+from gloo_jobs import LATE_RANK_STEPS, STEPS, free_port, slept_ms
 
 from cpuprof.analysis.processes import row
 from cpuprof.analysis.rank_groups import jobs
 from cpuprof.model.run_layout import load_processes
 
-STEPS, LATE_MS = 20, 8.0
-
-JOB = f"""
+JOB = LATE_RANK_STEPS + """
 import sys
-import time
 
-import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
 def worker(rank, port):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank, world_size=2)
-    torch.set_num_threads(1)
-    t, w = torch.ones(1024), torch.randn(128, 128)
-    slept = 0.0
-    for step in range({STEPS}):
-        for _ in range(5):
-            w @ w
-        if rank == 1:
-            began = time.perf_counter()
-            time.sleep({LATE_MS} / 1e3)
-            slept += time.perf_counter() - began
-        dist.all_reduce(t)
-    assert t[0].item() == 2 ** {STEPS}
-    if rank == 1:
-        print(f"rank 1 slept {{slept * 1e3:.3f}} ms", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()  # before the process ends: its rank is read just before
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    late_rank_steps(rank)
 
 
 if __name__ == "__main__":
@@ -56,20 +36,14 @@ if __name__ == "__main__":
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_late_rank_is_named_and_the_others_wait_for_it_as_long_as_it_was_late(tmp_path: Path):
     program = tmp_path / "job.py"
     program.write_text(textwrap.dedent(JOB))
     out = tmp_path / "out"
-    port = _free_port()
+    port = free_port()
     result = cpuprof("run", "--out", str(out), "--", "python", str(program), str(port), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    slept_ms = float(result.stdout.split("rank 1 slept ")[1].split(" ms")[0])
+    slept = slept_ms(result.stdout)
 
     rows = [row(p) for p in load_processes(out)]
     ranks = [r.rank for r in rows if r.rank is not None]
@@ -79,7 +53,7 @@ def test_a_late_rank_is_named_and_the_others_wait_for_it_as_long_as_it_was_late(
     assert job.kinds["gloo:all_reduce"] == STEPS and not job.problems, job
     first, late = job.ranks
     # Rank 0's waits: every all-reduce (and the barrier after them, which both reach together).
-    assert abs(first.wait_ns / 1e6 - slept_ms) <= 0.15 * slept_ms, (first, slept_ms)
+    assert abs(first.wait_ns / 1e6 - slept) <= 0.15 * slept, (first, slept)
     assert late.wait_ns < 0.1 * first.wait_ns, late
     assert late.arrived_last >= STEPS - 1 and first.arrived_last <= 1
     # What the others waited at the calls rank 1 entered last: nearly all of rank 0's waiting.

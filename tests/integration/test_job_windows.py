@@ -13,7 +13,6 @@ steps than the job ran (it was opened after the job started and closed before it
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 from cli_runs import cpuprof
+from gloo_jobs import free_port
 
 from cpuprof.analysis.processes import row
 from cpuprof.analysis.rank_groups import jobs
@@ -56,12 +56,6 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for(what: str, check, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -73,7 +67,7 @@ def test_a_window_opened_through_the_jobs_store_is_taken_by_every_rank(tmp_path:
     program = tmp_path / "job.py"
     program.write_text(textwrap.dedent(JOB))
     ready, stop, out = tmp_path / "ready", tmp_path / "stop", tmp_path / "out"
-    port = _free_port()
+    port = free_port()
     launcher = subprocess.Popen(
         [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--out", str(out), "--", sys.executable, "-m",
          "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
@@ -118,7 +112,7 @@ def test_a_window_opened_through_the_jobs_store_is_taken_by_every_rank(tmp_path:
     assert not (window_dir(out, 2)).exists()
 
     # Bad input: one line each, no traceback.
-    for target, said in ((f"tcp://127.0.0.1:{_free_port()}", "cannot reach the job's store"),
+    for target, said in ((f"tcp://127.0.0.1:{free_port()}", "cannot reach the job's store"),
                          ("tcp://nohost", "expected the launcher's pid, or a job's store"),
                          ("abc", "expected the launcher's pid, or a job's store")):
         bad = cpuprof("signal", target, "start")

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,37 +21,19 @@ from pathlib import Path
 
 import pytest
 from cli_runs import cpuprof
+from gloo_jobs import LATE_RANK_STEPS, STEPS, free_port, slept_ms
 
 from cpuprof.analysis.processes import row
 from cpuprof.analysis.rank_groups import jobs
 from cpuprof.model.merged import MergedRun
 from cpuprof.model.run_layout import load_processes
 
-STEPS, LATE_MS, AHEAD_S = 20, 8.0, 5000
+AHEAD_S = 5000
 
-JOB = f"""
-import time
-
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")  # torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-rank = dist.get_rank()
-torch.set_num_threads(1)
-t, w = torch.ones(1024), torch.randn(128, 128)
-slept = 0.0
-for step in range({STEPS}):
-    for _ in range(5):
-        w @ w
-    if rank == 1:
-        began = time.perf_counter()
-        time.sleep({LATE_MS} / 1e3)
-        slept += time.perf_counter() - began
-    dist.all_reduce(t)
-if rank == 1:
-    print(f"rank 1 slept {{slept * 1e3:.3f}} ms", flush=True)
-dist.barrier()
-dist.destroy_process_group()
+# torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) says where and who.
+JOB = LATE_RANK_STEPS + """
+dist.init_process_group("gloo")
+late_rank_steps(dist.get_rank())
 """
 
 
@@ -69,19 +50,13 @@ def _namespaces_work() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_hosts_merged_clocks_aligned_from_the_data_and_the_late_rank_named(tmp_path: Path):
     refused = _namespaces_work()
     if refused:
         pytest.skip(refused)
     program = tmp_path / "job.py"
     program.write_text(textwrap.dedent(JOB))
-    port = _free_port()
+    port = free_port()
     launchers = []
     for node in (0, 1):
         run = [sys.executable, "-m", "cpuprof", "run", "--out", str(tmp_path / f"host{node}"), "--",
@@ -94,7 +69,7 @@ def test_two_hosts_merged_clocks_aligned_from_the_data_and_the_late_rank_named(t
     outputs = [p.communicate(timeout=600) for p in launchers]
     for p, (_, err) in zip(launchers, outputs, strict=True):
         assert p.returncode == 0, err[-3000:]
-    slept_ms = float(outputs[1][0].split("rank 1 slept ")[1].split(" ms")[0])
+    slept = slept_ms(outputs[1][0])
 
     merged_dir = tmp_path / "merged"
     result = cpuprof("merge", str(tmp_path / "host0"), str(tmp_path / "host1"), "--out", str(merged_dir))
@@ -110,7 +85,7 @@ def test_two_hosts_merged_clocks_aligned_from_the_data_and_the_late_rank_named(t
     (job,) = jobs([r.rank for r in rows if r.rank is not None])
     first, late = job.ranks
     assert (first.timeline.host, late.timeline.host) == ("host0", "host1")
-    assert abs(first.wait_ns / 1e6 - slept_ms) <= 0.15 * slept_ms, (first, slept_ms)
+    assert abs(first.wait_ns / 1e6 - slept) <= 0.15 * slept, (first, slept)
     assert late.wait_ns < 0.1 * first.wait_ns and late.arrived_last >= STEPS - 1
     # Aligned, the matched all-reduces end together on the two hosts.
     ends = [f.timeline.calls["gloo:all_reduce"][1] for f in job.ranks]
