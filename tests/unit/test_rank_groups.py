@@ -197,3 +197,19 @@ def test_a_ranks_collectives_and_overlap_from_its_timeline():
     assert t is not None and t.calls == {"gloo:all_reduce": ([1042], [1060])}
     assert t.in_collectives_ns == 18 and t.overlapped_ns == 5
     assert rank_timeline(_rank_profile(with_gloo, ops), "r0", offset_ns=None).on_common_clock is False
+
+
+def test_each_forward_pass_names_the_rank_that_held_it_back():
+    # Steps of 10 ms, one collective each: rank 1 late by 3 ms in steps 0-2, rank 0 by 2 ms in step 3.
+    d0, d1 = [0, 0, 0, 2 * MS], [3 * MS, 3 * MS, 3 * MS, 0]
+    first, second = timeline(0, d0, all_delays=[d0, d1]), timeline(1, d1, all_delays=[d0, d1])
+    first.steps = [(k * 10 * MS - MS // 2, (k + 1) * 10 * MS - MS // 2, "decode") for k in range(4)]
+    (job,) = jobs([first, second])
+    assert [(s.index, s.calls, s.straggler) for s in job.steps] == [(0, 1, 1), (1, 1, 1), (2, 1, 1), (3, 1, 0)]
+    assert job.steps[3].waits == {0: 0, 1: 2 * MS}
+    section = ranks_section([job])
+    assert section is not None
+    text = " ".join(section.lines)
+    assert "Per forward pass (4 found in rank 0's op stream, with collectives): rank 1 entered most of the late " \
+           "collectives last in 3 of them; rank 0 entered most of the late collectives last in 1 of them" in text
+    assert "step 0 (decode, 1 collectives): rank 1 last; waits rank 0 3.0 ms, rank 1 0 ns" in text

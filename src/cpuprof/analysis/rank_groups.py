@@ -21,11 +21,13 @@ for, and a rank's wait is from its entry to that last entry (capped at its call'
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from ..model import Profile
 from ..units import fmt_ns, fmt_percent
 from .report_model import Column, Section, Table
+from .steps import Steps, find_steps
 
 BACKEND_SPAN_PREFIXES = ("gloo:", "_C::shm_")
 C10D_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
@@ -59,6 +61,8 @@ class RankTimeline:
     host: str | None = None  # in a merged run: its host's label
     on_common_clock: bool = True  # its times are on the other ranks' clock (one host, or its host aligned)
     clock_residual_ns: int = 0  # in a merged run: how well its host's clock is known against the reference
+    # The forward passes found in its op stream (analysis.steps), on the same clock: (start, end, kind).
+    steps: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def rank_timeline(profile: Profile, role: str, host: str | None = None, offset_ns: int | None = 0,
@@ -108,6 +112,9 @@ def rank_timeline(profile: Profile, role: str, host: str | None = None, offset_n
         t.first_ns, t.last_ns = enters[0], max(exits)
         t.in_span_ns = _intersection(merged, [(t.first_ns, t.last_ns)])
     t.overlapped_ns = _intersection(merged, _compute(profile, chosen, offset_ns))
+    found = find_steps(profile) if flights else None
+    if isinstance(found, Steps):
+        t.steps = [(s.start_ns + offset_ns, s.start_ns + s.wall_ns + offset_ns, s.kind) for s in found.steps]
     return t
 
 
@@ -193,6 +200,22 @@ class RankFigures:
 
 
 @dataclass
+class StepSkew:
+    """One forward pass of the first matched rank, and its collectives on every rank."""
+
+    index: int
+    kind: str
+    calls: int = 0
+    last: dict[int, int] = field(default_factory=dict)  # rank -> its collectives in the step it entered last
+    waits: dict[int, int] = field(default_factory=dict)  # rank -> its waits for the last rank in the step
+
+    @property
+    def straggler(self) -> int | None:
+        """The rank that entered most of the step's late collectives last."""
+        return max(self.last, key=lambda r: self.last[r]) if self.last else None
+
+
+@dataclass
 class JobFigures:
     """One torch.distributed job's ranks, matched at their collectives."""
 
@@ -201,6 +224,7 @@ class JobFigures:
     backend: str | None
     ranks: list[RankFigures]  # by rank
     kinds: dict[str, int]  # the collectives matched, by kind: how many calls
+    steps: list[StepSkew] = field(default_factory=list)  # the first rank's steps, where its op stream shows them
     problems: list[str] = field(default_factory=list)  # why some calls or ranks could not be matched
 
 
@@ -230,13 +254,17 @@ def _job(store: str | None, world_size: int, members: list[RankTimeline]) -> Job
         hosts = sorted({f.timeline.host or "?" for f in unaligned})
         problems.append(f"host(s) {', '.join(hosts)}: clock not aligned with the others', so rank(s) "
                         f"{', '.join(str(f.timeline.rank) for f in unaligned)} are left out of the waits")
-    ranks_kinds = _match([f for f in ranks if f.timeline.on_common_clock], problems)
+    matched_ranks = [f for f in ranks if f.timeline.on_common_clock]
+    steps = [StepSkew(i, kind) for i, (_, _, kind) in enumerate(matched_ranks[0].timeline.steps)] \
+        if matched_ranks else []
+    ranks_kinds = _match(matched_ranks, problems, steps)
     return JobFigures(store=store, world_size=world_size, backend=members[0].backend, ranks=ranks,
-                      kinds=ranks_kinds, problems=problems)
+                      kinds=ranks_kinds, problems=problems, steps=[s for s in steps if s.calls])
 
 
-def _match(ranks: list[RankFigures], problems: list[str]) -> dict[str, int]:
-    """Every kind of collective all ``ranks`` (on one clock) made, matched call by call by time."""
+def _match(ranks: list[RankFigures], problems: list[str], steps: list[StepSkew]) -> dict[str, int]:
+    """Every kind of collective all ``ranks`` (on one clock) made, matched call by call by time;
+    each call counted in ``steps`` (the first rank's) it began in."""
     if len(ranks) < 2:
         return {}
     every = set().union(*(f.timeline.calls for f in ranks))
@@ -247,6 +275,7 @@ def _match(ranks: list[RankFigures], problems: list[str]) -> dict[str, int]:
                         "that missed it): not matched")
     # A rank later than the others by less than the clocks are known to agree is not late.
     late_ns = max([LATE_ARRIVAL_NS] + [f.timeline.clock_residual_ns for f in ranks])
+    step_starts = [start for start, _, _ in ranks[0].timeline.steps]
     matched: dict[str, int] = {}
     for kind in sorted(kinds):
         calls = [f.timeline.calls[kind] for f in ranks]
@@ -267,10 +296,25 @@ def _match(ranks: list[RankFigures], problems: list[str]) -> dict[str, int]:
                 f.matched += 1
                 f.in_matched_ns += exits[r] - enters[r]
                 f.wait_ns += waits[r]
-            if last - min(enters) >= late_ns:
+            is_late = last - min(enters) >= late_ns
+            if is_late:
                 ranks[late].arrived_last += 1
                 ranks[late].made_wait_ns += sum(waits)
+            step = _step_of(step_starts, enters[0], ranks[0].timeline.steps)
+            if step is not None:
+                skew = steps[step]
+                skew.calls += 1
+                for r, f in enumerate(ranks):
+                    skew.waits[f.timeline.rank] = skew.waits.get(f.timeline.rank, 0) + waits[r]
+                if is_late:
+                    rank = ranks[late].timeline.rank
+                    skew.last[rank] = skew.last.get(rank, 0) + 1
     return matched
+
+
+def _step_of(starts: list[int], when: int, steps: list[tuple[int, int, str]]) -> int | None:
+    i = bisect.bisect_right(starts, when) - 1
+    return i if i >= 0 and when < steps[i][1] else None
 
 
 # How far apart two ranks' first calls of a kind may be, in calls, where they are aligned by time.
@@ -373,6 +417,7 @@ def _verdict(job: JobFigures) -> list[str]:
                      f"{fmt_ns(late.made_wait_ns)} for it, summed over them "
                      f"({fmt_ns(late.made_wait_ns / late.arrived_last)} a call). Its own report shows what it computed "
                      "meanwhile.")
+    lines.extend(_step_lines(job))
     for f in job.ranks:
         t = f.timeline
         span = (t.last_ns - t.first_ns) if t.first_ns is not None and t.last_ns is not None else 0
@@ -470,4 +515,31 @@ def clock_lines(reference: str | None, hosts: list[tuple[str, int | None, int | 
         sign = "behind" if offset >= 0 else "ahead of"
         lines.append(f"  host {label}: its clock is {abs(offset) / 1e9:.6f} s {sign} {reference}'s; residual "
                      f"{fmt_ns(residual or 0)} (90th percentile, over {matched:,} calls)")
+    return lines
+
+
+# The steps a report names where the ranks waited most for each other.
+WORST_STEPS = 3
+
+
+def _step_lines(job: JobFigures) -> list[str]:
+    """Per forward pass (the first rank's, found in its op stream): who held each one back."""
+    if not job.steps:
+        return []
+    held = [s for s in job.steps if s.straggler is not None]
+    by_rank: dict[int, int] = {}
+    for s in held:
+        assert s.straggler is not None
+        by_rank[s.straggler] = by_rank.get(s.straggler, 0) + 1
+    lines = [f"Per forward pass ({len(job.steps)} found in rank {job.ranks[0].timeline.rank}'s op stream, with "
+             "collectives): " + ("; ".join(f"rank {r} entered most of the late collectives last in {n} of them"
+                                           for r, n in sorted(by_rank.items(), key=lambda x: -x[1]))
+                                 or "no rank was late at any")]
+    worst = sorted(job.steps, key=lambda s: -sum(s.waits.values()))[:WORST_STEPS]
+    for s in worst:
+        if not sum(s.waits.values()):
+            break
+        waits = ", ".join(f"rank {r} {fmt_ns(w)}" for r, w in sorted(s.waits.items()))
+        late = f"rank {s.straggler} last" if s.straggler is not None else "no rank late"
+        lines.append(f"  step {s.index} ({s.kind}, {s.calls} collectives): {late}; waits {waits}")
     return lines
