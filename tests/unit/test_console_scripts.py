@@ -28,6 +28,10 @@ def test_a_console_script_of_this_python_on_path_runs_as_a_script(tmp_path: Path
     assert (target.path, target.module, target.args) == (str(tmp_path / "torchrun"), None,
                                                           ["--nproc-per-node", "2", "job.py"])
     assert script_target(["--", "envrun"]).path == str(tmp_path / "envrun")
+    # pip's launcher for an interpreter path too long for a shebang line
+    quotes = "'" * 3
+    _script(tmp_path, "longrun", f'#!/bin/sh\n{quotes}exec\' "{sys.executable}" "$0" "$@"\n\' {quotes}')
+    assert script_target(["--", "longrun"]).path == str(tmp_path / "longrun")
     assert script_target(["--", str(tmp_path / "torchrun"), "x"]).args == ["x"]  # a path, not a name on PATH
 
 

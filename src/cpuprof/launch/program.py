@@ -37,6 +37,7 @@ FORMS = "python script.py [args] or python -m module [args]"
 # Names that mean "a Python": python, python3, python3.11. The program runs under the Python that
 # runs cpuprof, since that is where torch and cpuprof's native module are installed.
 PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
+TRAMPOLINE = b"'" * 3 + b"exec'"  # how pip's /bin/sh launcher of a console script goes on
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 # `cpuprof signal PID start|stop`: what each asks of the launcher.
@@ -120,12 +121,15 @@ def console_script(name: str) -> str | None:
         return None
     try:
         with open(found, "rb") as f:
-            first = f.readline(512)
+            first, second = f.readline(512), f.readline(4096)
     except OSError:
         return None
     if not first.startswith(b"#!"):
         return None
     words = first[2:].decode(errors="replace").split()
+    if words == ["/bin/sh"] and second.startswith(TRAMPOLINE):
+        # pip's launcher where the interpreter's path is too long for a shebang: '''exec' "PY" "$0" "$@"
+        words = [w.strip('"') for w in second.decode(errors="replace").split()[1:2]]
     if words and os.path.basename(words[0]) == "env":
         words = [w for w in words[1:] if not w.startswith("-")]
     if not words or not PYTHON_NAME.fullmatch(os.path.basename(words[0])):

@@ -78,6 +78,24 @@ class RanksSource:
                 if p is not None]
 
 
+def merged_lines(directory: str | Path) -> list[str] | None:
+    """A merged run's hosts, where each came from, and how their clocks were aligned; None for a
+    run of one host."""
+    from ..analysis.rank_groups import clock_lines
+    from ..model.merged import MergedRun
+    from ..model.run_layout import is_merged
+
+    if not is_merged(directory):
+        return None
+    merged = MergedRun.load(directory)
+    reference = next((h.label for h in merged.hosts if h.reference), None)
+    lines = [f"Merged from {len(merged.hosts)} hosts' runs: " + "; ".join(
+        f"{h.label} ({h.hostname}) from {h.source}" for h in merged.hosts)]
+    lines += clock_lines(reference, [(h.label, h.offset_ns, h.residual_ns, h.matched) for h in merged.hosts])
+    lines += [f"note: {p}" for p in merged.problems]
+    return lines
+
+
 @dataclass(frozen=True)
 class ProcessesSource:
     """A run whose program started processes that cpuprof followed: a row for each process, and the
@@ -148,20 +166,3 @@ def report_of(source: Source, options: OutputOptions) -> Report:
 __all__ = ["REPORT_SOURCES", "DiffSource", "OutputOptions", "ProcessesSource", "ProfileSource", "RanksSource", "Source",
            "SourceKind", "StacksSource", "SweepSource", "report_of"]
 
-
-def merged_lines(directory: str | Path) -> list[str] | None:
-    """A merged run's hosts, where each came from, and how their clocks were aligned; None for a
-    run of one host."""
-    from ..analysis.rank_groups import clock_lines
-    from ..model.merged import MergedRun
-    from ..model.run_layout import is_merged
-
-    if not is_merged(directory):
-        return None
-    merged = MergedRun.load(directory)
-    reference = next((h.label for h in merged.hosts if h.reference), None)
-    lines = [f"Merged from {len(merged.hosts)} hosts' runs: " + "; ".join(
-        f"{h.label} ({h.hostname}) from {h.source}" for h in merged.hosts)]
-    lines += clock_lines(reference, [(h.label, h.offset_ns, h.residual_ns, h.matched) for h in merged.hosts])
-    lines += [f"note: {p}" for p in merged.problems]
-    return lines
