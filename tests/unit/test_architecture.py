@@ -175,3 +175,12 @@ def test_no_cpp_source_over_600_lines(suffix: str):
     long = [f"{p.relative_to(ROOT)}: {n}" for p in sorted((ROOT / "csrc").rglob(f"*{suffix}"))
             if (n := len(p.read_text().splitlines())) > 600]
     assert long == []
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by their file name (the test directories are not packages): two
+    of one name in different directories stop the whole suite at collection."""
+    names: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in names.items() if len(paths) > 1}
