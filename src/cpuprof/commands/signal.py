@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..launch.job_windows import ACK_WAIT_S, parse_store, request
 from ..launch.program import WINDOW_SIGNALS
 from ..launch.window import launcher_run_dir, request_window
-from ..safe_text import say
+from ..safe_text import printable, say
 
 COMMAND = spec.Command(
     "signal", help="open (start) or close (stop) a profiling window of a running `cpuprof run --on-demand`",
@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 def _through_the_store(host: str, port: int, action: str) -> int:
     window, done, listening = request(host, port, action)
     did = "opened" if action == "start" else "closed and saved"
-    print(f"window {window} asked of every rank polling the job's store at tcp://{host}:{port}: {done} of "
+    address = printable(f"tcp://{host}:{port}")
+    print(f"window {window} asked of every rank polling the job's store at {address}: {done} of "
           f"{listening} {did} it within {ACK_WAIT_S:g} s; each saves it in its launcher's DIR/window-{window}; "
           "merge the hosts' with: python -m cpuprof merge HOST0_DIR/window-N HOST1_DIR/window-N --out M")
     if listening == 0:
