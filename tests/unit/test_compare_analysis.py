@@ -366,3 +366,50 @@ def test_a_threads_sweep_names_threads_with_the_traffic_and_the_waits():
     v = verdict(_two("threads", ("1", "2"), one, two))
     assert v is not None and v.causes[0].startswith("threads 1 → 2: each GEMV's rows are split over that many cores")
     assert "memory traffic 10.0 GB/s → 15.0 GB/s" in v.causes[0] and "spin 0.0% → 12%" in v.causes[0]
+
+
+def test_a_sweep_of_a_profiles_proposals_names_what_each_changed_from_the_profile():
+    """compare --from: "as profiled" holds the profile's own value of each axis a proposal changes, so
+    the explanation says "threads 2 → 1" (known: the proposal changed only the threads), and two
+    proposals are told apart by both settings. A figure that differs by half is never "within 25%"."""
+    base = sweep.apply(DecodeOptions(), {"threads": "2", "bind": "none"})
+    profiled = sweep.values_of(base, ["threads", "bind", "blocktime"])
+    assert profiled == {"threads": "2", "bind": "none"}  # blocktime: the runtime's own default, no text
+    configs = [SweepConfig("as profiled", profiled),
+               SweepConfig("threads=1", {"threads": "1"}, proposal="waited"),
+               SweepConfig("bind=close", {"bind": "close"}, proposal="migrated")]
+    c = sweep.plan(base, {"threads": ["1"], "bind": ["close"]}, 2, ["compare"], extra=configs, source="p")
+    for rep in (1, 2):
+        c.runs.append(SweepRun(0, rep, "done", "a", metrics=_metrics(5.0 + rep / 10, gb_per_s=10.0)))
+        c.runs.append(SweepRun(1, rep, "done", "b", metrics=_metrics(8.0 + rep / 10, gb_per_s=20.0)))
+        c.runs.append(SweepRun(2, rep, "done", "c", metrics=_metrics(4.0 + rep / 10, gb_per_s=10.0)))
+    v = verdict(c)
+    assert v is not None and v.best.config.label == "threads=1" and v.other.config.label == "as profiled"
+    (cause,) = v.causes
+    assert cause.startswith("threads 2 → 1: each GEMV's rows") and "memory traffic 10.0 GB/s → 20.0 GB/s" in cause
+    runner_up = [s for s in summarize_configs(c) if s.config.label == "bind=close"][0]
+    from cpuprof.analysis.compare import causes, explain
+    both = causes(v.best, runner_up, c.configs[0].values)
+    assert [line.split(":")[0] for line in both] == ["threads 2 → 1", "bind close → none"]
+    # The traffic doubled and no axis line quotes it (bind's line does: gb_per_s): said, not "within 25%".
+    assert explain(v.best, v.other) == ["memory traffic: 10.0 GB/s in as profiled, 20.0 GB/s in threads=1"]
+
+
+def test_the_report_says_what_roofs_the_runs_used_and_where_the_memory_moved():
+    """Known answers: two runs took cached roofs a probe confirmed, one remeasured after its probe read
+    another state, one measured its own; one run's end probe read 20.0 against its 40.0 GB/s roof; the
+    omp=gnu runs' roofs 30 and 40 GB/s apart by a third (moved), omp=intel's alike."""
+    c = _comparison([10.0, 11.0], [20.0, 21.0])
+    roofs = {(0, 1): (30.0, True, 29.0, "agrees", None, None), (0, 2): (40.0, False, 41.0, "remeasured", 20.0, "changed"),
+             (1, 1): (35.0, True, 36.0, "agrees", 35.5, "agrees"), (1, 2): (36.0, False, None, None, None, None)}
+    for run in c.runs:
+        assert run.metrics is not None
+        (run.metrics.memory_roof_gb_per_s, run.metrics.roofs_from_cache, run.metrics.probe_gb_per_s,
+         run.metrics.probe_outcome, run.metrics.end_probe_gb_per_s,
+         run.metrics.end_probe_outcome) = roofs[(run.config, run.repetition)]
+    lines = comparison_report(c).section("ranking").lines  # type: ignore[union-attr]
+    text = "\n".join(lines)
+    assert ("Memory roofs of the 4 runs: 30.0 to 40.0 GB/s; 2 from the cache after a probe of the memory agreed, "
+            "1 measured again because the probe disagreed") in text and "1 measured for the run" in text
+    assert "The memory changed state during omp=gnu run 2 (20.0 against 40.0 GB/s)" in text
+    assert "omp=gnu (30.0 to 40.0 GB/s)" in text and "omp=intel (" not in text

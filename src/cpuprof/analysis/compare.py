@@ -45,6 +45,14 @@ def run_metrics(profile: Profile) -> RunMetrics | None:
     in_force = profile.settings.in_force if profile.settings else None
     if in_force is not None and in_force.torch is not None:
         m.threads = in_force.torch.num_threads
+    roofs = profile.roofs
+    if roofs is not None:
+        m.memory_roof_gb_per_s, m.roofs_from_cache = roofs.memory_gb_per_s(), roofs.from_cache
+        # A probe recorded with roofs this run measured anew is this run's only where it made them remeasure.
+        if roofs.probe is not None and (roofs.from_cache or roofs.probe.outcome == "remeasured"):
+            m.probe_gb_per_s, m.probe_outcome = roofs.probe.gb_per_s, roofs.probe.outcome
+        if roofs.end_probe is not None:
+            m.end_probe_gb_per_s, m.end_probe_outcome = roofs.end_probe.gb_per_s, roofs.end_probe.outcome
     if not profile.profiled or profile.collection is None:
         return m
     tokens = wl.steps_done * wl.batch
@@ -238,8 +246,10 @@ def significance_text(test: WelchResult | None, a: ConfigSummary, b: ConfigSumma
             f"{'<' if test.significant else '>='} {SIGNIFICANCE})")
 
 
-def explain(best: ConfigSummary, other: ConfigSummary) -> list[str]:
-    """The explaining metrics that differ most between two configurations, biggest change first."""
+def explain(best: ConfigSummary, other: ConfigSummary, cited: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The explaining metrics that differ most between two configurations, biggest change first; with
+    them the bytes a token reads and the memory traffic where they differ and no swept axis's line
+    (``cited``) quotes them already, so "no other figure differs" is never said of a figure that does."""
     changes = []
     for key, what, _share, least in EXPLAINING:
         a, b = best.metrics.get(key), other.metrics.get(key)
@@ -250,6 +260,14 @@ def explain(best: ConfigSummary, other: ConfigSummary) -> list[str]:
             continue
         changes.append((abs(a - b) / base, f"{what}: {_figure(key, b)} in {other.config.label}, "
                                            f"{_figure(key, a)} in {best.config.label}"))
+    for key in MECHANISM_ONLY:
+        a, b = best.metrics.get(key), other.metrics.get(key)
+        if key in cited or a is None or b is None or not max(a, b):
+            continue
+        change = abs(a - b) / max(abs(a), abs(b))
+        if change >= MIN_EXPLAINING_CHANGE:
+            changes.append((change, f"{_label(key)}: {_value(key, b)} in {other.config.label}, "
+                                    f"{_value(key, a)} in {best.config.label}"))
     changes.sort(key=lambda c: c[0], reverse=True)
     return [text for _, text in changes[:MAX_EXPLANATIONS]]
 
@@ -320,13 +338,22 @@ def _value(key: str, value: float) -> str:
     return _figure(key, value)
 
 
-def causes(best: ConfigSummary, other: ConfigSummary) -> list[str]:
+# An axis's value where a configuration left it as the profile had it and the text of that value is
+# not known (a runtime's own default).
+AS_PROFILED = "as profiled"
+
+
+def causes(best: ConfigSummary, other: ConfigSummary, base: dict[str, str] | None = None) -> list[str]:
     """What the two configurations differ in, each with the mechanism it changes and the figures that
-    measure that mechanism in both: the cause of a difference, before any figure that merely differs."""
+    measure that mechanism in both: the cause of a difference, before any figure that merely differs.
+    ``base``: the baseline configuration's values, for an axis one of them leaves as it was (compare
+    --from: each proposal changes one setting of the profile's own)."""
     lines = []
-    for axis, value in best.config.values.items():
-        was = other.config.values.get(axis)
-        if was is None or was == value:
+    base = base or {}
+    for axis in dict.fromkeys([*best.config.values, *other.config.values]):
+        value = best.config.values.get(axis, base.get(axis, AS_PROFILED))
+        was = other.config.values.get(axis, base.get(axis, AS_PROFILED))
+        if was == value:
             continue
         mechanism, keys = MECHANISMS.get(axis, (f"the {axis}", ("gb_per_s",)))
         measured = []
@@ -368,8 +395,19 @@ def verdict(comparison: Comparison, summaries: list[ConfigSummary] | None = None
     change = best.tokens_per_s.mean / other.tokens_per_s.mean - 1.0 if other.tokens_per_s.mean else 0.0
     if other is best:
         return Verdict(best, baseline, other, change, test, [])
-    return Verdict(best, baseline, other, change, test, explain(best, other), causes(best, other),
+    base = baseline.config.values
+    found = causes(best, other, base)
+    return Verdict(best, baseline, other, change, test, explain(best, other, _cited(best, other, base)), found,
                    small_differences(best, other))
+
+
+def _cited(best: ConfigSummary, other: ConfigSummary, base: dict[str, str]) -> set[str]:
+    """The figures the lines of ``causes`` quote: those of every axis the two configurations differ in."""
+    out: set[str] = set()
+    for axis in dict.fromkeys([*best.config.values, *other.config.values]):
+        if best.config.values.get(axis, base.get(axis)) != other.config.values.get(axis, base.get(axis)):
+            out.update(MECHANISMS.get(axis, ("", ("gb_per_s",)))[1])
+    return out
 
 
 def _values(comparison: Comparison, config: int) -> list[float]:
@@ -466,6 +504,51 @@ class SweepFigures:
     step_distributions: list[StepDistribution]
 
 
+def roofs_lines(comparison: Comparison) -> list[str]:
+    """The memory roofs the runs' ceilings divided by: their range, how each run got its roof (a probe
+    before each use of a cached one), and the runs during which the memory changed state (a probe at
+    their end), whose shares of the ceiling are then not comparable with the others'."""
+    runs = [(comparison.configs[r.config].label, r.repetition, r.metrics) for r in comparison.runs
+            if r.status == "done" and r.metrics is not None and r.metrics.memory_roof_gb_per_s]
+    if not runs:
+        return []
+    roofs = [m.memory_roof_gb_per_s for _, _, m in runs if m.memory_roof_gb_per_s]
+    outcomes = {"agrees": 0, "remeasured": 0, "kept": 0}
+    for _, _, m in runs:
+        if m.probe_outcome in outcomes:
+            outcomes[m.probe_outcome] += 1
+    fresh = sum(1 for _, _, m in runs if m.roofs_from_cache is False and m.probe_outcome is None)
+    how = [f"{n} from the cache after a probe of the memory agreed" for n in [outcomes["agrees"]] if n]
+    how += [f"{n} measured again because the probe disagreed (the memory was in another state)"
+            for n in [outcomes["remeasured"]] if n]
+    how += [f"{n} measured for the run" for n in [fresh] if n]
+    how += [f"{n} kept from the cache although the probe disagreed (--roofs cached)" for n in [outcomes["kept"]] if n]
+    span = f"{min(roofs):.1f} GB/s" if max(roofs) - min(roofs) < 0.05 else f"{min(roofs):.1f} to {max(roofs):.1f} GB/s"
+    lines = [f"Memory roofs of the {len(runs)} runs: {span}; " + ", ".join(how) + "."]
+    changed = [f"{label} run {rep} ({m.end_probe_gb_per_s:.1f} against {m.memory_roof_gb_per_s:.1f} GB/s)"
+               for label, rep, m in runs if m.end_probe_outcome == "changed" and m.end_probe_gb_per_s is not None
+               and m.memory_roof_gb_per_s is not None]
+    if changed:
+        lines.append("The memory changed state during " + "; ".join(changed) + ", a probe at its end found: that "
+                     "run's share of the ceiling is uncertain by as much, and its tokens/s may be too.")
+    # Configurations of other threads or binding have roofs of their own; one configuration's runs do not.
+    moved = []
+    for label in dict.fromkeys(label for label, _, _ in runs):
+        own = [m.memory_roof_gb_per_s for lab, _, m in runs if lab == label and m.memory_roof_gb_per_s]
+        if len(own) > 1 and max(own) > min(own) * ROOFS_MOVED:
+            moved.append(f"{label} ({min(own):.1f} to {max(own):.1f} GB/s)")
+    if moved:
+        lines.append("The runs of one configuration had memory roofs more than "
+                     f"{fmt_percent(ROOFS_MOVED - 1)} apart, so the memory moved between states during the sweep: "
+                     + "; ".join(moved) + ". Compare their shares of the ceiling only between runs of alike roofs.")
+    return lines
+
+
+# Memory roofs of one configuration's runs further apart than this: the memory changed state between them
+# (a probe reads within about 15% of its roof run to run here).
+ROOFS_MOVED = 1.25
+
+
 def comparison_report(comparison: Comparison, directory: str | None = None) -> Report:
     summaries = summarize_configs(comparison)
     planned = len(comparison.order)
@@ -475,7 +558,7 @@ def comparison_report(comparison: Comparison, directory: str | None = None) -> R
                     figures=SweepFigures(step_distributions(comparison)))
     if finished < planned:
         resume = (cpuprof_command("compare", "--resume", directory) if directory else
-                  "python -m cpuprof compare --resume <the sweep's directory>")
+                  "python -m cpuprof compare --resume, given the sweep's directory")
         report.warnings.append(f"PARTIAL: {finished} of {planned} runs finished; resume with {resume}")
     if any(r.metrics is not None and not r.metrics.profiled for r in comparison.runs):
         report.warnings.append("runs made with --no-profile carry no spin, sleep, switch or roofline figures")
@@ -501,6 +584,7 @@ def comparison_report(comparison: Comparison, directory: str | None = None) -> R
         lines.append("Each configuration's share of the memory-bandwidth ceiling is against its own launch's roof "
                      f"(measured under its threads and binding). {', '.join(over)}: "
                      + above_the_roof("a share"))
+    lines.extend(roofs_lines(comparison))
     order = "interleaved: every round runs each configuration once, starting one later each round"
     lines.append(f"Runs: {planned} planned, {finished} finished, in rotated rounds ({order}), each a fresh process.")
     # The all-reduce column only where a configuration has tensor-parallel ranks: elsewhere it is 0 throughout.

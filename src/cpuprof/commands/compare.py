@@ -127,7 +127,10 @@ def _plan_from_profile(args: argparse.Namespace, argv: list[str]) -> Comparison:
     if not found:
         raise UsageError(f"--from {source}: its figures propose nothing to try (no high spin, run-queue delay, "
                          "migrations or idle CPUs); sweep settings yourself with --threads, --omp, ...")
-    configs = [SweepConfig(label="as profiled", values={})]
+    # The profile's own value of each axis a proposal changes, so the explanation can name what each
+    # configuration changed from ("threads 2 → 1"), not only that it differs.
+    profiled = sweep.values_of(base, list(dict.fromkeys(axis for p in found for axis in p.values)))
+    configs = [SweepConfig(label="as profiled", values=profiled)]
     configs += [SweepConfig(label=sweep.label(p.values), values=p.values, proposal=p.reason) for p in found]
     axes: dict[str, list[str]] = {}
     for p in found:

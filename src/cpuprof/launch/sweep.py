@@ -111,6 +111,27 @@ def apply(options: DecodeOptions, values: dict[str, str]) -> DecodeOptions:
     return options
 
 
+def values_of(options: DecodeOptions, axes: list[str]) -> dict[str, str]:
+    """Each axis's value in ``options`` as a sweep writes it, where that text gives the value back
+    (a setting left to the runtime's default, such as blocktime, has none and is left out)."""
+    values: dict[str, str] = {}
+    for axis in axes:
+        option = _option(axis)
+        if option.target is None:
+            continue
+        owner, field = option.target
+        value = getattr(getattr(options, _PARTS[owner]), field)
+        if value is None:
+            continue
+        text = ("on" if value == (option.action == "store_true") else "off") if option.action else str(value)
+        try:
+            if option.check_sweep_value(text) == value:
+                values[axis] = text
+        except UsageError:
+            continue
+    return values
+
+
 def process_layout(values: dict[str, str]) -> tuple[str, int] | None:
     """("tp", n) or ("instances", n) for a configuration of several processes; None for one."""
     for mode in LAYOUT_AXES:

@@ -55,6 +55,16 @@ class RunMetrics:
     # the measured tokens/s: what a decode bound by memory follows.
     bytes_per_token: float | None = None
     gb_per_s: float | None = None
+    # The memory roof this run's ceiling and shares divide by, and whether it came from the cache (after a
+    # probe of the memory agreed with it, or kept with --roofs cached) or was measured for the run.
+    memory_roof_gb_per_s: float | None = None
+    roofs_from_cache: bool | None = None
+    # The probe of the memory before the run used cached roofs ("agrees", "remeasured", "kept") and the one
+    # at the end of a long run ("agrees", "changed"): what it read, and the outcome.
+    probe_gb_per_s: float | None = None
+    probe_outcome: str | None = None
+    end_probe_gb_per_s: float | None = None
+    end_probe_outcome: str | None = None
 
 
 @dataclass
