@@ -45,20 +45,31 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
     return texts
 
 
-def test_every_printed_command_runs_as_printed(outputs: list[tuple[str, str]]):
-    ran = 0
+# Placeholders a person would have to replace before the command runs.
+TEMPLATE = re.compile(r"rank-N\b|<[^>]+>|^(DIR|PID|FILE|N)$|\bDIR/")
+
+
+def test_every_printed_command_runs_as_printed(outputs: list[tuple[str, str]], tmp_path: Path):
+    """Each command is run, and the commands its own output prints are checked and run in turn (a
+    rank's report names its group's, a program's report one process's own)."""
+    ran: list[list[str]] = []
+    todo = []
     for what, text in outputs:
         commands = printed_commands(text)
         assert commands, f"{what} printed no command to re-render its results:\n{text[-2000:]}"
-        for words in commands:
-            assert not any(re.search(r"rank-N\b|<[^>]+>", w) for w in words), words  # never a template
-            command = words[3:]  # after python -m cpuprof
-            if command[0] in STARTS_A_RUN:
-                continue
-            result = cpuprof(*command, timeout=300)
-            assert result.returncode == 0, (what, words, result.stderr)
-            ran += 1
-    assert ran >= 4
+        todo += [(what, words, 0) for words in commands]
+    while todo:
+        what, words, depth = todo.pop(0)
+        assert not any(TEMPLATE.search(w) for w in words), (what, words)  # never a template
+        command = words[3:]  # after python -m cpuprof
+        if command[0] in STARTS_A_RUN or words in ran:
+            continue
+        result = cpuprof(*command, timeout=300, cwd=tmp_path)  # what it writes (trace.json) lands there
+        assert result.returncode == 0, (what, words, result.stderr)
+        ran.append(words)
+        if depth == 0:
+            todo += [(" ".join(command[:2]), printed, 1) for printed in printed_commands(result.stdout + result.stderr)]
+    assert len(ran) >= 5, ran
 
 
 def test_each_rank_gets_a_command_of_its_own(outputs: list[tuple[str, str]]):

@@ -36,11 +36,11 @@ def decode_lines(wl: DecodeWorkload) -> list[str]:
         if r.mode == "tp":
             lines.append(f"tensor-parallel rank {r.rank} of {r.world_size} ({r.backend}): this process holds 1/"
                          f"{r.world_size} of every layer's heads and MLP width, and the figures below are its own; "
-                         "the group's report, with the all-reduces and the wait for the other ranks, is in the "
-                         "directory above (python -m cpuprof report DIR)")
+                         "the group's report, with the all-reduces and the wait for the other ranks, is the report "
+                         "of the directory above this one's")
         else:
-            lines.append(f"instance {r.rank} of {r.world_size} decoding side by side; the group's report is in the "
-                         "directory above (python -m cpuprof report DIR)")
+            lines.append(f"instance {r.rank} of {r.world_size} decoding side by side; the group's report is the report "
+                         "of the directory above this one's")
     f = wl.figures
     figures = decode_figures(wl)
     if f is not None:

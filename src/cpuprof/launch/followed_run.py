@@ -177,7 +177,8 @@ class FollowedRun(ChildRun):
             self._watch_sigterm()
         follow_forks(self.config)
         threading.Thread(target=self._checkpoints, name="cpuprof-checkpoint", daemon=True).start()
-        when = "every op from its import of torch" if plan.whole else plan.describe().removeprefix("profiling ")
+        when = ("every op from its import of torch" if plan.whole
+                else plan.describe(self.config.root).removeprefix("profiling "))
         say(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}")
 
     def _before_exec(self, program: str) -> None:

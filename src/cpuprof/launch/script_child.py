@@ -163,7 +163,7 @@ class ScriptRun(ChildRun):
         self.prof = None  # each window makes its own
         self.windows = Windows(self, self.config.window, os.path.abspath(self.config.out))
         self.windows.begin()
-        self.progress.done(f"torch imported: {self.config.window.describe()} {how}")
+        self.progress.done(f"torch imported: {self.config.window.describe(self.windows.root)} {how}")
 
     def follow_config(self) -> FollowConfig:
         c = self.config

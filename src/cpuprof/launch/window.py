@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import FileFormatError
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..model.run_layout import LOST_FILENAME, window_dir, window_requests_dir
-from ..safe_text import say
+from ..safe_text import cpuprof_command, say
 from .job_windows import StoreWindows
 
 CONTROL_FILE = FileKind(name="window control file", format="cpuprof-window", version=1, filename="window.json",
@@ -50,9 +50,11 @@ class WindowPlan:
         """From the import of torch to the end: no window."""
         return not self.on_demand and self.delay_s == 0 and self.duration_s is None
 
-    def describe(self) -> str:
+    def describe(self, root: str | os.PathLike[str] | None = None) -> str:
+        """When profiling starts; on demand, the command that starts it (``root``: the run directory,
+        whose control file names the launcher)."""
         if self.on_demand:
-            return "profiling starts and stops with: python -m cpuprof signal <launcher pid> start|stop"
+            return f"profiling starts and stops with: {signal_command(root, 'start')} (and ... stop)"
         when = f"{self.delay_s:g} s after it imported torch" if self.delay_s else "when it imported torch"
         until = f", for {self.duration_s:g} s" if self.duration_s is not None else ""
         return f"profiling starts {when}{until}"
@@ -66,6 +68,20 @@ class WindowControl:
     window: int = 0
     open: bool = False
     launcher: int = 0
+
+
+def signal_command(root: str | os.PathLike[str] | None, action: str) -> str:
+    """The ``cpuprof signal`` command that asks the launcher of ``root`` to ``action`` a window, as it
+    pastes (with its pid, read from the control file it wrote); where that file cannot be read, where to
+    find the command instead, never a template with a placeholder."""
+    if root is not None:
+        try:
+            launcher = read_versioned(control_path(root), CONTROL_FILE, WindowControl).launcher
+        except (OSError, FileFormatError):
+            launcher = 0
+        if launcher > 0:
+            return cpuprof_command("signal", str(launcher), action)
+    return f"the `cpuprof signal PID {action}` command the launcher printed as it started"
 
 
 def control_path(root: str | os.PathLike[str]) -> Path:
@@ -307,8 +323,8 @@ class Windows:
         """Why a process that ended profiled nothing, in the words of its plan."""
         ran = time.monotonic() - self.torch_imported
         if self.plan.on_demand:
-            return (f"no window was opened in the {ran:.1f} s it ran after importing torch (open one with: "
-                    "python -m cpuprof signal <launcher pid> start)")
+            return (f"no window was opened in the {ran:.1f} s it ran after importing torch (open one with "
+                    f"{signal_command(self.root, 'start')})")
         return (f"the program ended {ran:.1f} s after it imported torch, before the window opened "
                 f"(--delay {self.plan.delay_s:g})")
 
