@@ -29,15 +29,9 @@ from pathlib import Path
 from _common import machine_line, median, render_table, rotated, span
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.integration.test_vllm import (  # noqa: E402 (the tests' server driver and checkpoint)
-    ENV,
-    Client,
-    _free_port,
-    _wait_until_serving,
-    interrupt,
-    on_demand_server,
-    write_checkpoint,
-)
+from tests.gloo_jobs import free_port  # noqa: E402 (the tests' server driver and checkpoint, without pytest)
+from tests.vllm_checkpoint import write_checkpoint  # noqa: E402
+from tests.vllm_server import ENV, Client, interrupt, on_demand_server, wait_until_serving  # noqa: E402
 
 WINDOW_SAVED_TIMEOUT_S = 300
 
@@ -65,14 +59,14 @@ def main() -> int:
         work = Path(tmp)
         model, out, log = work / "model", work / "out", work / "server.log"
         write_checkpoint(model)
-        port = _free_port()
+        port = free_port()
         with log.open("w") as sink:
             proc = subprocess.Popen(on_demand_server(model, port, out), stdout=sink, stderr=subprocess.STDOUT,
                                     env=ENV)
         client = Client(port, model)
         phases: dict[str, list[tuple[float, float]]] = {"no window": [], "window": []}
         try:
-            _wait_until_serving(port, proc, log)
+            wait_until_serving(port, proc, log)
             client.start()
             time.sleep(args.phase)  # the first requests warm the server up
             window = 0

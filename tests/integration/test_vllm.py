@@ -10,22 +10,18 @@ not installed (README command 2 installs it)."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
-import signal
-import socket
 import subprocess
-import sys
 import textwrap
-import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from tests.cli_runs import cpuprof
+from tests.gloo_jobs import free_port
 from tests.vllm_checkpoint import FFN, HEAD_DIM, HIDDEN, KV_HEADS, LAYERS, VOCAB, write_checkpoint
+from tests.vllm_server import ENV, Client, interrupt, on_demand_server, wait_until_serving
 
 from cpuprof.analysis.gemm import gemm_work
 from cpuprof.analysis.processes import busiest, ending, op_time_ns, row
@@ -65,7 +61,6 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-ENV = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def test_offline_generate_is_profiled_in_the_worker_with_vllms_gemms(tmp_path: Path, model: Path):
@@ -153,91 +148,17 @@ def test_tensor_parallel_workers_are_ranks_matched_at_their_shared_memory_all_re
     assert "Ranks: the processes of one torch.distributed job" in report and "_C::shm_allreduce" in report
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Client:
-    """Threads sending completions one after another, each request's outcome kept."""
-
-    def __init__(self, port: int, model: Path, threads: int = 3) -> None:
-        self.url = f"http://127.0.0.1:{port}/v1/completions"
-        self.body = json.dumps({"model": str(model), "prompt": "w5 w6 w7 w8", "max_tokens": 16,
-                                "ignore_eos": True, "temperature": 0}).encode()
-        self.outcomes: list[tuple[float, float, str]] = []  # (sent, answered, "ok" or what failed)
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            sent = time.monotonic()
-            try:
-                request = urllib.request.Request(self.url, data=self.body, headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=120) as answer:
-                    reply = json.load(answer)
-                outcome = "ok" if reply["usage"]["completion_tokens"] == 16 else f"short: {reply['usage']}"
-            except Exception as exc:
-                outcome = f"{type(exc).__name__}: {exc}"
-            self.outcomes.append((sent, time.monotonic(), outcome))
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=150)
-
-    def answered_between(self, begin: float, end: float) -> int:
-        return sum(1 for sent, _, outcome in self.outcomes if outcome == "ok" and begin <= sent and sent <= end)
-
-
-def _wait_until_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the server ended before it served:\n{log.read_text()[-3000:]}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"the server did not serve in {timeout_s} s:\n{log.read_text()[-3000:]}")
-
-
-def on_demand_server(model: Path, port: int, out: Path) -> list[str]:
-    """vLLM's OpenAI server under ``cpuprof run --on-demand``: started unprofiled, windows on signals."""
-    return [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--threads", "2", "--out", str(out), "--",
-            "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
-            "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "256", "--enforce-eager"]
-
-
-def interrupt(proc: subprocess.Popen) -> None:
-    """Ends a launcher as Ctrl-C does (it passes the signal on, and ends the followed processes)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def test_a_window_of_the_openai_server_while_a_client_sends_requests(tmp_path: Path, model: Path):
     """The OpenAI server under ``run --on-demand``: a window opened and closed with ``cpuprof signal``
     while three clients send completions. Every request succeeds; the window's busiest process (the
     worker) has vLLM's GEMMs and none of the start-up (the weights' oneDNN handles, the KV cache's
     fill); a start and a stop cost each process what its progress lines say."""
-    port, out, log = _free_port(), tmp_path / "out", tmp_path / "server.log"
+    port, out, log = free_port(), tmp_path / "out", tmp_path / "server.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(on_demand_server(model, port, out), stdout=sink, stderr=subprocess.STDOUT, env=ENV)
     client = Client(port, model)
     try:
-        _wait_until_serving(port, proc, log)
+        wait_until_serving(port, proc, log)
         client.start()
         time.sleep(3)
         opened = time.monotonic()
