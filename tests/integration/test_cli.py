@@ -50,6 +50,10 @@ def test_decode_tiny_end_to_end(tmp_path: Path):
     # pinning read back from /proc inside the child: every thread inside node 0's CPUs
     assert all(set(t.affinity) <= node0 for t in in_force.threads)
     assert in_force.mempolicy.mode == "bind" and in_force.mempolicy.nodes == [0]
+    # the roofs judged against are node 0's, under the decode's threads; a cached one was probed before use
+    roofs = profile.roofs
+    assert roofs is not None and set(roofs.cpus) <= node0 and roofs.threads == threads and roofs.memory_gb_per_s()
+    assert not roofs.from_cache or (roofs.probe is not None and roofs.probe.outcome in ("agrees", "remeasured"))
     assert in_force.torch.num_threads == threads
     assert profile.settings.warnings == []
     # tokens/s agrees with the wall time of the decode loop
