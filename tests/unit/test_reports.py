@@ -282,10 +282,28 @@ def test_a_terminal_report_fits_its_width_and_keeps_commands_whole(monkeypatch: 
     a space or a hyphen, whatever the width."""
     from cpuprof.reports.terminal import _para
 
+    from profiles import make_sweep
+    from test_rank_groups import KIND, timeline
+
+    from cpuprof.analysis.compare import comparison_report
+    from cpuprof.analysis.rank_groups import jobs, ranks_section
+    from cpuprof.analysis.report_model import Report
+
+    late, on_time = [3 * MS] * 5, [0] * 5
+    (job,) = jobs([timeline(1, late, all_delays=[on_time, late]), timeline(0, on_time, all_delays=[on_time, late])])
+    ranks = ranks_section([job])
+    assert ranks is not None and job.kinds == {KIND: 5}
     for columns in (120, 80):
         monkeypatch.setenv("COLUMNS", str(columns))
-        text = rendered(make_profile())
-        assert max(len(line) for line in text.splitlines()) <= columns, columns
+        for what, report in (("decode", None), ("sweep", comparison_report(make_sweep(), "/tmp/sweep")),
+                             ("ranks", Report(title="ranks", sections=[ranks]))):
+            if report is None:
+                text = rendered(make_profile())
+            else:
+                out = io.StringIO()
+                get_renderer("terminal").render(report, out)
+                text = out.getvalue()
+            assert max(len(line) for line in text.splitlines()) <= columns, (what, columns, text)
     monkeypatch.setenv("COLUMNS", "60")
     command = "python -m cpuprof compare --resume /tmp/cpuprof-out/compare-2026-11-29-01-02-03"
     wrapped = _para(f"PARTIAL: 3 of 12 runs finished; resume with {command}", subsequent_indent="  ")
