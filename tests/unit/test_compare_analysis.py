@@ -400,7 +400,8 @@ def test_the_report_says_what_roofs_the_runs_used_and_where_the_memory_moved():
     another state, one measured its own; one run's end probe read 20.0 against its 40.0 GB/s roof; the
     omp=gnu runs' roofs 30 and 40 GB/s apart by a third (moved), omp=intel's alike."""
     c = _comparison([10.0, 11.0], [20.0, 21.0])
-    roofs = {(0, 1): (30.0, True, 29.0, "agrees", None, None), (0, 2): (40.0, False, 41.0, "remeasured", 20.0, "changed"),
+    roofs = {(0, 1): (30.0, True, 29.0, "agrees", None, None),
+             (0, 2): (40.0, False, 41.0, "remeasured", 20.0, "changed"),
              (1, 1): (35.0, True, 36.0, "agrees", 35.5, "agrees"), (1, 2): (36.0, False, None, None, None, None)}
     for run in c.runs:
         assert run.metrics is not None

@@ -280,14 +280,13 @@ def test_a_terminal_report_fits_its_width_and_keeps_commands_whole(monkeypatch: 
     """At COLUMNS=120 no line of a full report runs past 120 characters: paragraphs of a table (verdicts)
     go below their row, and the table's other wide columns too; a command to paste is never broken at
     a space or a hyphen, whatever the width."""
-    from cpuprof.reports.terminal import _para
-
     from profiles import make_sweep
     from test_rank_groups import KIND, timeline
 
     from cpuprof.analysis.compare import comparison_report
     from cpuprof.analysis.rank_groups import jobs, ranks_section
     from cpuprof.analysis.report_model import Report
+    from cpuprof.reports.terminal import _para
 
     late, on_time = [3 * MS] * 5, [0] * 5
     (job,) = jobs([timeline(1, late, all_delays=[on_time, late]), timeline(0, on_time, all_delays=[on_time, late])])

@@ -7,7 +7,6 @@ these tests need neither torch nor the native module.
 from __future__ import annotations
 
 import dataclasses
-
 import errno
 import json
 import os

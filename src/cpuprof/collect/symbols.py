@@ -1,12 +1,12 @@
 """Names for sampled addresses: ELF symbol tables, the kernel's symbols, and JIT perf maps.
 
 Addresses are resolved in the process they were sampled in, against its own mappings
-(/proc/self/maps). Symbol tables are read with numpy straight from the mapped file: libtorch_cpu
-alone has half a million symbols, which pyelftools' per-symbol objects would take seconds to
-walk; pyelftools reads only the headers. Code generated at run time (oneDNN's JIT kernels) has
-no file: it is named from the perf map the generator writes (/tmp/perf-<pid>.map, which oneDNN
-writes when ONEDNN_JIT_PROFILE=2), as perf itself does. An address nothing names becomes
-"library+0x1a2b" (or "[jit] 0x7f..."), never dropped.
+(/proc/self/maps). Headers and symbol tables are read with struct and numpy straight from the mapped
+file: libtorch_cpu alone has half a million symbols, which a general ELF parser's per-symbol objects
+would take seconds to walk, and even its header parsing took a third of a second. Code generated
+at run time (oneDNN's JIT kernels) has no file: it is named from the perf map the generator writes
+(/tmp/perf-<pid>.map, which oneDNN writes when ONEDNN_JIT_PROFILE=2), as perf itself does. An
+address nothing names becomes "library+0x1a2b" (or "[jit] 0x7f..."), never dropped.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import functools
 import mmap
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,12 +51,18 @@ def read_maps(pid: int | str = "self") -> list[Mapping]:
     return maps
 
 
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # ELF64 header
+_PHDR_DTYPE = np.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vaddr", "<u8"), ("paddr", "<u8"),
+                        ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
+_SHDR_DTYPE = np.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
+                        ("size", "<u8"), ("link", "<u4"), ("info", "<u4"), ("addralign", "<u8"), ("entsize", "<u8")])
+_PT_LOAD, _SHT_NOBITS, _SHN_XINDEX = 1, 8, 0xFFFF
+
+
 class ElfSymbols:
     """The function symbols of one ELF file, by address (the file's own virtual addresses)."""
 
     def __init__(self, path: str) -> None:
-        from elftools.elf.elffile import ELFFile
-
         self.path = path
         self.values = np.zeros(0, dtype=np.uint64)
         self.sizes = np.zeros(0, dtype=np.uint64)
@@ -64,19 +71,26 @@ class ElfSymbols:
         self.stripped = True
         self.function_starts = np.zeros(0, dtype=np.int64)  # from the unwind tables, sorted
         with open(path, "rb") as f:
-            elf = ELFFile(f)
-            self.loads = [(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"]) for seg in elf.iter_segments()
-                          if seg["p_type"] == "PT_LOAD"]
-            hdr = elf.get_section_by_name(".eh_frame_hdr")
-            if hdr is not None:
-                self.function_starts = _function_starts(hdr.data(), hdr["sh_addr"])
-            table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-            if table is None or table["sh_entsize"] != _SYM_DTYPE.itemsize:
-                return
-            strtab = elf.get_section(table["sh_link"])
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        syms = np.frombuffer(data, dtype=_SYM_DTYPE, count=table["sh_size"] // _SYM_DTYPE.itemsize,
-                             offset=table["sh_offset"])
+        sections = _read_headers(data)
+        if sections is None:
+            raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+        self.loads, by_name, headers = sections
+        hdr = by_name.get(".eh_frame_hdr")
+        if hdr is not None and headers[hdr]["type"] != _SHT_NOBITS:
+            offset, size = int(headers[hdr]["offset"]), int(headers[hdr]["size"])
+            self.function_starts = _function_starts(data[offset:offset + size], int(headers[hdr]["addr"]))
+        chosen = by_name.get(".symtab", by_name.get(".dynsym"))
+        if chosen is None:
+            return
+        table = headers[chosen]
+        if int(table["entsize"]) != _SYM_DTYPE.itemsize or table["type"] == _SHT_NOBITS \
+                or not 0 < int(table["link"]) < len(headers):
+            return
+        count = int(table["size"]) // _SYM_DTYPE.itemsize
+        if int(table["offset"]) + count * _SYM_DTYPE.itemsize > len(data):
+            raise ValueError(f"{path}: its symbol table runs past the end of the file")
+        syms = np.frombuffer(data, dtype=_SYM_DTYPE, count=count, offset=int(table["offset"]))
         kind = syms["info"] & 0xF
         funcs = syms[((kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC)) & (syms["value"] != 0)]
         order = np.argsort(funcs["value"], kind="stable")
@@ -84,8 +98,8 @@ class ElfSymbols:
         self.sizes = funcs["size"][order].copy()
         self.names = funcs["name"][order].copy()
         self._data = data
-        self._strtab_offset = strtab["sh_offset"]
-        self.stripped = table.name != ".symtab"
+        self._strtab_offset = int(headers[int(table["link"])]["offset"])
+        self.stripped = ".symtab" not in by_name
 
     def vaddr(self, file_offset: int) -> int | None:
         """The ELF virtual address of a byte at this offset in the file."""
@@ -116,6 +130,39 @@ class ElfSymbols:
         start = self._strtab_offset + offset
         end = self._data.find(b"\0", start)
         return self._data[start:end].decode("utf-8", "replace")
+
+
+def _read_headers(data: mmap.mmap) -> tuple[list[tuple[int, int, int]], dict[str, int], np.ndarray] | None:
+    """The PT_LOAD segments (file offset, vaddr, filesz), the sections' indices by name, and their
+    headers, read straight from the file's bytes (a library's headers are a few kilobytes; a general ELF
+    parser took a third of a second of the first save on libtorch's); None for anything but a 64-bit
+    little-endian ELF file (x86-64, aarch64). ValueError where the headers point outside the file."""
+    if len(data) < _EHDR.size or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    (_ident, _type, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, shnum,
+     shstrndx) = _EHDR.unpack_from(data, 0)
+
+    def table(offset: int, entsize: int, count: int, dtype: np.dtype) -> np.ndarray:
+        if count and (entsize != dtype.itemsize or offset + count * entsize > len(data)):
+            raise ValueError("ELF headers outside the file")
+        return np.frombuffer(data, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype)
+
+    programs = table(phoff, phentsize, phnum, _PHDR_DTYPE)
+    loads = [(int(p["offset"]), int(p["vaddr"]), int(p["filesz"])) for p in programs if p["type"] == _PT_LOAD]
+    if shoff and shnum == 0:  # more sections than the header's field holds: the count is in section 0
+        shnum = int(table(shoff, shentsize, 1, _SHDR_DTYPE)[0]["size"])
+    headers = table(shoff, shentsize, shnum, _SHDR_DTYPE) if shoff else np.zeros(0, _SHDR_DTYPE)
+    if shstrndx == _SHN_XINDEX and len(headers):
+        shstrndx = int(headers[0]["link"])
+    by_name: dict[str, int] = {}
+    if 0 < shstrndx < len(headers):
+        names_at = int(headers[shstrndx]["offset"])
+        for i, header in enumerate(headers):
+            start = names_at + int(header["name"])
+            end = data.find(b"\0", start)
+            if start < len(data) and end >= 0:
+                by_name.setdefault(data[start:end].decode("ascii", "replace"), i)
+    return loads, by_name, headers
 
 
 _DW_EH_PE_udata4, _DW_EH_PE_datarel_sdata4 = 0x03, 0x3B

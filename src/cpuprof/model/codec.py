@@ -39,11 +39,31 @@ def optional_inner(hint: Any) -> Any | None:
     return None
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names, looked up once per class (a profile holds a hundred thousand
+    values, and a checkpoint encodes them all while the program runs); None for any other type."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def to_json(value: Any) -> Any:
     """A dataclass (or list/dict of them) as plain JSON values; dict keys become strings."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list or kind is tuple:
+        return [v if type(v) in _SCALARS else to_json(v) for v in value]
+    if kind is dict:
+        return {str(k): v if type(v) in _SCALARS else to_json(v) for k, v in value.items()}
+    names = _field_names(kind)
+    if names is not None:
+        return {name: to_json(getattr(value, name)) for name in names}
+    if isinstance(value, (list, tuple)):  # subclasses (a NamedTuple)
         return [to_json(v) for v in value]
     if isinstance(value, dict):
         return {str(k): to_json(v) for k, v in value.items()}
