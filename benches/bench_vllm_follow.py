@@ -73,15 +73,32 @@ VARIANTS = {
 }
 
 
+FOLLOWING = "cpuprof run (following)"
+# A lever measured beside the others: `following{--sample-hz 10 --no-shapes}` is following with those
+# flags of `cpuprof run` added (CPUPROF_ variables as VAR=value among them go to the environment).
+LEVER = re.compile(r"^following\{(.*)\}$")
+
+
+def command_of(name: str) -> tuple[list[str], dict[str, str]]:
+    """The interpreter's arguments before the script, and the environment added, for variant ``name``."""
+    lever = LEVER.match(name)
+    if lever is None:
+        return VARIANTS[name], {}
+    words = lever.group(1).split()
+    env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    flags = [w for w in words if not ("=" in w and not w.startswith("-"))]
+    return [*VARIANTS[FOLLOWING], *flags], env
+
+
 def run(name: str, script: Path, model: Path, tokens: int, prompts: int, out: Path) -> float:
-    prefix = VARIANTS[name]
+    prefix, added = command_of(name)
     args = [sys.executable, *prefix]
     if prefix:
         args += ["--out", str(out), "--overwrite", "--", "python"]
     args += [str(script), str(model), str(tokens), str(prompts)]
     if name == VLLM_PROFILER:
         args.append(str(out.with_name("vllm-traces")))
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **added}
     result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
     found = re.search(r"THROUGHPUT ([0-9.]+)", result.stdout)
     if result.returncode != 0 or found is None:
@@ -96,7 +113,16 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--shapes", choices=("small", "1b"), default="small",
                         help="the checkpoint's layer shapes: small (hidden 512) or 1b (Llama-3.2-1B's)")
+    parser.add_argument("--variants", help="comma-separated variants to run (default: the four above); "
+                                           "no cpuprof is always run; following{FLAGS} adds `cpuprof run` flags "
+                                           "(and VAR=value to the environment) to following, e.g. "
+                                           "'following{--sample-hz 10}'")
     args = parser.parse_args()
+    names = [n.strip() for n in args.variants.split(",")] if args.variants else list(VARIANTS)
+    for name in names:
+        if name not in VARIANTS and not LEVER.match(name):
+            parser.error(f"--variants: {name}: not one of {', '.join(VARIANTS)}, nor following{{FLAGS}}")
+    names = ["no cpuprof", *(n for n in names if n != "no cpuprof")]
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="cpuprof-bench-vllm-") as tmp:
         work = Path(tmp)
@@ -107,7 +133,6 @@ def main() -> int:
             write_checkpoint(model)
         script = work / "generate.py"
         script.write_text(textwrap.dedent(GENERATE))
-        names = list(VARIANTS)
         results: dict[str, list[float]] = {name: [] for name in names}
         for k in range(args.rounds):
             for name in rotated(names, k):
@@ -121,8 +146,13 @@ def main() -> int:
         rows.append([name, f"{median(results[name]):.1f}", span(results[name], "{:.1f}"),
                      f"{median(ratios):.2f}", span(ratios)])
     print(render_table(["variant", "tokens/s (median)", "min-max", "ratio to no cpuprof", "min-max"], rows))
-    paired = [f / v for f, v in zip(results["cpuprof run (following)"], results[VLLM_PROFILER], strict=True)]
-    print(f"following / {VLLM_PROFILER}, paired per round: {median(paired):.3f} ({span(paired)})")
+    if FOLLOWING in results and VLLM_PROFILER in results:
+        paired = [f / v for f, v in zip(results[FOLLOWING], results[VLLM_PROFILER], strict=True)]
+        print(f"following / {VLLM_PROFILER}, paired per round: {median(paired):.3f} ({span(paired)})")
+    for name in (n for n in names if LEVER.match(n) and FOLLOWING in results):
+        gains = [(v - f) / b * 100 for v, f, b in zip(results[name], results[FOLLOWING], base, strict=True)]
+        print(f"{name} against following, paired per round: {median(gains):+.1f} points of bare "
+              f"({span(gains, '{:+.1f}')})")
     return 0
 
 
