@@ -42,13 +42,18 @@ def optional_inner(hint: Any) -> Any | None:
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-@functools.cache
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """A dataclass's field names, looked up once per class (a profile holds a hundred thousand
     values, and a checkpoint encodes them all while the program runs); None for any other type."""
-    if not dataclasses.is_dataclass(cls):
-        return None
-    return tuple(f.name for f in dataclasses.fields(cls))
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+        _FIELD_NAMES[cls] = names
+        return names
 
 
 def to_json(value: Any) -> Any:
