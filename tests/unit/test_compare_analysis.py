@@ -410,7 +410,9 @@ def test_the_report_says_what_roofs_the_runs_used_and_where_the_memory_moved():
          run.metrics.end_probe_outcome) = roofs[(run.config, run.repetition)]
     lines = comparison_report(c).section("ranking").lines  # type: ignore[union-attr]
     text = "\n".join(lines)
-    assert ("Memory roofs of the 4 runs: 30.0 to 40.0 GB/s; 2 from the cache after a probe of the memory agreed, "
-            "1 measured again because the probe disagreed") in text and "1 measured for the run" in text
+    assert ("Memory roofs of the 4 runs: 30.0 to 40.0 GB/s (each at its configuration's threads and CPUs, whose "
+            "roofs differ: omp=gnu 30.0 to 40.0 GB/s; omp=intel 35.0 to 36.0 GB/s); 2 from the cache after a probe of "
+            "the memory agreed, 1 measured again because the probe disagreed") in text
+    assert "1 measured for the run" in text
     assert "The memory changed state during omp=gnu run 2 (20.0 against 40.0 GB/s)" in text
     assert "omp=gnu (30.0 to 40.0 GB/s)" in text and "omp=intel (" not in text

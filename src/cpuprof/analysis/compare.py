@@ -523,8 +523,13 @@ def roofs_lines(comparison: Comparison) -> list[str]:
             for n in [outcomes["remeasured"]] if n]
     how += [f"{n} measured for the run" for n in [fresh] if n]
     how += [f"{n} kept from the cache although the probe disagreed (--roofs cached)" for n in [outcomes["kept"]] if n]
-    span = f"{min(roofs):.1f} GB/s" if max(roofs) - min(roofs) < 0.05 else f"{min(roofs):.1f} to {max(roofs):.1f} GB/s"
-    lines = [f"Memory roofs of the {len(runs)} runs: {span}; " + ", ".join(how) + "."]
+    spans = []
+    for label in dict.fromkeys(label for label, _, _ in runs):
+        own = [m.memory_roof_gb_per_s for lab, _, m in runs if lab == label and m.memory_roof_gb_per_s]
+        spans.append(f"{label} {_span(own)}")
+    each = ("" if len(spans) == 1 else
+            " (each at its configuration's threads and CPUs, whose roofs differ: " + "; ".join(spans) + ")")
+    lines = [f"Memory roofs of the {len(runs)} runs: {_span(roofs)}{each}; " + ", ".join(how) + "."]
     changed = [f"{label} run {rep} ({m.end_probe_gb_per_s:.1f} against {m.memory_roof_gb_per_s:.1f} GB/s)"
                for label, rep, m in runs if m.end_probe_outcome == "changed" and m.end_probe_gb_per_s is not None
                and m.memory_roof_gb_per_s is not None]
@@ -542,6 +547,11 @@ def roofs_lines(comparison: Comparison) -> list[str]:
                      f"{fmt_percent(ROOFS_MOVED - 1)} apart, so the memory moved between states during the sweep: "
                      + "; ".join(moved) + ". Compare their shares of the ceiling only between runs of alike roofs.")
     return lines
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.1f} GB/s" if max(values) - min(values) < 0.05 else \
+        f"{min(values):.1f} to {max(values):.1f} GB/s"
 
 
 # Memory roofs of one configuration's runs further apart than this: the memory changed state between them
