@@ -76,3 +76,20 @@ def test_each_rank_gets_a_command_of_its_own(outputs: list[tuple[str, str]]):
     (text,) = [t for what, t in outputs if what == "decode" and "rank-1" in t]
     reports = [w for w in printed_commands(text) if w[3] == "report"]
     assert {Path(w[4]).name for w in reports} >= {"rank-0", "rank-1"}
+
+
+def test_an_on_demand_runs_signal_commands_name_its_launcher(tmp_path: Path):
+    """Every `signal` command an --on-demand run prints (the launcher's, the program's process's as it
+    imports torch, and the one in its "no window was opened" line) names the launcher's own pid: a
+    command that pastes, not `signal <launcher pid>`."""
+    program = tmp_path / "program.py"
+    program.write_text("import torch\nprint(float(torch.ones(2).sum()))\n")
+    result = cpuprof("run", "--on-demand", "--roofs", "off", "--out", str(tmp_path / "out"), "--", sys.executable,
+                     str(program), timeout=300)
+    text = result.stdout + result.stderr
+    signals = [words for words in printed_commands(text) if words[3] == "signal"]
+    assert len(signals) >= 2, text  # the launcher's line and the program's own
+    assert not any(TEMPLATE.search(w) for words in signals for w in words), signals
+    pids = {words[4] for words in signals}
+    assert len(pids) == 1 and next(iter(pids)).isdigit(), signals
+    assert f"signal {next(iter(pids))} start" in text.split("torch imported:", 1)[1], text

@@ -472,26 +472,17 @@ def test_a_bandwidth_disturbed_every_time_is_said_and_not_cached(monkeypatch: py
     assert any("more than this memory roof allows" in line for line in lines)
 
 
-@pytest.fixture(scope="module")
-def one_thread_calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A calibration at one thread on CPU 0, in a cache of its own: the live figures both directions of
-    the test below start from (one calibration for both)."""
-    where = tmp_path_factory.mktemp("one-thread")
-    env = {**os.environ, "CPUPROF_CACHE_DIR": str(where / "cache")}
-    calibrated = run_cpuprof("calibrate", "--threads", "1", "--cpus", "0", "--out", str(where / "cal"), env=env)
-    assert calibrated.returncode == 0, calibrated.stderr
-    return where / "cal"
-
-
 @pytest.mark.parametrize("factor", [0.5, 2.0])
-def test_a_cached_roof_the_memory_no_longer_gives_is_measured_again_before_it_is_used(
-        tmp_path: Path, factor: float, one_thread_calibration: Path):
+def test_a_cached_roof_the_memory_no_longer_gives_is_measured_again_before_it_is_used(tmp_path: Path,
+                                                                                     factor: float):
     """Known answer: a calibration's memory roof, measured here (the live figure). Its cache entry is
     written with the bandwidths halved, or doubled, as a change of the shared machine's memory state
     leaves a cached roof; the next decode's probe finds it out, and the roofs it uses are within 20%
     of the live figure again, the report saying the cached one was replaced."""
     env = {**os.environ, "CPUPROF_CACHE_DIR": str(tmp_path / "cache")}
-    live = Profile.load(one_thread_calibration).roofs
+    calibrated = run_cpuprof("calibrate", "--threads", "1", "--cpus", "0", "--out", str(tmp_path / "cal"), env=env)
+    assert calibrated.returncode == 0, calibrated.stderr
+    live = Profile.load(tmp_path / "cal").roofs
     assert live is not None and live.memory_gb_per_s() is not None
     if live.kernel_above_memory() is not None:
         pytest.skip("the memory was busy while the live roofs were measured (a GEMV read faster than the memory "

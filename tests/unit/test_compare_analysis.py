@@ -386,6 +386,7 @@ def test_a_sweep_of_a_profiles_proposals_names_what_each_changed_from_the_profil
     v = verdict(c)
     assert v is not None and v.best.config.label == "threads=1" and v.other.config.label == "as profiled"
     (cause,) = v.causes
+    assert not any("memory traffic" in e for e in v.explanations)  # the threads line quotes it already
     assert cause.startswith("threads 2 → 1: each GEMV's rows") and "memory traffic 10.0 GB/s → 20.0 GB/s" in cause
     runner_up = [s for s in summarize_configs(c) if s.config.label == "bind=close"][0]
     from cpuprof.analysis.compare import causes, explain
@@ -410,9 +411,16 @@ def test_the_report_says_what_roofs_the_runs_used_and_where_the_memory_moved():
          run.metrics.end_probe_outcome) = roofs[(run.config, run.repetition)]
     lines = comparison_report(c).section("ranking").lines  # type: ignore[union-attr]
     text = "\n".join(lines)
-    assert ("Memory roofs of the 4 runs: 30.0 to 40.0 GB/s (each at its configuration's threads and CPUs, whose "
-            "roofs differ: omp=gnu 30.0 to 40.0 GB/s; omp=intel 35.0 to 36.0 GB/s); 2 from the cache after a probe of "
-            "the memory agreed, 1 measured again because the probe disagreed") in text
+    assert ("Memory roofs of the 4 runs: 30.0 to 40.0 GB/s (by configuration: omp=gnu 30.0 to 40.0 GB/s; omp=intel "
+            "35.0 to 36.0 GB/s); 2 from the cache after a probe of the memory agreed, 1 measured again because the "
+            "probe disagreed") in text
     assert "1 measured for the run" in text
     assert "The memory changed state during omp=gnu run 2 (20.0 against 40.0 GB/s)" in text
     assert "omp=gnu (30.0 to 40.0 GB/s)" in text and "omp=intel (" not in text
+    # Runs all at one roof: no per-configuration list; a cached roof whose probe could not run is counted too.
+    for run in c.runs:
+        assert run.metrics is not None
+        run.metrics.memory_roof_gb_per_s, run.metrics.roofs_from_cache, run.metrics.probe_outcome = 30.0, True, None
+        run.metrics.end_probe_outcome = None
+    lines = comparison_report(c).section("ranking").lines  # type: ignore[union-attr]
+    assert "Memory roofs of the 4 runs: 30.0 GB/s; 4 from the cache unprobed (the probe could not run)." in lines

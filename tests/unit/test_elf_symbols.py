@@ -34,7 +34,16 @@ def test_a_libc_function_is_named_from_its_address_in_this_process():
         assert address is not None
         frame = Symbolizer().frame(address + 1)  # inside the function, as a sampled pc is
         assert frame.module.startswith("libc"), frame
-        assert ctypes.cast(getattr(libc, frame.name), ctypes.c_void_p).value == address, (name, frame)
+        try:
+            resolved = ctypes.cast(getattr(libc, frame.name), ctypes.c_void_p).value
+        except AttributeError:  # a local alias (__GI_getpid) of a libc that keeps .symtab: not exported
+            mapping = next(m for m in read_maps() if m.start <= address < m.end)
+            elf = symbols.elf_symbols(mapping.path)
+            assert elf is not None
+            vaddr = elf.vaddr(address - mapping.start + mapping.offset)
+            assert vaddr is not None and vaddr in set(int(v) for v in elf.values), (name, frame)
+            continue
+        assert resolved == address, (name, frame)
 
 
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="binutils' readelf is not installed")
@@ -88,3 +97,6 @@ def test_damaged_files_name_nothing_and_raise_nothing(tmp_path: Path):
     (tmp_path / "libswollen.so").write_bytes(bytes(swollen))
     with pytest.raises(ValueError, match="past the end"):
         ElfSymbols(str(tmp_path / "libswollen.so"))
+    # A symbol whose name lies outside its string table names nothing (the frame falls back to lib+offset).
+    whole_elf = ElfSymbols(_libc_path())
+    assert len(whole_elf.values) and whole_elf._name(10**9) is None

@@ -6,7 +6,6 @@ these tests need neither torch nor the native module.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
@@ -458,14 +457,10 @@ def test_with_roofs_cached_a_disagreeing_roof_is_kept_and_both_figures_said(
     assert len(warnings) == 1 and warnings[0].startswith(
         "a probe of the memory now read 21.0 GB/s, against the cached memory roof (42.0 GB/s, measured 2025-01-01 "
         "00:00 UTC): kept (--roofs cached)")
-    # Kept with the entry, so that a program's processes, which read their roofs from the cache, report
-    # both figures; a kept probe confirms nothing, so a launcher's next run probes again.
+    # Not stored with the entry: the next run, which did not ask to keep it, would report it as its own
+    # and take the entry for confirmed.
     (entry, _) = roofs.cached(2, [0, 1])
-    assert entry is not None and entry.probe is not None and entry.probe.outcome == "kept"
-    assert entry.probe.gb_per_s == 21.0
-    assert entry.measured.startswith("2025-01-01") and roofs.confirmed_within(entry, 120.0) is None
-    assert roofs.confirmed_within(dataclasses.replace(entry, probe=dataclasses.replace(entry.probe, outcome="agrees")),
-                                  120.0) is not None
+    assert entry is not None and (entry.probe is None or entry.probe.outcome != "kept")
     # A quantized kernel roof measured now, in the memory's other state, is used but never stored beside it.
     kernel = roofs.QuantKernel("bf16", "i8", 0)
     monkeypatch.setattr(roofs, "measure_quant_kernels", lambda r, kernels, progress=None: r.kernel.append(

@@ -272,19 +272,18 @@ def explain(best: ConfigSummary, other: ConfigSummary, cited: set[str] | frozens
     return [text for _, text in changes[:MAX_EXPLANATIONS]]
 
 
-def small_differences(best: ConfigSummary, other: ConfigSummary) -> list[str]:
+def small_differences(best: ConfigSummary, other: ConfigSummary, base: dict[str, str] | None = None) -> list[str]:
     """The metrics that changed by MIN_EXPLAINING_CHANGE or more but by less than the least change that
     can explain anything, and that no swept axis's line gives already: named, so "nothing differs
     enough" is not read as "nothing differs"."""
-    cited = {key for axis, value in best.config.values.items() if other.config.values.get(axis) not in (None, value)
-             for key in MECHANISMS.get(axis, ("", ()))[1]}
+    cited = _cited(best, other, base or {})
     out = []
     for key, what, _share, least in EXPLAINING:
         a, b = best.metrics.get(key), other.metrics.get(key)
         if key in cited or a is None or b is None or abs(a - b) >= least:
             continue
-        base = max(abs(a), abs(b))
-        if base and abs(a - b) / base >= MIN_EXPLAINING_CHANGE:
+        larger = max(abs(a), abs(b))
+        if larger and abs(a - b) / larger >= MIN_EXPLAINING_CHANGE:
             out.append(f"{what} {_figure(key, b)} against {_figure(key, a)} (a difference below {_figure(key, least)})")
     return out
 
@@ -398,7 +397,7 @@ def verdict(comparison: Comparison, summaries: list[ConfigSummary] | None = None
     base = baseline.config.values
     found = causes(best, other, base)
     return Verdict(best, baseline, other, change, test, explain(best, other, _cited(best, other, base)), found,
-                   small_differences(best, other))
+                   small_differences(best, other, base))
 
 
 def _cited(best: ConfigSummary, other: ConfigSummary, base: dict[str, str]) -> set[str]:
@@ -518,7 +517,9 @@ def roofs_lines(comparison: Comparison) -> list[str]:
         if m.probe_outcome in outcomes:
             outcomes[m.probe_outcome] += 1
     fresh = sum(1 for _, _, m in runs if m.roofs_from_cache is False and m.probe_outcome is None)
+    unprobed = sum(1 for _, _, m in runs if m.roofs_from_cache and m.probe_outcome is None)
     how = [f"{n} from the cache after a probe of the memory agreed" for n in [outcomes["agrees"]] if n]
+    how += [f"{n} from the cache unprobed (the probe could not run)" for n in [unprobed] if n]
     how += [f"{n} measured again because the probe disagreed (the memory was in another state)"
             for n in [outcomes["remeasured"]] if n]
     how += [f"{n} measured for the run" for n in [fresh] if n]
@@ -527,9 +528,12 @@ def roofs_lines(comparison: Comparison) -> list[str]:
     for label in dict.fromkeys(label for label, _, _ in runs):
         own = [m.memory_roof_gb_per_s for lab, _, m in runs if lab == label and m.memory_roof_gb_per_s]
         spans.append(f"{label} {_span(own)}")
-    each = ("" if len(spans) == 1 else
-            " (each at its configuration's threads and CPUs, whose roofs differ: " + "; ".join(spans) + ")")
-    lines = [f"Memory roofs of the {len(runs)} runs: {_span(roofs)}{each}; " + ", ".join(how) + "."]
+    # Each configuration's roof is measured under its own launch (threads, CPUs, binding): named apart
+    # only where they are not all one figure.
+    each = "" if len(set(spans)) < 2 or _span(roofs) == _span(roofs[:1]) else \
+        " (by configuration: " + "; ".join(spans) + ")"
+    lines = [f"Memory roofs of the {len(runs)} runs: {_span(roofs)}{each}" + (f"; {', '.join(how)}" if how else "")
+             + "."]
     changed = [f"{label} run {rep} ({m.end_probe_gb_per_s:.1f} against {m.memory_roof_gb_per_s:.1f} GB/s)"
                for label, rep, m in runs if m.end_probe_outcome == "changed" and m.end_probe_gb_per_s is not None
                and m.memory_roof_gb_per_s is not None]

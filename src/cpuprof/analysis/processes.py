@@ -221,9 +221,10 @@ def processes_section(rows: list[ProcessRow], shown: ProcessRow | None, unsaved:
     )
     lines = []
     if shown is not None:
+        alone = cpuprof_command("report", os.path.join(shown.directory, "profile.json"))
         lines.append(f"The report below is of {shown.role} (pid {shown.pid}), the process that ran the most op time; "
-                     f"its own report alone: {cpuprof_command('report', shown.directory)} (another process's: "
-                     "the same command with the directory in its row's last column)")
+                     f"its own report alone: {alone} (another process's: the same with the directory in its row's "
+                     "last column)")
     else:
         lines.append("No process was profiled: none imported torch.")
     if len(listed) < len(rows):

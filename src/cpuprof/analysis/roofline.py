@@ -352,7 +352,8 @@ def _judged(group: GemmGroup) -> str:
                 # what that kernel spends its time on.
                 # Between 100% and ABOVE_ROOF_SHARE it beat the roof by less than the roofs' own noise: said
                 # so, since "binds" beside a figure above 100% would read as a contradiction.
-                noise = " (above 100% by less than the roofs' run-to-run noise)" if kernel_share > 1.0 else ""
+                noise = (f" (above 100% by less than the {fmt_percent(ABOVE_ROOF_SHARE - 1)} allowed for the roofs' "
+                         "run-to-run noise)" if kernel_share >= 1.005 else "")
                 return (text + f": the kernel binds it ({best} reaches {_short(group.kernel_gb_per_s)} GB/s here; "
                         f"this one {fmt_percent(kernel_share)} of that{noise}); " + "; ".join(_native_causes(group)))
             text += f", and {fmt_percent(kernel_share)} of {best} ({_short(group.kernel_gb_per_s)} GB/s)"

@@ -56,7 +56,7 @@ _PHDR_DTYPE = np.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("
                         ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
 _SHDR_DTYPE = np.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
                         ("size", "<u8"), ("link", "<u4"), ("info", "<u4"), ("addralign", "<u8"), ("entsize", "<u8")])
-_PT_LOAD, _SHT_NOBITS, _SHN_XINDEX = 1, 8, 0xFFFF
+_PT_LOAD, _SHT_STRTAB, _SHT_NOBITS, _SHN_XINDEX, _PN_XNUM = 1, 3, 8, 0xFFFF, 0xFFFF
 
 
 class ElfSymbols:
@@ -87,6 +87,9 @@ class ElfSymbols:
         if int(table["entsize"]) != _SYM_DTYPE.itemsize or table["type"] == _SHT_NOBITS \
                 or not 0 < int(table["link"]) < len(headers):
             return
+        strings = headers[int(table["link"])]
+        if strings["type"] != _SHT_STRTAB or int(strings["offset"]) + int(strings["size"]) > len(data):
+            raise ValueError(f"{path}: its symbol names' table is not a string table within the file")
         count = int(table["size"]) // _SYM_DTYPE.itemsize
         if int(table["offset"]) + count * _SYM_DTYPE.itemsize > len(data):
             raise ValueError(f"{path}: its symbol table runs past the end of the file")
@@ -98,7 +101,8 @@ class ElfSymbols:
         self.sizes = funcs["size"][order].copy()
         self.names = funcs["name"][order].copy()
         self._data = data
-        self._strtab_offset = int(headers[int(table["link"])]["offset"])
+        self._strtab_offset = int(strings["offset"])
+        self._strtab_end = self._strtab_offset + int(strings["size"])
         self.stripped = ".symtab" not in by_name
 
     def vaddr(self, file_offset: int) -> int | None:
@@ -126,10 +130,11 @@ class ElfSymbols:
         i = int(self.function_starts.searchsorted(np.int64(vaddr), side="right")) - 1
         return int(self.function_starts[i]) if i >= 0 else None
 
-    def _name(self, offset: int) -> str:
+    def _name(self, offset: int) -> str | None:
+        """The name at ``offset`` in the string table; None where it lies outside it (a damaged file)."""
         start = self._strtab_offset + offset
-        end = self._data.find(b"\0", start)
-        return self._data[start:end].decode("utf-8", "replace")
+        end = self._data.find(b"\0", start, self._strtab_end)
+        return self._data[start:end].decode("utf-8", "replace") if start < self._strtab_end and end >= 0 else None
 
 
 def _read_headers(data: mmap.mmap) -> tuple[list[tuple[int, int, int]], dict[str, int], np.ndarray] | None:
@@ -147,21 +152,25 @@ def _read_headers(data: mmap.mmap) -> tuple[list[tuple[int, int, int]], dict[str
             raise ValueError("ELF headers outside the file")
         return np.frombuffer(data, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype)
 
+    first = table(shoff, shentsize, 1, _SHDR_DTYPE)[0] if shoff else None
+    if first is not None and phnum == _PN_XNUM:  # more segments than the header's field holds: in section 0
+        phnum = int(first["info"])
     programs = table(phoff, phentsize, phnum, _PHDR_DTYPE)
     loads = [(int(p["offset"]), int(p["vaddr"]), int(p["filesz"])) for p in programs if p["type"] == _PT_LOAD]
-    if shoff and shnum == 0:  # more sections than the header's field holds: the count is in section 0
-        shnum = int(table(shoff, shentsize, 1, _SHDR_DTYPE)[0]["size"])
+    if first is not None and shnum == 0:  # more sections than the header's field holds: the count is in section 0
+        shnum = int(first["size"])
     headers = table(shoff, shentsize, shnum, _SHDR_DTYPE) if shoff else np.zeros(0, _SHDR_DTYPE)
     if shstrndx == _SHN_XINDEX and len(headers):
         shstrndx = int(headers[0]["link"])
     by_name: dict[str, int] = {}
     if 0 < shstrndx < len(headers):
         names_at = int(headers[shstrndx]["offset"])
+        names_end = min(names_at + int(headers[shstrndx]["size"]), len(data))
         for i, header in enumerate(headers):
             start = names_at + int(header["name"])
-            end = data.find(b"\0", start)
-            if start < len(data) and end >= 0:
-                by_name.setdefault(data[start:end].decode("ascii", "replace"), i)
+            end = data.find(b"\0", start, names_end)  # bounded: a damaged file cannot make this quadratic
+            if start < names_end and end >= 0:
+                by_name[data[start:end].decode("ascii", "replace")] = i  # the last of a name, as pyelftools
     return loads, by_name, headers
 
 

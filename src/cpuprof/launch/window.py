@@ -54,7 +54,7 @@ class WindowPlan:
         """When profiling starts; on demand, the command that starts it (``root``: the run directory,
         whose control file names the launcher)."""
         if self.on_demand:
-            return f"profiling starts and stops with: {signal_command(root, 'start')} (and ... stop)"
+            return f"profiling starts with: {signal_command(root, 'start')} (stop, in place of start, closes it)"
         when = f"{self.delay_s:g} s after it imported torch" if self.delay_s else "when it imported torch"
         until = f", for {self.duration_s:g} s" if self.duration_s is not None else ""
         return f"profiling starts {when}{until}"
@@ -81,7 +81,7 @@ def signal_command(root: str | os.PathLike[str] | None, action: str) -> str:
             launcher = 0
         if launcher > 0:
             return cpuprof_command("signal", str(launcher), action)
-    return f"the `cpuprof signal PID {action}` command the launcher printed as it started"
+    return f"cpuprof signal, given the pid the launcher printed as it started, and {action}"
 
 
 def control_path(root: str | os.PathLike[str]) -> Path:

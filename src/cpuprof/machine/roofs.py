@@ -1045,8 +1045,5 @@ def _add_quant_kernels(roofs: MachineRoofs, missing: list[QuantKernel], threads:
         problem = store(roofs)
         if problem:
             warnings.append(problem)
-    elif roofs.probe is not None:
-        # Later readers see when the entry was last probed and what it read; a kept one too: a program's
-        # processes read their roofs from the cache, and their report must give both figures (a kept
-        # probe never counts as confirming the entry: confirmed_within).
+    elif roofs.probe is not None and not kept:  # later readers see when the entry was last probed and what it read
         record_probe(roofs)
