@@ -405,9 +405,14 @@ def _time_left(comparison: Comparison, left: int) -> str:
 def run_sweep(comparison: Comparison, out_dir: Path,
               report_progress: Callable[[str], None] = say) -> None:
     """Runs what is missing, saving after each run; raises SweepInterrupted on Ctrl-C or SIGTERM."""
+    from . import run_times
+
     todo = [(c, r) for c, r in comparison.order if not comparison.finished(c, r)]
     total = len(comparison.order)
     done_before = total - len(todo)
+    base = base_options(comparison)
+    if todo:
+        report_progress(f"cpuprof: {run_times.estimate_line(comparison, base, todo)}")
     with _SweepSignals() as signals:
         save(comparison, out_dir)
         for k, (config, repetition) in enumerate(todo, done_before + 1):
@@ -435,6 +440,8 @@ def run_sweep(comparison: Comparison, out_dir: Path,
             if record.status == "failed":
                 report_progress(f"cpuprof: {what}: failed: {record.error}")
             else:
+                values = comparison.configs[config].values
+                run_times.record(run_times.signature(apply(base, values), values), record.wall_s)
                 m = record.metrics
                 assert m is not None
                 report_progress(f"cpuprof: {what}: {m.tokens_per_s:.2f} tokens/s, p50 {m.p50_ms:.1f} ms "
