@@ -23,26 +23,30 @@ def _signature(values: dict[str, str]) -> str:
     return run_times.signature(sweep.apply(DecodeOptions(), values), values)
 
 
+def _todo(plan) -> list[tuple[str, str]]:  # noqa: ANN001
+    return [(plan.configs[c].label, _signature(plan.configs[c].values)) for c, _ in plan.order]
+
+
 def test_the_estimate_comes_only_from_earlier_runs_of_the_same_configurations(history: Path):
     plan = sweep.plan(DecodeOptions(), {"threads": ["1", "2"]}, 2, ["compare"])
     todo = list(plan.order)
     assert len(todo) == 4
-    assert run_times.estimate_line(plan, DecodeOptions(), todo).startswith(
+    assert run_times.estimate_line(_todo(plan)).startswith(
         "no run of these configurations was made here before, so no estimate yet")
     run_times.record(_signature({"threads": "1"}), 10.0)
     run_times.record(_signature({"threads": "1"}), 12.0)
     # threads=1: two runs to make at the median of 10 and 12 s; threads=2 never ran here.
-    assert run_times.estimate_line(plan, DecodeOptions(), todo) == (
+    assert run_times.estimate_line(_todo(plan)) == (
         "1 configuration(s) never ran here (threads=2); the others' runs take about 22 s; the time left is said "
         "after each run")
     run_times.record(_signature({"threads": "2"}), 30.0)
-    assert run_times.estimate_line(plan, DecodeOptions(), todo) == (
+    assert run_times.estimate_line(_todo(plan)) == (
         "about 82 s in all, from earlier runs of these configurations here")
     run_times.record(_signature({"threads": "2"}), 300.0)  # median of 30 and 300: 165 s a run
-    assert run_times.estimate_line(plan, DecodeOptions(), todo) == (
+    assert run_times.estimate_line(_todo(plan)) == (
         "about 6 min in all, from earlier runs of these configurations here")
     # Only what is left to run counts (a resumed sweep).
-    assert run_times.estimate_line(plan, DecodeOptions(), todo[:1]).startswith("about ")
+    assert run_times.estimate_line(_todo(plan)[:1]).startswith("about ")
 
 
 def test_a_configuration_is_its_whole_options_and_processes():
@@ -72,4 +76,4 @@ def test_a_history_that_cannot_be_written_is_no_failure(tmp_path: Path, monkeypa
     monkeypatch.setenv("CPUPROF_CACHE_DIR", str(blocker / "below"))  # a directory under a file: cannot be made
     run_times.record("x", 1.0)  # silent
     plan = sweep.plan(DecodeOptions(), {"threads": ["1"]}, 1, ["compare"])
-    assert run_times.estimate_line(plan, DecodeOptions(), list(plan.order)).startswith("no run")
+    assert run_times.estimate_line(_todo(plan)).startswith("no run")

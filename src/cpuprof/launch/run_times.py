@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..model.codec import to_json
-from ..model.compare import Comparison
 from ..output_file import write_text
 from .options import DecodeOptions
 
@@ -93,27 +92,25 @@ def record(config_signature: str, wall_s: float) -> None:
         return
 
 
-def estimate_line(comparison: Comparison, base: DecodeOptions, todo: list[tuple[int, int]]) -> str:
+def estimate_line(todo: list[tuple[str, str]]) -> str:
     """Before a sweep's first run: about how long the runs still to make take, from earlier runs of
-    the same configurations here; or which configurations have never run here, so no estimate."""
-    from .sweep import apply
-
+    the same configurations here; or which configurations have never run here, so no estimate.
+    ``todo``: each run still to make, as its configuration's (label, signature)."""
     times: dict[str, list[float]] = {}
     for entry in _read(history_path()):
         times.setdefault(entry["config"], []).append(float(entry["wall_s"]))
     known_s, unknown = 0.0, []
-    for config, _repetition in todo:
-        values = comparison.configs[config].values
-        found = times.get(signature(apply(base, values), values))
+    for label, config in todo:
+        found = times.get(config)
         if found:
             known_s += statistics.median(found[-PER_CONFIG:])
-        elif comparison.configs[config].label not in unknown:
-            unknown.append(comparison.configs[config].label)
+        elif label not in unknown:
+            unknown.append(label)
     if not todo:
         return ""
     if not unknown:
         return f"about {_duration(known_s)} in all, from earlier runs of these configurations here"
-    if len(unknown) == len({c for c, _ in todo}):
+    if len(unknown) == len({label for label, _ in todo}):
         return ("no run of these configurations was made here before, so no estimate yet: the time left is said "
                 "after each run")
     return (f"{len(unknown)} configuration(s) never ran here ({', '.join(unknown[:4])}"

@@ -411,8 +411,14 @@ def run_sweep(comparison: Comparison, out_dir: Path,
     total = len(comparison.order)
     done_before = total - len(todo)
     base = base_options(comparison)
+
+    def signature(config: int) -> str:
+        values = comparison.configs[config].values
+        return run_times.signature(apply(base, values), values)
+
     if todo:
-        report_progress(f"cpuprof: {run_times.estimate_line(comparison, base, todo)}")
+        line = run_times.estimate_line([(comparison.configs[c].label, signature(c)) for c, _ in todo])
+        report_progress(f"cpuprof: {line}")
     with _SweepSignals() as signals:
         save(comparison, out_dir)
         for k, (config, repetition) in enumerate(todo, done_before + 1):
@@ -440,8 +446,7 @@ def run_sweep(comparison: Comparison, out_dir: Path,
             if record.status == "failed":
                 report_progress(f"cpuprof: {what}: failed: {record.error}")
             else:
-                values = comparison.configs[config].values
-                run_times.record(run_times.signature(apply(base, values), values), record.wall_s)
+                run_times.record(signature(config), record.wall_s)
                 m = record.metrics
                 assert m is not None
                 report_progress(f"cpuprof: {what}: {m.tokens_per_s:.2f} tokens/s, p50 {m.p50_ms:.1f} ms "
