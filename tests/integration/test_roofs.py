@@ -506,6 +506,38 @@ def test_a_cached_roof_the_memory_no_longer_gives_is_measured_again_before_it_is
     assert "disagrees (the memory is in another state), so the roofs above were measured again" in report
 
 
+def test_a_programs_report_gives_the_probe_that_kept_its_cached_roofs(tmp_path: Path):
+    """run --roofs cached: the launcher's roofs child probes a cached entry whose bandwidths are halved
+    (as a change of the memory's state leaves it), finds it off and keeps it as asked; the cache does
+    not keep that probe (the next run did not ask), so the program's process is given it and its
+    report says both figures and that the roofs were kept."""
+    env = {**os.environ, "CPUPROF_CACHE_DIR": str(tmp_path / "cache")}
+    calibrated = run_cpuprof("calibrate", "--threads", "1", "--cpus", "0", "--out", str(tmp_path / "cal"), env=env)
+    assert calibrated.returncode == 0, calibrated.stderr
+    live = Profile.load(tmp_path / "cal").roofs
+    assert live is not None and live.memory_gb_per_s() is not None
+    if live.kernel_above_memory() is not None:
+        pytest.skip("the memory was busy while the live roofs were measured: no cache entry can be made of them")
+    for figure in [*live.bandwidth, *(k for k in live.kernel if not k.weights)]:
+        figure.gb_per_s.best *= 0.5
+        figure.gb_per_s.median *= 0.5
+    (tmp_path / "cache" / "roofs.json").write_text(json.dumps(
+        {"version": machine_roofs.CACHE_VERSION, "entries": [to_json(live)]}))
+    program = tmp_path / "program.py"
+    program.write_text("import torch\nprint(float((torch.ones(64, 64) @ torch.ones(64, 64)).sum()))\n")
+    ran = run_cpuprof("run", "--threads", "1", "--cpus", "0", "--roofs", "cached", "--out", str(tmp_path / "run"),
+                      "--", sys.executable, str(program), env=env)
+    assert ran.returncode == 0, ran.stderr
+    used = Profile.load(tmp_path / "run").roofs
+    assert used is not None and used.probe is not None and used.probe.outcome == "kept"
+    assert used.memory_gb_per_s() == pytest.approx(live.memory_gb_per_s())  # the halved, cached one
+    assert used.probe.cached_gb_per_s == pytest.approx(live.memory_gb_per_s())
+    report = " ".join(ran.stdout.split())
+    assert "disagrees, kept as asked (--roofs cached)" in report, report[-3000:]
+    entry = json.loads((tmp_path / "cache" / "roofs.json").read_text())["entries"][0]
+    assert entry.get("probe") is None or entry["probe"]["outcome"] != "kept"
+
+
 def test_the_kernel_roof_is_the_best_gemv_path_torch_offers(full_roofs: dict):
     """Every unquantized kernel roof was measured over each path torch has for its dtype (eager
     F.linear always; oneDNN's prepacked weights where torch was built with oneDNN, as torch.compile's

@@ -38,7 +38,7 @@ from typing import Any, TextIO, TypeVar
 
 from .. import exit_codes
 from ..errors import CpuprofError, FileFormatError
-from ..model import PROFILE_FILENAME, MachineRoofs, Meta, Profile, Requested, Settings, Status, Topology
+from ..model import PROFILE_FILENAME, MachineRoofs, Meta, Profile, Requested, RoofProbe, Settings, Status, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..output_file import write_text
 from ..safe_text import printable, say
@@ -394,15 +394,18 @@ def child_main(argv: list[str], config_type: type[C], make_run: Callable[[C], Ch
     return code
 
 
-def program_context(run: ChildRun, note: bool = True) -> None:
+def program_context(run: ChildRun, note: bool = True, kept_probe: RoofProbe | None = None) -> None:
     """The settings in force as the program ends, and the roofs a decode or `cpuprof calibrate`
     measured under this same launch, if any: a program's run is its own, so they are never
-    measured here. ``note``: say so when there are none."""
+    measured here. ``note``: say so when there are none. ``kept_probe``: the launcher's probe that
+    found those roofs off and kept them (--roofs cached), given with them when it was of this entry."""
     from ..machine import roofs
 
     run.read_settings()
     cpus = sorted(run.settings.requested.cpus or os.sched_getaffinity(0))
     run.roofs, why = roofs.cached(run.settings.requested.threads, cpus)
+    if run.roofs is not None and kept_probe is not None and kept_probe.cached_measured == run.roofs.measured:
+        run.roofs.probe = kept_probe
     if run.roofs is None and note:
         missing = why or "the cache has no roofs measured for this machine, torch and launch"
         for measured_next in ("; measuring again", ": measuring again"):  # a program's run measures none

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import defaults
-from ..model import Profile, Requested, Topology
+from ..model import Profile, Requested, RoofProbe, Topology
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..model.run_layout import PROCESSES_DIRNAME, process_dir, process_place, processes_dir
 from ..safe_text import say
@@ -55,6 +55,7 @@ class FollowConfig:
     topology: Topology
     root: str  # the run's output directory; each process saves under processes/<pid>
     window: WindowPlan = field(default_factory=WindowPlan)  # when each process profiles
+    kept_probe: RoofProbe | None = None  # as ScriptConfig's: --roofs cached kept the roofs it disagreed with
 
 
 def boot_dir() -> str:
@@ -331,7 +332,7 @@ class FollowedRun(ChildRun):
     def contribute(self, profile: Profile, complete: bool) -> None:
         from . import follow_env
 
-        program_context(self, note=False)
+        program_context(self, note=False, kept_probe=self.config.kept_probe)
         profile.meta.role = process_role()
         if profile.overhead is not None:
             profile.overhead.boot_ns = follow_env.boot_ns + self.start_ns

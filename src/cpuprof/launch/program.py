@@ -23,6 +23,7 @@ from typing import Any
 from .. import exit_codes
 from ..errors import UsageError
 from ..machine.topology import read_topology
+from ..model import RoofProbe
 from ..model.ranks import MultiRun
 from ..model.run_layout import window_dir, window_requests_dir
 from ..safe_text import say
@@ -161,7 +162,7 @@ def run_program(options: ProgramOptions, out_dir: Path) -> parent.DecodeOutcome:
     resolved, config = prepare(options.target, options.launch, options.profile, out_dir, follow=options.follow,
                                window=options.window)
     if options.profile.enabled:
-        measure_roofs_first(options.launch, config, options.roofs)
+        config = dataclasses.replace(config, kept_probe=measure_roofs_first(options.launch, config, options.roofs))
     try:
         return _supervise(resolved, config, out_dir, options.follow)
     finally:
@@ -174,16 +175,18 @@ def run_program(options: ProgramOptions, out_dir: Path) -> parent.DecodeOutcome:
 PROBE_HOLDS_S = 120.0
 
 
-def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig, mode: Roofs) -> None:
+def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig, mode: Roofs) -> RoofProbe | None:
     """The roofs a program's GEMMs and decode are judged against, settled before it starts, in a
     child launched as the program will be (its threads, CPUs, OpenMP runtime and memory policy), so
     that nothing of the program's runs beside it: the cached ones probed against the memory now, or
     measured where there are none or the probe disagrees; then cached, probe included, and read by
-    the program's processes as they save their profiles. Never during the program."""
+    the program's processes as they save their profiles. Never during the program. Returns the probe
+    of roofs kept although it disagreed (--roofs cached), which the cache does not keep: the
+    program's processes are given it to report beside the roofs."""
     from ..machine import roofs
 
     if mode == "off":
-        return
+        return None
     requested = config.requested
     entry = roofs.launch_entry(requested.threads, requested.cpus, requested.omp, requested.mempolicy.mode,
                                requested.mempolicy.nodes)
@@ -191,7 +194,7 @@ def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig
     if age is not None:  # probed (or measured) moments ago: another probe would tell nothing new
         say(f"cpuprof: machine roofs from the cache, measured or confirmed by a probe of the memory {age:.0f} s "
             f"ago (a probe holds {PROBE_HOLDS_S:.0f} s)")
-        return
+        return None
     if mode == "remeasure" or entry is None:
         say("cpuprof: measuring the machine's roofs before the program starts, under its launch "
             + ("(--roofs remeasure)" if mode == "remeasure" else "(none cached for it; once; --roofs off skips this)"))
@@ -209,6 +212,9 @@ def measure_roofs_first(launch: environment.LaunchSettings, config: ScriptConfig
     if outcome.returncode != 0 or outcome.profile is None or outcome.profile.roofs is None:
         say("cpuprof: note: the roofs could not be measured (see the lines above); the program runs, its GEMMs "
             "are not judged against them")
+        return None
+    probe = outcome.profile.roofs.probe
+    return probe if probe is not None and probe.outcome == "kept" else None
 
 
 def run_processes(options: ProgramOptions, out_dir: Path, program_output: bool = False) -> MultiRun:

@@ -38,7 +38,7 @@ from types import TracebackType
 
 from .. import exit_codes
 from ..errors import CpuprofError
-from ..model import Profile, Requested, Topology
+from ..model import Profile, Requested, RoofProbe, Topology
 from ..safe_text import say
 from . import child_signals
 from .child_run import ChildRun, child_main, error_line, program_context, signal_within
@@ -81,6 +81,9 @@ class ScriptConfig:
     # Every Python process the program starts that imports torch is profiled too (launch.followed).
     follow: bool = True
     window: WindowPlan = field(default_factory=WindowPlan)  # when each process profiles
+    # With --roofs cached: the probe that found the cached roofs off and kept them, as the launcher's
+    # roofs child read it; each process's report gives it beside the roofs it reads from the cache.
+    kept_probe: RoofProbe | None = None
 
 
 class Terminated(BaseException):
@@ -168,7 +171,7 @@ class ScriptRun(ChildRun):
     def follow_config(self) -> FollowConfig:
         c = self.config
         return FollowConfig(profile=c.profile, requested=c.requested, cpu_set=c.cpu_set, topology=c.topology,
-                            root=os.path.abspath(c.out), window=c.window)
+                            root=os.path.abspath(c.out), window=c.window, kept_probe=c.kept_probe)
 
     # -- signals --------------------------------------------------------------------------------
     def on_signal(self, signum: int, _frame: object) -> None:
@@ -273,7 +276,7 @@ class ScriptRun(ChildRun):
         return self.config.follow and base.is_dir() and any(p.name.isdigit() for p in base.iterdir())
 
     def contribute(self, profile: Profile, complete: bool) -> None:
-        program_context(self)
+        program_context(self, kept_probe=self.config.kept_probe)
         if complete:
             self.probe_memory_at_end()
 
