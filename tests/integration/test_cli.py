@@ -146,7 +146,12 @@ def test_ctrl_c_leaves_partial_profile(tmp_path: Path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: (tmp_path / "profile.json").exists())  # decoding has started
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # the interrupt was lost: what the child said is the clue
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the decode went on after its SIGINT:\n{err[-4000:]}") from None
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert "decoding was interrupted; the profile measured so far" in err

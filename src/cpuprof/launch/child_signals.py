@@ -11,17 +11,25 @@ instead of the interrupted ending. So the child's handlers go through three stat
 - **raised** (:func:`raise_on_signal`), while the run runs: the signal is raised as
   :class:`SignalReceived` where the run is (one that came while deferred is raised at once), so
   the run saves what it measured and ends as interrupted;
-- after the first is raised, further ones are ignored: the profile is being saved.
+- after the first is raised, further ones are ignored: the profile is being saved. One raised where
+  Python drops exceptions (an object's ``__del__`` the garbage collector ran) is sent again, so
+  that it is raised where the run is (:func:`_unraisable`).
 
 Standard library only: the child modules import it before anything else.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _pending: list[int] = []  # signals recorded while deferred, not yet raised
+_raising = False  # between raise_on_signal() and defer(): a signal is raised where the run is
 
 
 class SignalReceived(BaseException):
@@ -49,6 +57,8 @@ def _raise(signum: int, _frame: object) -> None:
 
 def defer() -> None:
     """From now on SIGINT and SIGTERM are recorded, never raised: nothing is cut short."""
+    global _raising
+    _raising = False
     for sig in _SIGNALS:
         signal.signal(sig, _record)
 
@@ -56,10 +66,40 @@ def defer() -> None:
 def raise_on_signal() -> None:
     """From now on SIGINT and SIGTERM raise SignalReceived, once; one recorded while deferred is
     raised now."""
+    global _raising, _previous_hook
+    _raising = True
+    if sys.unraisablehook is not _unraisable:
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
     if _pending:
         _raise(_pending.pop(0), None)
     for sig in _SIGNALS:
         signal.signal(sig, _raise)
+
+
+_previous_hook: Callable[[Any], object] | None = None  # the unraisable hook in place before ours
+REDELIVER_AFTER_S = 0.001
+
+
+def _unraisable(unraisable: Any) -> None:
+    """A signal raised where Python ignores exceptions (an object's ``__del__`` or a weakref callback,
+    which the garbage collector runs wherever the run is) is lost there, with further signals
+    ignored, and the run would go on as if never interrupted (a decode of 90,000 tokens ran on in
+    CI). Such a signal is delivered again, to be raised where the run is, or recorded if the run is
+    already ending; any other exception goes to the hook that was in place."""
+    exc = unraisable.exc_value
+    if isinstance(exc, SignalReceived):
+        if _raising:
+            for sig in _SIGNALS:
+                signal.signal(sig, _raise)
+            # Sent from another thread a moment later: sent from here, the handler would run as the call
+            # returns, inside this hook, where what it raises is dropped again. By then the run's own
+            # code has resumed, and the handler raises there.
+            threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), exc.signum)).start()
+        else:
+            _pending.append(exc.signum)
+        return
+    (_previous_hook or sys.__unraisablehook__)(unraisable)
 
 
 def take_pending() -> int | None:
