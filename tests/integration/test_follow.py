@@ -486,6 +486,17 @@ def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(
     assert "torch threads" not in worker_changes  # it began with 1: not a change of its own
     # from the CPUs it began on to the one it bound itself to
     began = next(t for t in worker.profile.settings.at_start.threads if t.tid == worker.profile.meta.pid)
+    # The program's main thread is bound to one CPU by the launch's OpenMP binding; the worker it
+    # started inherited that CPU, and began on the launch's set, given back (vLLM's engine core ran on
+    # the worker's one CPU under `run` while the other idled). A mutation that keeps what it inherited fails.
+    launch = top.profile.settings.requested.cpus
+    program_main = next(t for t in top.profile.settings.at_start.threads if t.tid == top.profile.meta.pid)
+    assert len(program_main.affinity) == 1, program_main
+    assert began.affinity == launch
+    assert worker.profile.settings.given_back == [
+        f"CPU set {format_cpulist(program_main.affinity)} → {format_cpulist(launch)} (it inherited the CPU set of "
+        "the OpenMP-bound thread that started it, not the launch's)"]
+    assert "given back as it started (what it would have had without cpuprof): CPU set" in text
     assert f"1 thread moved from CPUs {format_cpulist(began.affinity)} to CPUs {cpu}" in worker_changes, worker_changes
     assert "launch's variables being the program's process's): OMP_NUM_THREADS=1" in text
     assert "tokens: a program's are counted from the decode steps found in its op stream" in text

@@ -15,6 +15,7 @@ from cpuprof.launch import environment as launcher
 from cpuprof.launch import follow_env
 from cpuprof.launch.environment import (
     GOMP_SPINS_PER_MS,
+    LAUNCH_CPUS_VAR,
     LAUNCH_ENV_VAR,
     LaunchSettings,
     parse_blocktime,
@@ -342,6 +343,7 @@ def test_child_env_owns_threads_binding_and_preloads(fake: Topology, monkeypatch
     }
     gnu = validate_fake(LaunchSettings(threads=2, bind="none"), fake).child_env(base)
     launch = json.loads(gnu.pop(LAUNCH_ENV_VAR))
+    assert json.loads(gnu.pop(LAUNCH_CPUS_VAR)) == validate_fake(LaunchSettings(threads=2, bind="none"), fake).cpus
     assert gnu == {"PATH": "/usr/bin", "KMP_BLOCKTIME": "7", "OMP_NUM_THREADS": "2",
                    "LD_PRELOAD": "/opt/libfoo.so"}
     # The launch's variables and what they were: the processes the program starts get those back,
@@ -368,6 +370,44 @@ def test_an_unreadable_launch_account_changes_nothing(said: str) -> None:
 
 def test_the_boot_side_knows_the_launchs_variables() -> None:
     assert follow_env.LAUNCH_OWNED_VARS == launcher.OWNED_VARS
+    assert follow_env.LAUNCH_CPUS_ENV == LAUNCH_CPUS_VAR
+
+
+GIVE_BACK = """
+import json, os, sys
+from cpuprof.launch import follow_env
+launch, mine, parent = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+os.sched_setaffinity(0, mine)  # as inherited: this process's main thread is the 'parent' below
+given = follow_env.give_back_the_cpu_set(launch, parent=os.getpid() if parent == "self" else int(parent))
+print(json.dumps([given, sorted(os.sched_getaffinity(0)), follow_env.cpus_given_back]))
+"""
+
+
+def _give_back(launch: list[int], mine: list[int], parent: str) -> list:
+    done = subprocess.run([sys.executable, "-c", GIVE_BACK, json.dumps(launch), json.dumps(mine), parent],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a CPU set smaller than the launch's needs 2 CPUs")
+def test_a_process_started_from_an_openmp_bound_thread_gets_the_launchs_cpu_set_back() -> None:
+    """Known answers, in a real process: started on the one CPU its parent's main thread is bound to,
+    it gets the launch's set back; started on a set its parent's main thread is not bound to (a
+    taskset of the program's), or on the launch's whole set, it keeps its own."""
+    launch = sorted(os.sched_getaffinity(0))[:2]
+    one = launch[:1]
+    assert _give_back(launch, one, "self") == [True, launch, [one, launch]]
+    assert _give_back(launch, one, str(os.getpid())) == [False, one, None]  # this pytest: not bound to it
+    assert _give_back(launch, launch, "self") == [False, launch, None]
+
+
+@pytest.mark.parametrize("said", ["not json", "{}", "[0, -1]", "[0, 1.5]", "[true]", '["0"]', "[" * 100_000])
+def test_an_unreadable_launch_cpu_set_gives_nothing_back(said: str) -> None:
+    assert follow_env._cpu_list(said) == [] and follow_env._cpu_list("[3, 1, 1]") == [1, 3]
+    env = {LAUNCH_ENV_VAR: json.dumps({"OMP_PROC_BIND": ["close", None]}), LAUNCH_CPUS_VAR: said}
+    before = follow_env.cpus_given_back
+    give_back_the_programs_env(env)
+    assert LAUNCH_CPUS_VAR not in env and follow_env.cpus_given_back == before
 
 
 def test_child_env_preloads(fake: Topology) -> None:

@@ -100,6 +100,9 @@ def settings_lines(settings: Settings) -> list[str]:
         lines.append("set for it by its program (a process the program starts gets the environment it would have "
                      "had without cpuprof, the launch's variables being the program's process's): "
                      + "; ".join(settings.from_program))
+    if settings.given_back:
+        lines.append("given back as it started (what it would have had without cpuprof): "
+                     + "; ".join(settings.given_back))
     changes = changes_since_start(settings.at_start, force) if settings.at_start else []
     if changes:
         lines.append(f"changed since its import of torch (by the program or a library it loaded): {'; '.join(changes)}")

@@ -69,6 +69,9 @@ OWNED_VARS = (
 # each owned variable set either way (None: unset; one not named was unset both ways). Named in
 # launch/follow_env.py too, which imports only the standard library.
 LAUNCH_ENV_VAR = "CPUPROF_LAUNCH_ENV"
+# The launch's CPU set (a JSON list), which a process the program starts gets back where it inherited
+# the one CPU of an OpenMP-bound thread instead (follow_env.give_back_the_cpu_set).
+LAUNCH_CPUS_VAR = "CPUPROF_LAUNCH_CPUS"
 
 # Preloaded libraries whose choice belongs to --omp / --allocator.
 _OWNED_PRELOADS = ("libgomp*", "libiomp5*", "libomp.so*", "libjemalloc*", "libtcmalloc*")
@@ -138,6 +141,7 @@ class ResolvedLaunch:
         # program's process's, not its workers' (its CPU set and memory policy are inherited by all).
         values = {key: [result.get(key), source.get(key)] for key in OWNED_VARS if key in result or key in source}
         result[LAUNCH_ENV_VAR] = json.dumps(values, sort_keys=True)
+        result[LAUNCH_CPUS_VAR] = json.dumps(sorted(self.cpus))
         preload = [p for p in self.env.get("LD_PRELOAD", "").split(":") if p] + inherited
         if preload:
             result["LD_PRELOAD"] = ":".join(preload)

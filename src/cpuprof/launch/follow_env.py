@@ -14,6 +14,11 @@ from typing import Any
 
 FOLLOW_ENV = "CPUPROF_FOLLOW"  # names the follow file (followed_run.FollowConfig) a followed process reads
 LAUNCH_ENV = "CPUPROF_LAUNCH_ENV"  # environment.LAUNCH_ENV_VAR: the launch's variables, and what they were
+LAUNCH_CPUS_ENV = "CPUPROF_LAUNCH_CPUS"  # environment.LAUNCH_CPUS_VAR: the launch's CPU set, a JSON list
+# The launch's variables that bind the program's OpenMP threads, each to one place: the thread that
+# starts a process is then one of them, and the process inherits its one CPU, not the launch's set.
+BINDING_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+MAX_CPUS = 1 << 16  # more than any machine has: a longer list read back is not the launch's
 
 
 # environment.OWNED_VARS, the variables the launch decides (this module imports only the standard
@@ -29,6 +34,8 @@ boot_ns = 0
 # The launch's variables as they were before the launch, once this process has been given them back
 # (None: it was not: a process forked from a followed one inherits its parent's as they are).
 before_launch: dict[str, str | None] | None = None
+# The CPU set this process was given back as it started: (the one it inherited, the launch's), or None.
+cpus_given_back: tuple[list[int], list[int]] | None = None
 
 
 def launch_env_values(environ: Any = os.environ) -> dict[str, tuple[str | None, str | None]]:
@@ -65,8 +72,11 @@ def give_back_the_programs_env(environ: Any = os.environ) -> dict[str, str | Non
     global before_launch
     values = launch_env_values(environ)
     environ.pop(LAUNCH_ENV, None)
+    launch_cpus = _cpu_list(environ.pop(LAUNCH_CPUS_ENV, None))
     if not values:
         return {}
+    if launch_cpus and any(values[key][0] not in (None, "false", "disabled") for key in BINDING_VARS):
+        give_back_the_cpu_set(launch_cpus)
     given: dict[str, str | None] = {}
     for key, (launched, before) in values.items():
         if launched != before and environ.get(key) == launched:
@@ -77,6 +87,66 @@ def give_back_the_programs_env(environ: Any = os.environ) -> dict[str, str | Non
             given[key] = before
     before_launch = {key: before for key, (_, before) in values.items()}
     return given
+
+
+def give_back_the_cpu_set(launch_cpus: list[int], parent: int | None = None) -> bool:
+    """A process inherits the CPU affinity of the thread that started it. In the program's process
+    that thread is bound to one CPU by the launch's OpenMP binding (libgomp binds its initial thread
+    as it loads), so without this a serving engine's processes would all start on that one CPU while
+    the launch's other CPUs idle (vLLM's engine core and worker did, under `run --threads 2`, where
+    without cpuprof the engine core had both). Given back: the launch's CPU set, where this process
+    started on a smaller set that is the one its parent's main thread is bound to (what the binding
+    did); a set the program chose for it otherwise (taskset, a CPU of its own) is kept. True when
+    given back."""
+    global cpus_given_back
+    try:
+        inherited = sorted(os.sched_getaffinity(0))
+    except OSError:
+        return False
+    if not set(inherited) < set(launch_cpus):
+        return False
+    if _main_thread_cpus(os.getppid() if parent is None else parent) != inherited:
+        return False
+    try:
+        os.sched_setaffinity(0, launch_cpus)
+    except OSError:  # a CPU set narrowed since the launch (a cgroup): it runs where it was put
+        return False
+    cpus_given_back = (inherited, sorted(launch_cpus))
+    return True
+
+
+def _cpu_list(raw: str | None) -> list[int]:
+    """The launch's CPU set as the launcher wrote it, read as untrusted input: [] unless a JSON list
+    of CPU numbers."""
+    if not raw or len(raw) > 8 * MAX_CPUS:
+        return []
+    try:
+        cpus = json.loads(raw)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(cpus, list) or not all(type(c) is int and 0 <= c < MAX_CPUS for c in cpus):
+        return []
+    return sorted(set(cpus))
+
+
+def _main_thread_cpus(pid: int) -> list[int] | None:
+    """The CPUs process ``pid``'s main thread may run on (/proc/PID/status), or None."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            text = status.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            cpus: set[int] = set()
+            try:
+                for part in line.split(":", 1)[1].strip().split(","):
+                    low, _, high = part.partition("-")
+                    cpus.update(range(int(low), int(high or low) + 1))
+            except ValueError:
+                return None
+            return sorted(cpus)
+    return None
 
 
 def warn(message: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import defaults
-from ..model import Profile, Requested, RoofProbe, Topology
+from ..model import Profile, Requested, RoofProbe, Topology, format_cpulist
 from ..model.io import FileKind, read_versioned, write_versioned
 from ..model.run_layout import PROCESSES_DIRNAME, process_dir, process_place, processes_dir
 from ..safe_text import say
@@ -320,6 +320,11 @@ class FollowedRun(ChildRun):
         set, memory policy and preloads it inherits: their warnings stay."""
         super().read_settings(tensors)
         self.settings.warnings = [w for w in self.settings.warnings if not w.startswith(_THREAD_WARNINGS)]
+        if follow_env.cpus_given_back is not None:
+            inherited, launch = follow_env.cpus_given_back
+            self.settings.given_back = [
+                f"CPU set {format_cpulist(inherited)} → {format_cpulist(launch)} (it inherited the CPU set of "
+                "the OpenMP-bound thread that started it, not the launch's)"]
         before = follow_env.before_launch
         began = self.settings.at_start or self.settings.in_force
         if before is None or began is None:

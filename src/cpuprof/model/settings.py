@@ -100,3 +100,6 @@ class Settings:
     # other than before the launch (its program set them, as vLLM sets OMP_NUM_THREADS for its
     # worker), as "NAME=value" or "NAME unset".
     from_program: list[str] = field(default_factory=list)
+    # A process the program started: what cpuprof gave back to it as it started, the launch's having
+    # reached it by a way no launch variable says (the CPU set of the thread that started it).
+    given_back: list[str] = field(default_factory=list)
