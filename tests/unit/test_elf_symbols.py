@@ -46,6 +46,46 @@ def test_a_libc_function_is_named_from_its_address_in_this_process():
         assert resolved == address, (name, frame)
 
 
+def test_a_later_symbolizer_takes_what_an_earlier_one_resolved_in_the_same_mapping(monkeypatch: pytest.MonkeyPatch):
+    """A checkpoint's symbolizer does not resolve again what an earlier save resolved: the same frame,
+    and the same count of unnamed addresses, with no resolution at all; an address whose mapping
+    is not the one it was resolved in is resolved again."""
+    symbols.forget_resolved()
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    address = ctypes.cast(libc.qsort, ctypes.c_void_p).value
+    assert address is not None
+    mapping = next(m for m in read_maps() if m.start <= address < m.end)
+    unnamed = mapping.end - 1  # past the last function, most likely; named or not, counted the same
+    first = Symbolizer()
+    named, last = first.frame(address + 1), first.frame(unnamed)
+
+    def resolve_again(self: Symbolizer, pc: int) -> None:
+        raise AssertionError(f"{pc:#x} resolved again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Symbolizer, "_resolve", resolve_again)
+        later = Symbolizer()
+        assert later.frame(address + 1) == named and later.frame(unnamed) == last
+        assert later.unresolved == first.unresolved
+    moved = Symbolizer()
+    moved.maps = [symbols.Mapping(m.start, m.end, m.offset + 4096 if m == mapping else m.offset, m.perms, m.path)
+                  for m in moved.maps]
+    resolved: list[int] = []
+    monkeypatch.setattr(Symbolizer, "_resolve", lambda self, pc: resolved.append(pc) or named)
+    moved.frame(address + 1)
+    assert resolved == [address + 1]
+
+
+def test_warming_up_reads_the_kernels_symbols_and_every_mapped_executable_files():
+    symbols._elf.cache_clear()
+    symbols.kernel_symbols.cache_clear()
+    assert symbols.warm_up() >= 1
+    assert symbols.kernel_symbols.cache_info().currsize == 1
+    hits = symbols._elf.cache_info().hits
+    symbols.elf_symbols(_libc_path())
+    assert symbols._elf.cache_info().hits == hits + 1  # read as it warmed up
+
+
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="binutils' readelf is not installed")
 def test_segments_and_sections_agree_with_readelf():
     path = _libc_path()

@@ -290,6 +290,33 @@ def categorize(module: str, name: str) -> str:
     return "other"
 
 
+# Frames resolved by earlier symbolizers of this process, by address and the file mapping it lies in
+# (or the address alone in the kernel), with whether it was left unnamed: a followed process saves
+# its profile every few seconds, and resolving every sampled address again at each save (the
+# mapping's file stat'ed, its symbol looked up, the name demangled) was most of a checkpoint's
+# time after the first. Generated code is not kept: its addresses are reused by other kernels.
+# Bounded: emptied when full.
+_RESOLVED: dict[tuple[int, int, int, str], tuple[NativeFrame, bool]] = {}
+_RESOLVED_MAX = 1 << 18
+
+
+def forget_resolved() -> None:
+    _RESOLVED.clear()
+
+
+def warm_up(pid: int | str = "self") -> int:
+    """Reads now what the first symbolization of ``pid``'s addresses needs: the kernel's symbols and
+    those of every executable file mapped so far. A followed process does it as it starts (during
+    an engine's own start-up), not at its first save, which would otherwise fall in its steady
+    state. Returns the files read."""
+    kernel_symbols()
+    read = 0
+    for mapping in read_maps(pid):
+        if "x" in mapping.perms and mapping.path.startswith("/"):
+            read += elf_symbols(mapping.path.removesuffix(" (deleted)")) is not None
+    return read
+
+
 class Symbolizer:
     """Resolves a process's sampled addresses to frames, caching per address."""
 
@@ -310,6 +337,32 @@ class Symbolizer:
 
     @functools.lru_cache(maxsize=1 << 17)  # noqa: B019  (one symbolizer per profile build)
     def _frame(self, pc: int) -> NativeFrame:
+        key = self._key(pc)
+        if key is not None:
+            known = _RESOLVED.get(key)
+            if known is not None:
+                self.unresolved += known[1]
+                return known[0]
+        before = self.unresolved
+        frame = self._resolve(pc)
+        if key is not None:
+            if len(_RESOLVED) >= _RESOLVED_MAX:
+                _RESOLVED.clear()
+            _RESOLVED[key] = (frame, self.unresolved > before)
+        return frame
+
+    def _key(self, pc: int) -> tuple[int, int, int, str] | None:
+        """What a frame resolved from ``pc`` depends on: the address and, outside the kernel, the
+        file mapping it lies in; None for anonymous memory."""
+        if pc >= KERNEL_START:
+            return (pc, 0, 0, "[kernel]")
+        i = bisect.bisect_right(self._starts, pc) - 1
+        if i < 0 or pc >= self.maps[i].end or not self.maps[i].path.startswith("/"):
+            return None
+        mapping = self.maps[i]
+        return (pc, mapping.start, mapping.offset, mapping.path)
+
+    def _resolve(self, pc: int) -> NativeFrame:
         if pc >= KERNEL_START:
             addresses, names = kernel_symbols()
             i = bisect.bisect_right(addresses, pc) - 1

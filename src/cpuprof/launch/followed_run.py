@@ -297,6 +297,12 @@ class FollowedRun(ChildRun):
         1/CHECKPOINT_SHARE of the time (a large profile on a busy machine takes a second to save,
         and that second is CPU taken from the program)."""
         wait_s = self.checkpoint_s
+        try:  # the first save's symbol tables, read now: a serving engine is still starting up
+            from ..collect.symbols import warm_up
+
+            warm_up()
+        except Exception:  # the saves read what they need themselves
+            pass
         while not self._stop.wait(wait_s):
             try:
                 with self._lock:
