@@ -295,8 +295,9 @@ def categorize(module: str, name: str) -> str:
 # its profile every few seconds, and resolving every sampled address again at each save (the
 # mapping's file stat'ed, its symbol looked up, the name demangled) was most of a checkpoint's
 # time after the first. Generated code is not kept: its addresses are reused by other kernels.
+# Kept as text, each build given frames of its own (a profile's frames are never another's).
 # Bounded: emptied when full.
-_RESOLVED: dict[tuple[int, int, int, str], tuple[NativeFrame, bool]] = {}
+_RESOLVED: dict[tuple[int, int, int, str], tuple[str, str, str, bool]] = {}
 _RESOLVED_MAX = 1 << 18
 
 
@@ -341,14 +342,15 @@ class Symbolizer:
         if key is not None:
             known = _RESOLVED.get(key)
             if known is not None:
-                self.unresolved += known[1]
-                return known[0]
+                name, module, category, unnamed = known
+                self.unresolved += unnamed
+                return NativeFrame(name=name, module=module, category=category)
         before = self.unresolved
         frame = self._resolve(pc)
         if key is not None:
             if len(_RESOLVED) >= _RESOLVED_MAX:
                 _RESOLVED.clear()
-            _RESOLVED[key] = (frame, self.unresolved > before)
+            _RESOLVED[key] = (frame.name, frame.module, frame.category, self.unresolved > before)
         return frame
 
     def _key(self, pc: int) -> tuple[int, int, int, str] | None:

@@ -130,7 +130,9 @@ def _cpu_list(raw: str | None) -> list[int]:
 
 
 def _main_thread_cpus(pid: int) -> list[int] | None:
-    """The CPUs process ``pid``'s main thread may run on (/proc/PID/status), or None."""
+    """The CPUs process ``pid``'s main thread may run on (/proc/PID/status), or None. (The list is
+    parsed here, not by model.parse_cpulist: this module runs as every followed Python starts and
+    imports only the standard library.)"""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
             text = status.read()
