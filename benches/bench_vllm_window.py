@@ -14,6 +14,7 @@ Llama, written into a temporary directory:
 
     python benches/bench_vllm_window.py                 # 10 rounds of 2 x 6 s, ~5 min here
     python benches/bench_vllm_window.py --rounds 3 --phase 4
+    python benches/bench_vllm_window.py --flags=--no-shapes    # a lever, against the figures of the default
 """
 
 from __future__ import annotations
@@ -34,12 +35,32 @@ from tests.vllm_checkpoint import write_checkpoint  # noqa: E402
 from tests.vllm_server import ENV, Client, interrupt, on_demand_server, wait_until_serving  # noqa: E402
 
 WINDOW_SAVED_TIMEOUT_S = 300
+# The window's phase runs from its start signal until its profile is saved; this row is the same
+# windows from start to stop signal, without the save (what profiling costs, apart from saving).
+WHILE_OPEN = "window, start to stop (no save)"
 
 
 def cpuprof(*args: str) -> None:
     result = subprocess.run([sys.executable, "-m", "cpuprof", *args], capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         raise SystemExit(f"cpuprof {' '.join(args)} failed: {result.stderr.strip()}")
+
+
+def ops_per_second(out: Path) -> dict[str, list[float]]:
+    """Each window's ATen ops per second of its profile, per profiled process's role: what a per-op
+    cost is multiplied by."""
+    from cpuprof.model.profile import Profile
+
+    rates: dict[str, list[float]] = {}
+    for path in sorted(out.glob("window-*/**/profile.json")):
+        profile = Profile.load(path)
+        if profile.collection is None or profile.overhead is None:  # a process not profiled in the window
+            continue
+        span_ns = profile.collection.stopped_ns - profile.collection.started_ns
+        if span_ns > 0:
+            role = profile.meta.role or "the program"
+            rates.setdefault(role, []).append(profile.overhead.ops / (span_ns / 1e9))
+    return rates
 
 
 def phase_figures(client: Client, begin: float, end: float) -> tuple[float, float | None]:
@@ -53,18 +74,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--phase", type=float, default=6.0, help="seconds each phase lasts (a window's length)")
+    parser.add_argument("--flags", default="", help="more `cpuprof run` options for the server's launch, a lever "
+                                                    "measured against the default (--flags=--no-shapes)")
     args = parser.parse_args()
     print(machine_line())
+    if args.flags:
+        print(f"cpuprof run flags added: {args.flags}")
     with tempfile.TemporaryDirectory(prefix="cpuprof-bench-window-") as tmp:
         work = Path(tmp)
         model, out, log = work / "model", work / "out", work / "server.log"
         write_checkpoint(model)
         port = free_port()
         with log.open("w") as sink:
-            proc = subprocess.Popen(on_demand_server(model, port, out), stdout=sink, stderr=subprocess.STDOUT,
-                                    env=ENV)
+            proc = subprocess.Popen(on_demand_server(model, port, out, args.flags.split()), stdout=sink,
+                                    stderr=subprocess.STDOUT, env=ENV)
         client = Client(port, model)
         phases: dict[str, list[tuple[float, float]]] = {"no window": [], "window": []}
+        open_spans: list[tuple[float, float]] = []  # each window from its start signal to its stop signal
         try:
             wait_until_serving(port, proc, log)
             client.start()
@@ -77,6 +103,7 @@ def main() -> int:
                         window += 1
                         cpuprof("signal", str(proc.pid), "start")
                         time.sleep(args.phase)
+                        open_spans.append((began, time.monotonic()))
                         cpuprof("signal", str(proc.pid), "stop")
                         saved = out / f"window-{window}" / "profile.json"
                         while not saved.exists():
@@ -91,6 +118,8 @@ def main() -> int:
             client.stop()
             interrupt(proc)
         text = log.read_text()
+        op_rates = ops_per_second(out)
+    phases[WHILE_OPEN] = open_spans
     figures = {name: [phase_figures(client, b, e) for b, e in spans] for name, spans in phases.items()}
     rows = []
     for name in phases:
@@ -109,6 +138,9 @@ def main() -> int:
         if values:
             print(f"{what}, per process and window: median {median(values):.0f} ms, {span(values, '{:.0f}')} ms "
                   f"({len(values)} of them)")
+    for role, rates in sorted(op_rates.items()):
+        print(f"ATen ops per second in {role} while a window was open: median {median(rates):,.0f} "
+              f"({span(rates, '{:,.0f}')}, {len(rates)} windows)")
     return 1 if failed else 0
 
 

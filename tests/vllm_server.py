@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 ENV = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
@@ -66,9 +67,10 @@ def wait_until_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: 
     raise AssertionError(f"the server did not serve in {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
-def on_demand_server(model: Path, port: int, out: Path) -> list[str]:
-    """vLLM's OpenAI server under ``cpuprof run --on-demand``: started unprofiled, windows on signals."""
-    return [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--threads", "2", "--out", str(out), "--",
+def on_demand_server(model: Path, port: int, out: Path, flags: Sequence[str] = ()) -> list[str]:
+    """vLLM's OpenAI server under ``cpuprof run --on-demand``: started unprofiled, windows on signals;
+    ``flags``: more options of ``cpuprof run`` (a benchmark's lever)."""
+    return [sys.executable, "-m", "cpuprof", "run", "--on-demand", "--threads", "2", *flags, "--out", str(out), "--",
             "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
             "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "256", "--enforce-eager"]
 

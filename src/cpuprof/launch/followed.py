@@ -13,8 +13,9 @@ directory with the run's options, and saves its profile:
 - at its end, however it ends: at exit (``atexit``), at multiprocessing's own exit (a process that
   multiprocessing started ends with ``os._exit``, past ``atexit``), and on a SIGTERM while the
   program has no handler of its own (``Pool.terminate`` sends one);
-- every ``CHECKPOINT_S`` seconds while it runs, so a process killed by SIGKILL keeps what was
-  measured until its last checkpoint, marked as one.
+- every ``CHECKPOINT_S`` seconds while it runs (less often where a save is slow: saving takes at
+  most 1/``CHECKPOINT_SHARE`` of its time), so a process killed by SIGKILL keeps what was measured
+  until its last checkpoint, marked as one.
 
 The launch's thread and binding variables (OMP_NUM_THREADS, OMP_PROC_BIND, OMP_PLACES, ...) are the
 program's own process's: a followed process starts with the values it would have had without

@@ -34,7 +34,11 @@ from .window import WindowPlan, Windows
 FOLLOW_FILE = FileKind(name="follow file", format="cpuprof-follow", version=1, filename="follow.json",
                        written_by="cpuprof run")
 BOOT_DIRNAME = "follow_boot"  # holds the sitecustomize.py every followed Python runs as it starts
-CHECKPOINT_SHARE = 20  # a followed process spends at most 1/20 of its time saving checkpoints
+# A followed process spends at most 1/CHECKPOINT_SHARE of its time saving checkpoints. Not 1/20: a
+# save's CPU comes out of the program's (on a machine its OpenMP team fills, out of every thread of
+# the team), and a serving engine is to keep 0.95 of its throughput, all costs together; vLLM's
+# worker takes about 0.4 s to save, so it saves every 40 s rather than every 8.
+CHECKPOINT_SHARE = 100
 START_FILENAME = "started"  # processes/<pid>/started: the process's start time, in clock ticks since boot
 # How long the launcher gives followed processes still running when the program has ended to save
 # their profiles (a SIGTERM asks them), before it kills them.
@@ -101,6 +105,12 @@ def process_role() -> str:
     if argv0 in ("-c", ""):
         return "python -c"
     return f"python {os.path.basename(argv0)}"
+
+
+def next_checkpoint_in(took_s: float, checkpoint_s: float) -> float:
+    """Seconds to the next checkpoint after one that took ``took_s``: ``checkpoint_s``, or longer
+    where saving is slow, so that saving never takes more than 1/CHECKPOINT_SHARE of the time."""
+    return max(checkpoint_s, CHECKPOINT_SHARE * took_s)
 
 
 class FollowedRun(ChildRun):
@@ -293,9 +303,9 @@ class FollowedRun(ChildRun):
         return signal.getsignal(signal.SIGTERM) == self._on_sigterm
 
     def _checkpoints(self) -> None:
-        """A checkpoint every ``checkpoint_s``, or less often where saving is slow: never more than
-        1/CHECKPOINT_SHARE of the time (a large profile on a busy machine takes a second to save,
-        and that second is CPU taken from the program)."""
+        """A checkpoint every ``checkpoint_s``, or less often where saving is slow
+        (:func:`next_checkpoint_in`): a large profile on a busy machine takes a second to save, and
+        that second is CPU taken from the program."""
         wait_s = self.checkpoint_s
         try:  # the first save's symbol tables, read now: a serving engine is still starting up
             from ..collect.symbols import warm_up
@@ -314,7 +324,7 @@ class FollowedRun(ChildRun):
                         took = time.monotonic() - began
                         self.checkpoints += 1
                         self.checkpoint_ns += int(took * 1e9)
-                        wait_s = max(self.checkpoint_s, CHECKPOINT_SHARE * took)
+                        wait_s = next_checkpoint_in(took, self.checkpoint_s)
             except Exception as exc:  # a full disk: the final save says so again
                 warn(f"a checkpoint of the profile failed ({type(exc).__name__}: {exc})")
                 return
