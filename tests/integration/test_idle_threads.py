@@ -39,9 +39,10 @@ def test_idle_threads_are_not_read_until_one_wakes_and_joins_the_team(mode: str)
         wake.wait()
         clock = time.pthread_getcpuclockid(threading.get_ident())
         spun["tid"] = threading.get_native_id()
-        before = time.clock_gettime_ns(clock)
+        before, began = time.clock_gettime_ns(clock), time.perf_counter_ns()
         workloads.spin_for_ns(SPIN_NS)
         spun["cpu_ns"] = time.clock_gettime_ns(clock) - before
+        spun["wall_ns"] = time.perf_counter_ns() - began
 
     threads = [threading.Thread(target=sleeper, name=f"idle-{k}") for k in range(IDLE)]
     late = threading.Thread(target=waker, name="wakes-late")
@@ -78,7 +79,10 @@ def test_idle_threads_are_not_read_until_one_wakes_and_joins_the_team(mode: str)
     assert profile.overhead.idle_reads_skipped >= IDLE * 3, (profile.overhead, passes)
     (woken,) = [t for t in profile.threads if t.tid == spun["tid"]]
     counted = woken.counters["task-clock"]
-    assert abs(counted - spun["cpu_ns"]) <= 0.1 * spun["cpu_ns"], (counted, spun)
+    # task-clock runs while the thread is on a CPU as the guest sees it; the thread's CPU clock leaves
+    # out what the host stole from this VM meanwhile (CI saw 297 ms counted against a clock of 267 ms
+    # in a 300 ms spin): the count lies between the clock and the spin's wall time.
+    assert 0.9 * spun["cpu_ns"] <= counted <= 1.1 * spun["wall_ns"], (counted, spun)
     column = [t.tid for t in profile.threads].index(spun["tid"])
     on_ops = sum(op.counters_self["task-clock"][column] for op in profile.ops
                  if op.kind == "op" and "task-clock" in op.counters_self)
@@ -108,9 +112,10 @@ def test_a_thread_created_mid_session_is_found_by_its_creators_ring_not_by_walki
     def worker() -> None:
         clock = time.pthread_getcpuclockid(threading.get_ident())
         spun["tid"] = threading.get_native_id()
-        before = time.clock_gettime_ns(clock)
+        before, began = time.clock_gettime_ns(clock), time.perf_counter_ns()
         workloads.spin_for_ns(SPIN_NS)
         spun["cpu_ns"] = time.clock_gettime_ns(clock) - before
+        spun["wall_ns"] = time.perf_counter_ns() - began
 
     x = torch.rand(2_000_000)
     threads_before = torch.get_num_threads()
