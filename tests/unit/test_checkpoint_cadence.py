@@ -5,13 +5,13 @@ is the program's: a serving engine followed is to keep 0.95 of its throughput, a
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 
 import pytest
 
 from cpuprof.collect import symbols
-from cpuprof.launch import followed_run
 from cpuprof.launch.followed_run import CHECKPOINT_SHARE, FollowedRun, next_checkpoint_in
 
 
@@ -27,7 +27,7 @@ class TimedSaves:
     def __init__(self, save_s: float, checkpoint_s: float) -> None:
         run = FollowedRun.__new__(FollowedRun)  # no profile: only the checkpoint loop is under test
         run.checkpoint_s = checkpoint_s
-        run.pid = followed_run.os.getpid()
+        run.pid = os.getpid()
         run.windows = None
         run._lock = threading.RLock()
         run._stop = threading.Event()
