@@ -5,8 +5,12 @@ under ``cpuprof run`` (the engine core and worker followed and profiled); under 
 --no-follow`` (only the front end profiled: what following adds over it); alone with vLLM's own
 torch profiler on (``profiler_config={"profiler": "torch", ...}`` at its defaults, started with
 ``llm.start_profile()`` before the timed call and stopped after it, so writing its trace is outside
-the timing): the tool a vLLM user picks today. The script times its own
-``generate`` call (engine start-up is outside it) and prints tokens/s; printed per variant: the
+the timing): the tool a vLLM user picks today. Beside them, ``--variants`` can add "torch's floor":
+alone, with RecordFunction callbacks that do nothing registered in every process of the engine as
+cpuprof registers its op hook (``benches/floor_site``), what any RecordFunction profiler pays before
+it does anything; and "cpuprof run --on-demand (no window)": launched and followed as following is,
+but never observed, what the launch itself costs. The script times its own ``generate`` call
+(engine start-up is outside it) and prints tokens/s; printed per variant: the
 median tokens/s with its min–max, and the median per-round ratio to the run without cpuprof.
 
 Needs vLLM's CPU backend (README command 2 installs it). It writes a random 4-layer Llama
@@ -17,6 +21,7 @@ is downloaded. Each run starts an engine (~30 s here), so:
     python benches/bench_vllm_follow.py                       # 10 rounds, ~20 min here
     python benches/bench_vllm_follow.py --rounds 3 --tokens 32  # a quick look
     python benches/bench_vllm_follow.py --shapes 1b             # ops long enough to show only cpuprof's own cost
+    python benches/bench_vllm_follow.py --variants "cpuprof run (following),torch's floor"   # cpuprof beyond torch
 """
 
 from __future__ import annotations
@@ -65,12 +70,21 @@ if __name__ == "__main__":
 """
 
 VLLM_PROFILER = "vLLM's torch profiler"
+FLOOR = "torch's floor"
+# Launched and followed as following is, but no window ever opened: what the launch itself (its
+# binding, its environment, cpuprof's boot in each process) costs, apart from observing.
+ON_DEMAND = "cpuprof run --on-demand (no window)"
 VARIANTS = {
     "no cpuprof": [],
     "cpuprof run (following)": ["-m", "cpuprof", "run", "--threads", "2"],
     "cpuprof run --no-follow": ["-m", "cpuprof", "run", "--threads", "2", "--no-follow"],
+    ON_DEMAND: ["-m", "cpuprof", "run", "--threads", "2", "--on-demand"],
     VLLM_PROFILER: [],
+    FLOOR: [],
 }
+DEFAULT_VARIANTS = [name for name in VARIANTS if name not in (FLOOR, ON_DEMAND)]
+# The floor's callbacks are installed by a sitecustomize in every Python the script starts.
+FLOOR_SITE = Path(__file__).resolve().parent / "floor_site"
 
 
 FOLLOWING = "cpuprof run (following)"
@@ -99,10 +113,21 @@ def run(name: str, script: Path, model: Path, tokens: int, prompts: int, out: Pa
     if name == VLLM_PROFILER:
         args.append(str(out.with_name("vllm-traces")))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **added}
+    floor_log = out.with_name("floor-installed")
+    if name == FLOOR:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FLOOR_SITE), env.get("PYTHONPATH")]))
+        env["CPUPROF_BENCH_FLOOR"] = "shapes"
+        env["CPUPROF_BENCH_FLOOR_LOG"] = str(floor_log)
+        floor_log.unlink(missing_ok=True)
     result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1200)
     found = re.search(r"THROUGHPUT ([0-9.]+)", result.stdout)
     if result.returncode != 0 or found is None:
         raise SystemExit(f"{' '.join(args)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    if name == FLOOR:  # the front end, the engine core and the worker: else the floor measured nothing
+        installed = set(floor_log.read_text().split()) if floor_log.exists() else set()
+        if len(installed) < 3:
+            raise SystemExit(f"{FLOOR}: the empty callbacks were installed in {len(installed)} processes, not the "
+                             "front end, engine core and worker")
     return float(found.group(1))
 
 
@@ -113,12 +138,13 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--shapes", choices=("small", "1b"), default="small",
                         help="the checkpoint's layer shapes: small (hidden 512) or 1b (Llama-3.2-1B's)")
-    parser.add_argument("--variants", help="comma-separated variants to run (default: the four above); "
+    parser.add_argument("--variants", help="comma-separated variants to run (default: the four above; not the "
+                                           "floor nor --on-demand); "
                                            "no cpuprof is always run; following{FLAGS} adds `cpuprof run` flags "
                                            "(and VAR=value to the environment) to following, e.g. "
                                            "'following{--sample-hz 10}'")
     args = parser.parse_args()
-    names = [n.strip() for n in args.variants.split(",")] if args.variants else list(VARIANTS)
+    names = [n.strip() for n in args.variants.split(",")] if args.variants else DEFAULT_VARIANTS
     for name in names:
         if name not in VARIANTS and not LEVER.match(name):
             parser.error(f"--variants: {name}: not one of {', '.join(VARIANTS)}, nor following{{FLAGS}}")
@@ -149,6 +175,10 @@ def main() -> int:
     if FOLLOWING in results and VLLM_PROFILER in results:
         paired = [f / v for f, v in zip(results[FOLLOWING], results[VLLM_PROFILER], strict=True)]
         print(f"following / {VLLM_PROFILER}, paired per round: {median(paired):.3f} ({span(paired)})")
+    if FOLLOWING in results and FLOOR in results:
+        beyond = [(v - f) / b * 100 for v, f, b in zip(results[FLOOR], results[FOLLOWING], base, strict=True)]
+        print(f"following's cost beyond {FLOOR}, paired per round: {median(beyond):.1f} points of bare "
+              f"({span(beyond, '{:.1f}')})")
     for name in (n for n in names if LEVER.match(n) and FOLLOWING in results):
         gains = [(v - f) / b * 100 for v, f, b in zip(results[name], results[FOLLOWING], base, strict=True)]
         print(f"{name} against following, paired per round: {median(gains):+.1f} points of bare "
