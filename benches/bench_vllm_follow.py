@@ -89,8 +89,10 @@ FLOOR_SITE = Path(__file__).resolve().parent / "floor_site"
 
 FOLLOWING = "cpuprof run (following)"
 # A lever measured beside the others: `following{--sample-hz 10 --no-shapes}` is following with those
-# flags of `cpuprof run` added (CPUPROF_ variables as VAR=value among them go to the environment).
-LEVER = re.compile(r"^following\{(.*)\}$")
+# flags of `cpuprof run` added (CPUPROF_ variables as VAR=value among them go to the environment);
+# `on-demand{--bind none}` the same for the launch that observes nothing.
+LEVER = re.compile(r"^(following|on-demand)\{(.*)\}$")
+LEVER_BASES = {"following": FOLLOWING, "on-demand": ON_DEMAND}
 
 
 def command_of(name: str) -> tuple[list[str], dict[str, str]]:
@@ -98,10 +100,10 @@ def command_of(name: str) -> tuple[list[str], dict[str, str]]:
     lever = LEVER.match(name)
     if lever is None:
         return VARIANTS[name], {}
-    words = lever.group(1).split()
+    words = lever.group(2).split()
     env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
     flags = [w for w in words if not ("=" in w and not w.startswith("-"))]
-    return [*VARIANTS[FOLLOWING], *flags], env
+    return [*VARIANTS[LEVER_BASES[lever.group(1)]], *flags], env
 
 
 def run(name: str, script: Path, model: Path, tokens: int, prompts: int, out: Path) -> float:
@@ -142,12 +144,14 @@ def main() -> int:
                                            "floor nor --on-demand); "
                                            "no cpuprof is always run; following{FLAGS} adds `cpuprof run` flags "
                                            "(and VAR=value to the environment) to following, e.g. "
-                                           "'following{--sample-hz 10}'")
+                                           "'following{--sample-hz 10}', on-demand{FLAGS} to the launch "
+                                           "with no window")
     args = parser.parse_args()
     names = [n.strip() for n in args.variants.split(",")] if args.variants else DEFAULT_VARIANTS
     for name in names:
         if name not in VARIANTS and not LEVER.match(name):
-            parser.error(f"--variants: {name}: not one of {', '.join(VARIANTS)}, nor following{{FLAGS}}")
+            parser.error(f"--variants: {name}: not one of {', '.join(VARIANTS)}, nor following{{FLAGS}} "
+                         "or on-demand{FLAGS}")
     names = ["no cpuprof", *(n for n in names if n != "no cpuprof")]
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="cpuprof-bench-vllm-") as tmp:
@@ -179,9 +183,13 @@ def main() -> int:
         beyond = [(v - f) / b * 100 for v, f, b in zip(results[FLOOR], results[FOLLOWING], base, strict=True)]
         print(f"following's cost beyond {FLOOR}, paired per round: {median(beyond):.1f} points of bare "
               f"({span(beyond, '{:.1f}')})")
-    for name in (n for n in names if LEVER.match(n) and FOLLOWING in results):
-        gains = [(v - f) / b * 100 for v, f, b in zip(results[name], results[FOLLOWING], base, strict=True)]
-        print(f"{name} against following, paired per round: {median(gains):+.1f} points of bare "
+    for name in names:
+        lever = LEVER.match(name)
+        against = LEVER_BASES[lever.group(1)] if lever else None
+        if against not in results:
+            continue
+        gains = [(v - f) / b * 100 for v, f, b in zip(results[name], results[against], base, strict=True)]
+        print(f"{name} against {against}, paired per round: {median(gains):+.1f} points of bare "
               f"({span(gains, '{:+.1f}')})")
     return 0
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import socket
 
-STEPS, LATE_MS = 20, 8.0
+# The sleep is well above what a loaded 2-CPU machine delays a process by (8 ms once let rank 0 arrive
+# after the sleeper at 3 steps of 20 in a merged run, which then named rank 1 late at only 17).
+STEPS, LATE_MS = 20, 20.0
 
 # The steps, as a function of the rank: `late_rank_steps(rank)` returns what rank 1 slept, in ms.
 LATE_RANK_STEPS = f"""

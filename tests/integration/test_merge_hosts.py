@@ -79,7 +79,7 @@ def test_two_hosts_merged_clocks_aligned_from_the_data_and_the_late_rank_named(t
     assert (host0.hostname, host0.reference, host1.hostname) == ("host0", True, "host1")
     assert host1.offset_ns is not None and host1.residual_ns is not None
     assert abs(host1.offset_ns + AHEAD_S * 10**9) <= 2_000_000, host1
-    assert host1.residual_ns <= 2_000_000 and host1.matched >= STEPS, host1
+    assert host1.matched >= STEPS, host1
 
     rows = [row(p) for p in load_processes(merged_dir)]
     (job,) = jobs([r.rank for r in rows if r.rank is not None])
@@ -91,6 +91,13 @@ def test_two_hosts_merged_clocks_aligned_from_the_data_and_the_late_rank_named(t
     ends = [f.timeline.calls["gloo:all_reduce"][1] for f in job.ranks]
     gaps = sorted(abs(a - b) for a, b in zip(*ends, strict=True))
     assert gaps[len(gaps) // 2] <= 2_000_000, gaps
+    # The residual is the 90th percentile of these gaps, over the all-reduces and whatever other
+    # collective ended on both ranks: with `extra` more values than the gaps, it lies between the gaps'
+    # order statistics `extra` apart. Its size is this machine's scheduling noise (3.8 ms once on a
+    # loaded 2-CPU CI run), not a known answer; the offset and the median gap above are.
+    extra = host1.matched - len(gaps)
+    at = min(host1.matched - 1, int(0.9 * host1.matched))
+    assert extra >= 0 and gaps[max(0, at - extra)] <= host1.residual_ns <= gaps[min(len(gaps) - 1, at)], (host1, gaps)
 
     report = cpuprof("report", str(merged_dir))
     assert report.returncode == 0, report.stderr
