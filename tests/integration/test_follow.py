@@ -493,13 +493,84 @@ def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(
     program_main = next(t for t in top.profile.settings.at_start.threads if t.tid == top.profile.meta.pid)
     assert len(program_main.affinity) == 1, program_main
     assert began.affinity == launch
+    bound = format_cpulist(program_main.affinity)
+    # The program's process ran no OpenMP team before it started the worker: a front end, whose threads
+    # on the binding's one CPU the worker gave the launch's set (they would share it with the worker).
+    front_end = top.profile.settings.front_end
+    assert front_end is not None
+    assert (front_end.pid, front_end.by_pid) == (top.profile.meta.pid, worker.profile.meta.pid)
+    assert (front_end.cpus_from, front_end.cpus_to) == (program_main.affinity, launch) and front_end.threads >= 1
+    ended = next(t for t in top.profile.settings.in_force.threads if t.tid == top.profile.meta.pid)
+    assert ended.affinity == launch
     assert worker.profile.settings.given_back == [
-        f"CPU set {format_cpulist(program_main.affinity)} → {format_cpulist(launch)} (it inherited the CPU set of "
-        "the OpenMP-bound thread that started it, not the launch's)"]
-    assert "given back as it started (what it would have had without cpuprof): CPU set" in text
+        f"CPU set {bound} → {format_cpulist(launch)} as it started (it inherited the CPU set of "
+        "the OpenMP-bound thread that started it, not the launch's)",
+        f"its parent's {front_end.threads} thread{'s' if front_end.threads != 1 else ''} on CPUs {bound} → the "
+        f"launch's (pid {front_end.pid}, a front end: it started this process before running an OpenMP team)"]
+    assert "given back by cpuprof (what it would have had without cpuprof): CPU set" in text
+    assert "moved from CPUs" not in top_line, top_line  # cpuprof's move, said as such, not the program's
     assert f"1 thread moved from CPUs {format_cpulist(began.affinity)} to CPUs {cpu}" in worker_changes, worker_changes
     assert "launch's variables being the program's process's): OMP_NUM_THREADS=1" in text
     assert "tokens: a program's are counted from the decode steps found in its op stream" in text
+
+
+FRONT_END = """
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import torch
+
+
+def worker():
+    import torch
+
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+
+
+if __name__ == "__main__":
+    if "team" in sys.argv:  # the program does OpenMP work of its own first: its team forms, bound
+        torch.ones(1 << 22).add_(1)
+    # A thread started before the worker, as a server's are: it inherits its starter's CPU set.
+    import threading
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    process = mp.get_context("spawn").Process(target=worker)
+    process.start()
+    process.join()
+    print("main", sorted(os.sched_getaffinity(0)), "thread", sorted(os.sched_getaffinity(thread.native_id)))
+    stop.set()
+    print("exit", process.exitcode)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding to one CPU changes nothing with one CPU")
+@pytest.mark.parametrize("team", [False, True], ids=["front-end", "team-first"])
+def test_a_front_end_is_given_the_launchs_cpus_and_a_program_with_a_team_keeps_its_binding(tmp_path: Path,
+                                                                                           team: bool):
+    """Known answers: the launch's binding puts the program's initial thread, and the threads it
+    starts, on the first place's CPU. A program that starts a torch worker before it has run an
+    OpenMP team is a front end: its threads are on the launch's whole set once the worker has
+    imported torch (read by the program itself). A program whose team ran first keeps its binding."""
+    program = _write(tmp_path, "front.py", FRONT_END)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_"))}
+    result = cpuprof("run", "--threads", "2", "--out", str(out), "--", "python", str(program),
+                     *(["team"] if team else []), timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    everyone = load_processes(out)
+    top = next(p for p in everyone if not p.followed)
+    launch = top.profile.settings.requested.cpus
+    began = next(t for t in top.profile.settings.at_start.threads if t.tid == top.profile.meta.pid)
+    assert len(began.affinity) == 1 and set(began.affinity) < set(launch)  # the binding's, at torch's import
+    line = next(x for x in result.stdout.splitlines() if x.startswith("main "))
+    expected = launch if not team else began.affinity
+    assert line == f"main {expected} thread {expected}", line
+    assert (top.profile.settings.front_end is not None) is not team
+    assert (out / "front_end.json").exists() is not team
 
 
 def test_a_process_named_with_escape_sequences_is_shown_not_obeyed(tmp_path: Path):

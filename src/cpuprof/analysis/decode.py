@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..model import DecodeWorkload, InForce, MemPolicy, Settings, format_cpulist
+from ..model import DecodeWorkload, FrontEndGivenBack, InForce, MemPolicy, Settings, format_cpulist
 from ..units import fmt_bytes, fmt_params, fmt_percent, fmt_rate
 
 
@@ -101,9 +101,9 @@ def settings_lines(settings: Settings) -> list[str]:
                      "had without cpuprof, the launch's variables being the program's process's): "
                      + "; ".join(settings.from_program))
     if settings.given_back:
-        lines.append("given back as it started (what it would have had without cpuprof): "
+        lines.append("given back by cpuprof (what it would have had without cpuprof): "
                      + "; ".join(settings.given_back))
-    changes = changes_since_start(settings.at_start, force) if settings.at_start else []
+    changes = changes_since_start(settings.at_start, force, settings.front_end) if settings.at_start else []
     if changes:
         lines.append(f"changed since its import of torch (by the program or a library it loaded): {'; '.join(changes)}")
     return lines
@@ -113,10 +113,12 @@ def _policy_text(policy: MemPolicy) -> str:
     return policy.mode + (f" to node(s) {format_cpulist(policy.nodes)}" if policy.nodes else "")
 
 
-def changes_since_start(start: InForce, end: InForce) -> list[str]:
+def changes_since_start(start: InForce, end: InForce, front_end: FrontEndGivenBack | None = None) -> list[str]:
     """What a process changed in its threads, their affinity, its memory policy and its OpenMP
     variables between two reads of its settings (at its import of torch and at its end): a program
-    that sets its own (vLLM sizes and binds its OpenMP threads) is then seen to have done so."""
+    that sets its own (vLLM sizes and binds its OpenMP threads) is then seen to have done so. Not
+    cpuprof's own change, the launch's CPU set given to a front end (``front_end``), nor the threads
+    started since on that set."""
     changes = []
     if start.torch is not None and end.torch is not None:
         if start.torch.num_threads != end.torch.num_threads:
@@ -139,11 +141,16 @@ def changes_since_start(start: InForce, end: InForce) -> list[str]:
         before_thread = began.get(thread.tid)
         if before_thread is None:
             new[format_cpulist(thread.affinity)] += 1
+        elif front_end is not None and (before_thread.affinity, thread.affinity) == (front_end.cpus_from,
+                                                                                   front_end.cpus_to):
+            continue
         elif before_thread.affinity != thread.affinity:
             moved[(format_cpulist(before_thread.affinity), format_cpulist(thread.affinity))] += 1
     for (before_cpus, after_cpus), count in sorted(moved.items()):
         changes.append(f"{count} thread{'s' if count != 1 else ''} moved from CPUs {before_cpus} to CPUs {after_cpus}")
     process_cpus = {format_cpulist(t.affinity) for t in start.threads if t.tid == start.pid}
+    if front_end is not None:
+        process_cpus.add(format_cpulist(front_end.cpus_to))
     if new and set(new) - process_cpus:  # threads started since, on CPUs other than the process's at start
         placed = ", ".join(f"{count} on CPUs {cpus}" for cpus, count in sorted(new.items()))
         changes.append(f"threads started since and alive at the end: {placed}")

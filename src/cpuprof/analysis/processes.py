@@ -125,7 +125,7 @@ def row(p: ProcessProfile) -> ProcessRow:
     settings = profile.settings
     changes: tuple[str, ...] = ()
     if settings is not None and settings.at_start is not None and settings.in_force is not None:
-        changes = tuple(changes_since_start(settings.at_start, settings.in_force))
+        changes = tuple(changes_since_start(settings.at_start, settings.in_force, settings.front_end))
     return ProcessRow(role=role if p.followed or profiled else f"{role}, never imported torch", pid=meta.pid,
                       ppid=meta.ppid, wall_ns=wall, cpu_ns=cpu, ops=ops,
                       op_ns=op_time_ns(profile) if profiled else None,

@@ -36,6 +36,9 @@ boot_ns = 0
 before_launch: dict[str, str | None] | None = None
 # The CPU set this process was given back as it started: (the one it inherited, the launch's), or None.
 cpus_given_back: tuple[list[int], list[int]] | None = None
+# Its parent's threads given the launch's set (free_the_front_end): (the parent's pid, the threads
+# moved, the CPU set they were bound to), or None.
+front_end_freed: tuple[int, int, list[int]] | None = None
 
 
 def launch_env_values(environ: Any = os.environ) -> dict[str, tuple[str | None, str | None]]:
@@ -105,7 +108,7 @@ def give_back_the_cpu_set(launch_cpus: list[int], parent: int | None = None) -> 
         return False
     if not set(inherited) < set(launch_cpus):
         return False
-    if _main_thread_cpus(os.getppid() if parent is None else parent) != inherited:
+    if _allowed_cpus(os.getppid() if parent is None else parent) != inherited:
         return False
     try:
         os.sched_setaffinity(0, launch_cpus)
@@ -113,6 +116,56 @@ def give_back_the_cpu_set(launch_cpus: list[int], parent: int | None = None) -> 
         return False
     cpus_given_back = (inherited, sorted(launch_cpus))
     return True
+
+
+def free_the_front_end(parent: int | None = None) -> bool:
+    """The program's process is bound by the launch's OpenMP binding (its initial thread, and every
+    thread started from it, on the first place's CPUs) for the OpenMP team it is expected to run. One
+    that starts a process importing torch before it has run a team is a front end (vLLM's ``LLM``,
+    torchrun): its work is the processes', and bound it shares one CPU with them (vLLM binds its
+    worker to the first CPU too; following vLLM's small model kept 0.67 of bare with the front end
+    bound, 0.85 with --bind none). Called in this process as it imports torch, after
+    give_back_the_cpu_set: its parent's threads still on the CPU set this process inherited get the
+    launch's set, where no thread of the parent is bound elsewhere in the launch's set (its team).
+    A program whose team ran before it started its workers keeps its binding. True when moved."""
+    global front_end_freed
+    if cpus_given_back is None:
+        return False
+    bound, launch_cpus = cpus_given_back
+    parent = os.getppid() if parent is None else parent
+    moved = 0
+    for _ in range(3):  # the parent may start threads meanwhile, bound as the thread that starts them
+        threads = _thread_cpus(parent)
+        if threads is None or threads.get(parent) != bound:
+            break
+        if any(cpus != bound and set(cpus) < set(launch_cpus) for cpus in threads.values()):
+            break  # its OpenMP team is bound across the launch's set: it does the work itself
+        still = [tid for tid, cpus in threads.items() if cpus == bound]
+        if not still:
+            break
+        for tid in still:
+            try:
+                os.sched_setaffinity(tid, launch_cpus)
+                moved += 1
+            except OSError:  # the thread ended, or a cgroup narrowed the set: it stays where it is
+                pass
+    if moved:
+        front_end_freed = (parent, moved, bound)
+    return moved > 0
+
+
+def _thread_cpus(pid: int) -> dict[int, list[int]] | None:
+    """{thread id: the CPUs it may run on} for each thread of process ``pid`` (/proc), or None."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+    except OSError:
+        return None
+    threads = {}
+    for tid in tids:
+        cpus = _allowed_cpus(pid, tid)
+        if cpus is not None:
+            threads[tid] = cpus
+    return threads
 
 
 def _cpu_list(raw: str | None) -> list[int]:
@@ -129,12 +182,13 @@ def _cpu_list(raw: str | None) -> list[int]:
     return sorted(set(cpus))
 
 
-def _main_thread_cpus(pid: int) -> list[int] | None:
-    """The CPUs process ``pid``'s main thread may run on (/proc/PID/status), or None. (The list is
-    parsed here, not by model.parse_cpulist: this module runs as every followed Python starts and
-    imports only the standard library.)"""
+def _allowed_cpus(pid: int, tid: int | None = None) -> list[int] | None:
+    """The CPUs process ``pid``'s main thread (or its thread ``tid``) may run on (/proc), or None.
+    (The list is parsed here, not by model.parse_cpulist: this module runs as every followed Python
+    starts and imports only the standard library.)"""
+    path = f"/proc/{pid}/status" if tid is None else f"/proc/{pid}/task/{tid}/status"
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+        with open(path, encoding="ascii", errors="replace") as status:
             text = status.read()
     except OSError:
         return None

@@ -59,6 +59,7 @@ def follow(path: str, began_ns: int | None = None) -> None:
 
 def _forget_boot() -> None:
     follow_env.boot_ns = 0  # a forked child's start-up was its parent's
+    follow_env.front_end_freed = None  # and so was what its parent did to its own parent
 
 
 def _start(path: str) -> None:

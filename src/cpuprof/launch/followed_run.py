@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import defaults
-from ..model import Profile, Requested, RoofProbe, Topology, format_cpulist
+from ..errors import FileFormatError
+from ..model import FrontEndGivenBack, Profile, Requested, RoofProbe, Topology, format_cpulist
 from ..model.io import FileKind, read_versioned, write_versioned
-from ..model.run_layout import PROCESSES_DIRNAME, process_dir, process_place, processes_dir
+from ..model.run_layout import FRONT_END_FILENAME, PROCESSES_DIRNAME, process_dir, process_place, processes_dir
 from ..safe_text import say
 from . import follow_env
 from .child_run import CHECKPOINT_REASON, ChildRun, program_context, remove_perf_map
@@ -33,6 +34,10 @@ from .window import WindowPlan, Windows
 
 FOLLOW_FILE = FileKind(name="follow file", format="cpuprof-follow", version=1, filename="follow.json",
                        written_by="cpuprof run")
+# Written by the process that found the program's process a front end (follow_env.free_the_front_end),
+# read by the program's process for its settings.
+FRONT_END_FILE = FileKind(name="front end's CPU set", format="cpuprof-front-end", version=1,
+                          filename=FRONT_END_FILENAME, written_by="a process cpuprof run followed")
 BOOT_DIRNAME = "follow_boot"  # holds the sitecustomize.py every followed Python runs as it starts
 # A followed process spends at most 1/CHECKPOINT_SHARE of its time saving checkpoints. Not 1/20: a
 # save's CPU comes out of the program's (on a machine its OpenMP team fills, out of every thread of
@@ -62,6 +67,19 @@ class FollowConfig:
     kept_probe: RoofProbe | None = None  # as ScriptConfig's: --roofs cached kept the roofs it disagreed with
 
 
+def read_front_end(root: str | os.PathLike[str], pid: int) -> FrontEndGivenBack | None:
+    """What a followed process said it did to process ``pid``'s CPU set, if anything; a file that is
+    not one, or about another process, says nothing (it is read back as untrusted input)."""
+    path = Path(root) / FRONT_END_FILE.filename
+    if not path.is_file():
+        return None
+    try:
+        said = read_versioned(path, FRONT_END_FILE, FrontEndGivenBack)
+    except (FileFormatError, OSError):
+        return None
+    return said if said.pid == pid else None
+
+
 def boot_dir() -> str:
     return str(Path(__file__).resolve().parent / BOOT_DIRNAME)
 
@@ -70,6 +88,7 @@ def enable(config: FollowConfig, environ: Any = os.environ) -> Path:
     """Writes the follow file and sets ``environ`` so that every Python started with it is followed."""
     # An earlier run's processes (a directory reused with --overwrite) are not this run's.
     shutil.rmtree(processes_dir(config.root), ignore_errors=True)
+    (Path(config.root) / FRONT_END_FILE.filename).unlink(missing_ok=True)
     path = write_versioned(Path(config.root) / FOLLOW_FILE.filename, FOLLOW_FILE, config)
     environ[FOLLOW_ENV] = str(path)
     previous = environ.get("PYTHONPATH")
@@ -164,6 +183,7 @@ class FollowedRun(ChildRun):
         self.out.mkdir(parents=True, exist_ok=True)
         # How the launcher tells this process from a later one given the same pid: its start time.
         (self.out / START_FILENAME).write_text(str(_start_time(self.pid)))
+        self._free_the_front_end()
         _preload_saving()
         self.read_settings_at_start()
         self.watch_rank()
@@ -191,6 +211,18 @@ class FollowedRun(ChildRun):
         when = ("every op from its import of torch" if plan.whole
                 else plan.describe(self.config.root).removeprefix("profiling "))
         say(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}")
+
+    def _free_the_front_end(self) -> None:
+        if not follow_env.free_the_front_end():
+            return
+        assert follow_env.front_end_freed is not None and follow_env.cpus_given_back is not None
+        parent, threads, bound = follow_env.front_end_freed
+        said = FrontEndGivenBack(pid=parent, by_pid=self.pid, threads=threads, cpus_from=bound,
+                                 cpus_to=follow_env.cpus_given_back[1])
+        try:
+            write_versioned(Path(self.config.root) / FRONT_END_FILE.filename, FRONT_END_FILE, said)
+        except OSError as exc:  # its threads are moved all the same; only the program's profile will not say so
+            warn(f"the program's process was given the launch's CPU set, but saying so failed: {exc}")
 
     def _before_exec(self, program: str) -> None:
         """This process is about to exec ``program``: its final save, now. What it becomes is not
@@ -339,8 +371,13 @@ class FollowedRun(ChildRun):
         if follow_env.cpus_given_back is not None:
             inherited, launch = follow_env.cpus_given_back
             self.settings.given_back = [
-                f"CPU set {format_cpulist(inherited)} → {format_cpulist(launch)} (it inherited the CPU set of "
-                "the OpenMP-bound thread that started it, not the launch's)"]
+                f"CPU set {format_cpulist(inherited)} → {format_cpulist(launch)} as it started (it inherited the CPU "
+                "set of the OpenMP-bound thread that started it, not the launch's)"]
+        if follow_env.front_end_freed is not None:
+            parent, threads, bound = follow_env.front_end_freed
+            self.settings.given_back.append(
+                f"its parent's {threads} thread{'s' if threads != 1 else ''} on CPUs {format_cpulist(bound)} → "
+                f"the launch's (pid {parent}, a front end: it started this process before running an OpenMP team)")
         before = follow_env.before_launch
         began = self.settings.at_start or self.settings.in_force
         if before is None or began is None:

@@ -35,6 +35,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from .. import exit_codes
 from ..errors import CpuprofError
@@ -267,6 +268,21 @@ class ScriptRun(ChildRun):
             self.out, self.prof = Path(self.config.out), None
             self.save(complete=complete, reason=ending.reason)
         return ending.status
+
+    def read_settings(self, tensors: Any = None) -> None:
+        super().read_settings(tensors)
+        if not self.config.follow:
+            return
+        from ..model import format_cpulist
+        from .followed_run import read_front_end
+
+        freed = read_front_end(self.config.out, self.pid)
+        if freed is not None:
+            self.settings.front_end = freed
+            self.settings.given_back = [
+                f"{freed.threads} thread{'s' if freed.threads != 1 else ''} on CPUs {format_cpulist(freed.cpus_from)} "
+                f"→ the launch's {format_cpulist(freed.cpus_to)}, when it started process {freed.by_pid} before "
+                "running an OpenMP team (a front end, which the launch's binding had put on one CPU)"]
 
     def followed_any(self) -> bool:
         from ..model.run_layout import processes_dir

@@ -23,7 +23,17 @@ from .profile import (
     ThreadStat,
 )
 from .roofs import ArithmeticPeak, BandwidthRoof, ComputeRoof, KernelRoof, MachineRoofs, Repeated, RoofProbe
-from .settings import AllocatorInfo, InForce, MemPolicy, Requested, Settings, ThreadPlacement, TorchThreads, WeightPages
+from .settings import (
+    AllocatorInfo,
+    FrontEndGivenBack,
+    InForce,
+    MemPolicy,
+    Requested,
+    Settings,
+    ThreadPlacement,
+    TorchThreads,
+    WeightPages,
+)
 from .stacks import (
     CATEGORIES,
     NativeFrame,
@@ -46,7 +56,7 @@ __all__ = [
     "COLLECTION_MODES", "CPU_EVENT", "EXACT", "SAMPLED", "CollectionMode",
     "FORMAT", "PROFILE_FILENAME", "VERSION", "AllocatorInfo", "Capabilities", "Collection", "Cpu",
     "Collectives", "DecodeWorkload", "DistributedRank", "DroppedEvent", "EventInfo", "IdleThread", "InForce",
-    "Limits", "MemPolicy",
+    "FrontEndGivenBack", "Limits", "MemPolicy",
     "Meta", "ModelInfo", "Node", "OpInput", "OpStat", "OpenMPInfo", "OpenMPRuntime", "Overhead", "Profile",
     "RankInfo", "Requested",
     "Settings", "Spans", "Status", "StepFigures", "ThreadPlacement", "ThreadStat", "Topology", "TorchThreads",

@@ -4,6 +4,7 @@ opens a file (it is given what is loaded here).
 
     DIR/profile.json                 the program's (or decode's) profile      io.PROFILE_FILENAME
     DIR/processes/PID/profile.json   each process the program started          process_dir
+    DIR/front_end.json               the program's threads given the launch's CPUs, by one it started
     DIR/window-N/...                 each window of an --on-demand run          window_dir
     DIR/rank-R/profile.json          each rank of decode --tp/--instances, run --nproc   rank_dir
     DIR/ranks.json, DIR/compare.json the group's and the sweep's own files      model.ranks, model.compare
@@ -25,6 +26,7 @@ from .merged import HOSTS_DIRNAME, MERGE_FILENAME, MergedRun
 from .profile import Profile
 
 PROCESSES_DIRNAME = "processes"
+FRONT_END_FILENAME = "front_end.json"
 WINDOW_PREFIX = "window-"
 RANK_PREFIX = "rank-"
 

@@ -15,6 +15,19 @@ class MemPolicy:
 
 
 @dataclass
+class FrontEndGivenBack:
+    """The program's process, bound by the launch's OpenMP binding, started a process importing torch
+    before it had run an OpenMP team: a front end, whose threads on the launch's first CPUs that
+    process gave the launch's whole set (launch.follow_env.free_the_front_end)."""
+
+    pid: int  # the program's process
+    by_pid: int  # the process it started, which moved them
+    threads: int  # threads moved
+    cpus_from: list[int]  # the CPUs the binding had put them on
+    cpus_to: list[int]  # the launch's
+
+
+@dataclass
 class Requested:
     """What the launcher was asked for, after validation (the child's CPU set is resolved)."""
 
@@ -103,3 +116,5 @@ class Settings:
     # A process the program started: what cpuprof gave back to it as it started, the launch's having
     # reached it by a way no launch variable says (the CPU set of the thread that started it).
     given_back: list[str] = field(default_factory=list)
+    # The program's process: its threads given the launch's CPU set when it turned out to be a front end.
+    front_end: FrontEndGivenBack | None = None
