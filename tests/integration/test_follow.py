@@ -507,7 +507,11 @@ def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(
         "the OpenMP-bound thread that started it, not the launch's)",
         f"its parent's {front_end.threads} thread{'s' if front_end.threads != 1 else ''} on CPUs {bound} → the "
         f"launch's (pid {front_end.pid}, a front end: it started this process before running an OpenMP team)"]
-    assert "given back by cpuprof (what it would have had without cpuprof): CPU set" in text
+    assert "CPU sets cpuprof gave back, the launch's binding having narrowed them: CPU set" in text
+    assert top.profile.settings.given_back == [
+        f"{front_end.threads} thread{'s' if front_end.threads != 1 else ''} on CPUs {bound} → the launch's "
+        f"{format_cpulist(launch)}, by process {worker.profile.meta.pid} as it imported torch: the program's process "
+        "started it before running an OpenMP team (a front end, which the launch's binding had put on one CPU)"]
     assert "moved from CPUs" not in top_line, top_line  # cpuprof's move, said as such, not the program's
     assert f"1 thread moved from CPUs {format_cpulist(began.affinity)} to CPUs {cpu}" in worker_changes, worker_changes
     assert "launch's variables being the program's process's): OMP_NUM_THREADS=1" in text
@@ -517,8 +521,9 @@ def test_a_program_that_sets_its_own_threads_and_binding_is_reported_not_warned(
 FRONT_END = """
 import multiprocessing as mp
 import os
+import subprocess
 import sys
-import time
+import threading
 
 import torch
 
@@ -530,47 +535,61 @@ def worker():
 
 
 if __name__ == "__main__":
-    if "team" in sys.argv:  # the program does OpenMP work of its own first: its team forms, bound
+    if "team-first" in sys.argv:  # the program does OpenMP work of its own first: its team forms, bound
         torch.ones(1 << 22).add_(1)
     # A thread started before the worker, as a server's are: it inherits its starter's CPU set.
-    import threading
-
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
-    process = mp.get_context("spawn").Process(target=worker)
-    process.start()
-    process.join()
+    if "shell" in sys.argv:  # the worker's parent is a shell, not the program: nothing of the program's moves
+        code = "import torch; torch.mm(torch.ones(8, 8), torch.ones(8, 8))"
+        subprocess.run(f"true && {sys.executable} -c '{code}'", shell=True, check=True)
+        print("exit", 0)
+    else:
+        process = mp.get_context("spawn").Process(target=worker)
+        process.start()
+        process.join()
+        print("exit", process.exitcode)
+    if "team-after" in sys.argv:  # a team formed after the program was given the launch's set
+        torch.ones(1 << 22).add_(1)
     print("main", sorted(os.sched_getaffinity(0)), "thread", sorted(os.sched_getaffinity(thread.native_id)))
     stop.set()
-    print("exit", process.exitcode)
 """
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding to one CPU changes nothing with one CPU")
-@pytest.mark.parametrize("team", [False, True], ids=["front-end", "team-first"])
+@pytest.mark.parametrize("order", ["front-end", "team-first", "team-after", "shell"])
 def test_a_front_end_is_given_the_launchs_cpus_and_a_program_with_a_team_keeps_its_binding(tmp_path: Path,
-                                                                                           team: bool):
+                                                                                           order: str):
     """Known answers: the launch's binding puts the program's initial thread, and the threads it
     starts, on the first place's CPU. A program that starts a torch worker before it has run an
     OpenMP team is a front end: its threads are on the launch's whole set once the worker has
-    imported torch (read by the program itself). A program whose team ran first keeps its binding."""
+    imported torch (read by the program itself). A program whose team ran first keeps its binding;
+    one whose team formed after is warned that the team's first thread is not bound; one whose worker
+    a shell started (the worker's parent is not the program) keeps its binding."""
     program = _write(tmp_path, "front.py", FRONT_END)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_"))}
-    result = cpuprof("run", "--threads", "2", "--out", str(out), "--", "python", str(program),
-                     *(["team"] if team else []), timeout=300, env=env)
+    result = cpuprof("run", "--threads", "2", "--out", str(out), "--", "python", str(program), order, timeout=300,
+                     env=env)
     assert result.returncode == 0, result.stderr
+    assert "exit 0" in result.stdout
     everyone = load_processes(out)
     top = next(p for p in everyone if not p.followed)
     launch = top.profile.settings.requested.cpus
     began = next(t for t in top.profile.settings.at_start.threads if t.tid == top.profile.meta.pid)
     assert len(began.affinity) == 1 and set(began.affinity) < set(launch)  # the binding's, at torch's import
     line = next(x for x in result.stdout.splitlines() if x.startswith("main "))
-    expected = launch if not team else began.affinity
+    freed = order in ("front-end", "team-after")
+    expected = launch if freed else began.affinity
     assert line == f"main {expected} thread {expected}", line
-    assert (top.profile.settings.front_end is not None) is not team
-    assert (out / "front_end.json").exists() is not team
+    assert (top.profile.settings.front_end is not None) is freed
+    assert (out / "front_end.json").exists() is freed
+    warned = [w for w in top.profile.settings.warnings if "an OpenMP team formed after its workers started" in w]
+    assert bool(warned) is (order == "team-after"), top.profile.settings.warnings
+    if order == "shell":
+        (worker,) = [p for p in everyone if p.followed]
+        assert len(worker.profile.settings.given_back) == 1  # its own set, from the shell's: nothing of its parent's
 
 
 def test_a_process_named_with_escape_sequences_is_shown_not_obeyed(tmp_path: Path):

@@ -28,6 +28,7 @@ from cpuprof.launch.follow_env import give_back_the_programs_env
 from cpuprof.machine import libraries, openmp
 from cpuprof.machine.topology import Topology, format_cpulist, read_topology
 from cpuprof.model import MemPolicy, Requested
+from cpuprof.model.run_layout import FRONT_END_FILENAME
 
 VENV_IOMP = str(Path(sys.prefix, "lib", "libiomp5.so"))
 
@@ -371,6 +372,7 @@ def test_an_unreadable_launch_account_changes_nothing(said: str) -> None:
 def test_the_boot_side_knows_the_launchs_variables() -> None:
     assert follow_env.LAUNCH_OWNED_VARS == launcher.OWNED_VARS
     assert follow_env.LAUNCH_CPUS_ENV == LAUNCH_CPUS_VAR
+    assert follow_env.FRONT_END_FILENAME == FRONT_END_FILENAME
 
 
 GIVE_BACK = """
@@ -383,9 +385,9 @@ print(json.dumps([given, sorted(os.sched_getaffinity(0)), follow_env.cpus_given_
 """
 
 
-def _give_back(launch: list[int], mine: list[int], parent: str) -> list:
+def _give_back(launch: list[int], mine: list[int], parent: str, env: dict[str, str] | None = None) -> list:
     done = subprocess.run([sys.executable, "-c", GIVE_BACK, json.dumps(launch), json.dumps(mine), parent],
-                          capture_output=True, text=True, timeout=60, check=True)
+                          capture_output=True, text=True, timeout=60, check=True, env=env)
     return json.loads(done.stdout)
 
 
@@ -399,6 +401,24 @@ def test_a_process_started_from_an_openmp_bound_thread_gets_the_launchs_cpu_set_
     assert _give_back(launch, one, "self") == [True, launch, [one, launch]]
     assert _give_back(launch, one, str(os.getpid())) == [False, one, None]  # this pytest: not bound to it
     assert _give_back(launch, launch, "self") == [False, launch, None]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a CPU set smaller than the launch's needs 2 CPUs")
+def test_a_process_started_before_its_parent_was_freed_as_a_front_end_gets_the_launchs_cpu_set_back(
+        tmp_path: Path) -> None:
+    """A sibling started while the program was still bound, booting after another process freed it:
+    the record beside the follow file says the parent was on this CPU set; a record about another
+    process, another set, or not a record, gives nothing back."""
+    launch = sorted(os.sched_getaffinity(0))[:2]
+    one = launch[:1]
+    parent = str(os.getpid())  # this pytest, not bound to `one`: only the record can say it was
+    env = {**os.environ, follow_env.FOLLOW_ENV: str(tmp_path / "follow.json")}
+    record = tmp_path / FRONT_END_FILENAME
+    for said, given in ((dict(pid=os.getpid(), cpus_from=one), True), (dict(pid=os.getpid() + 1, cpus_from=one), False),
+                        (dict(pid=os.getpid(), cpus_from=launch), False), ("not json", False)):
+        record.write_text(json.dumps(said) if isinstance(said, dict) else said)
+        expected = [True, launch, [one, launch]] if given else [False, one, None]
+        assert _give_back(launch, one, parent, env) == expected, said
 
 
 @pytest.mark.parametrize("said", ["not json", "{}", "[0, -1]", "[0, 1.5]", "[true]", '["0"]', "[" * 100_000])

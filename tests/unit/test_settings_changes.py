@@ -9,7 +9,7 @@ from dataclasses import replace
 from tests.profiles import settings
 
 from cpuprof.analysis.decode import changes_since_start, settings_lines
-from cpuprof.model import InForce, MemPolicy, ThreadPlacement, TorchThreads
+from cpuprof.model import FrontEndGivenBack, InForce, MemPolicy, ThreadPlacement, TorchThreads
 
 
 def _state(threads: int, policy: MemPolicy, placements: list[ThreadPlacement], env: dict[str, str]) -> InForce:
@@ -52,3 +52,20 @@ def test_the_settings_section_names_the_changes_and_what_the_program_set():
     (changed,) = [line for line in lines if line.startswith("changed since its import of torch")]
     assert "torch threads 2 → 1" in changed and "memory policy default → bind to node(s) 0" in changed
     assert not any("changed since" in line for line in settings_lines(replace(shown, at_start=None)))
+
+
+def test_the_front_ends_cpus_given_by_cpuprof_are_not_the_programs_change_and_its_own_moves_still_are():
+    """A front end's threads moved by cpuprof from the binding's CPU to the launch's set, and threads
+    started on that set since, are cpuprof's doing; a move of the program's own elsewhere is still
+    named (a mutation that drops every move once a front end was freed fails here)."""
+    front = FrontEndGivenBack(pid=100, by_pid=200, threads=2, cpus_from=[0], cpus_to=[0, 1])
+    began = replace(START, env={}, threads=[ThreadPlacement(100, "python", "R", [0], 0),
+                                            ThreadPlacement(101, "python", "S", [0], 0)])
+    freed = replace(began, threads=[ThreadPlacement(100, "python", "R", [0, 1], 0),
+                                    ThreadPlacement(101, "python", "S", [0, 1], 0),
+                                    ThreadPlacement(102, "ZMQbg", "S", [0, 1], 1)])
+    assert changes_since_start(began, freed, front) == []
+    assert changes_since_start(began, freed) == ["2 threads moved from CPUs 0 to CPUs 0-1",
+                                                 "threads started since and alive at the end: 1 on CPUs 0-1"]
+    own = replace(freed, threads=[*freed.threads[:1], ThreadPlacement(101, "python", "S", [1], 1)])
+    assert changes_since_start(began, own, front) == ["1 thread moved from CPUs 0 to CPUs 1"]

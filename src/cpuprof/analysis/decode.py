@@ -101,7 +101,7 @@ def settings_lines(settings: Settings) -> list[str]:
                      "had without cpuprof, the launch's variables being the program's process's): "
                      + "; ".join(settings.from_program))
     if settings.given_back:
-        lines.append("given back by cpuprof (what it would have had without cpuprof): "
+        lines.append("CPU sets cpuprof gave back, the launch's binding having narrowed them: "
                      + "; ".join(settings.given_back))
     changes = changes_since_start(settings.at_start, force, settings.front_end) if settings.at_start else []
     if changes:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 FOLLOW_ENV = "CPUPROF_FOLLOW"  # names the follow file (followed_run.FollowConfig) a followed process reads
@@ -18,6 +20,7 @@ LAUNCH_CPUS_ENV = "CPUPROF_LAUNCH_CPUS"  # environment.LAUNCH_CPUS_VAR: the laun
 # The launch's variables that bind the program's OpenMP threads, each to one place: the thread that
 # starts a process is then one of them, and the process inherits its one CPU, not the launch's set.
 BINDING_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+FRONT_END_FILENAME = "front_end.json"  # model.run_layout.FRONT_END_FILENAME (this module imports only the stdlib)
 MAX_CPUS = 1 << 16  # more than any machine has: a longer list read back is not the launch's
 
 
@@ -108,7 +111,8 @@ def give_back_the_cpu_set(launch_cpus: list[int], parent: int | None = None) -> 
         return False
     if not set(inherited) < set(launch_cpus):
         return False
-    if _allowed_cpus(os.getppid() if parent is None else parent) != inherited:
+    parent = os.getppid() if parent is None else parent
+    if _allowed_cpus(parent) != inherited and not _freed_from(parent, inherited):
         return False
     try:
         os.sched_setaffinity(0, launch_cpus)
@@ -118,21 +122,21 @@ def give_back_the_cpu_set(launch_cpus: list[int], parent: int | None = None) -> 
     return True
 
 
-def free_the_front_end(parent: int | None = None) -> bool:
+def free_the_front_end(parent: int, before_moving: Callable[[int, list[int], list[int]], None] | None = None) -> bool:
     """The program's process is bound by the launch's OpenMP binding (its initial thread, and every
     thread started from it, on the first place's CPUs) for the OpenMP team it is expected to run. One
     that starts a process importing torch before it has run a team is a front end (vLLM's ``LLM``,
     torchrun): its work is the processes', and bound it shares one CPU with them (vLLM binds its
-    worker to the first CPU too; following vLLM's small model kept 0.67 of bare with the front end
-    bound, 0.85 with --bind none). Called in this process as it imports torch, after
-    give_back_the_cpu_set: its parent's threads still on the CPU set this process inherited get the
-    launch's set, where no thread of the parent is bound elsewhere in the launch's set (its team).
-    A program whose team ran before it started its workers keeps its binding. True when moved."""
+    worker to the first CPU too). Called in a process the program's process (``parent``) started, as
+    it imports torch, after give_back_the_cpu_set: the parent's threads still on the CPU set this
+    process inherited get the launch's set, where no thread of the parent is bound elsewhere in the
+    launch's set (its team). A program whose team ran before it started its workers keeps its
+    binding. ``before_moving(threads, from, to)`` runs once before the first thread is moved (to say
+    so first: a process started meanwhile reads it). True when moved."""
     global front_end_freed
-    if cpus_given_back is None:
+    if cpus_given_back is None or os.getppid() != parent:
         return False
     bound, launch_cpus = cpus_given_back
-    parent = os.getppid() if parent is None else parent
     moved = 0
     for _ in range(3):  # the parent may start threads meanwhile, bound as the thread that starts them
         threads = _thread_cpus(parent)
@@ -143,6 +147,8 @@ def free_the_front_end(parent: int | None = None) -> bool:
         still = [tid for tid, cpus in threads.items() if cpus == bound]
         if not still:
             break
+        if moved == 0 and before_moving is not None:
+            before_moving(len(still), bound, launch_cpus)
         for tid in still:
             try:
                 os.sched_setaffinity(tid, launch_cpus)
@@ -166,6 +172,21 @@ def _thread_cpus(pid: int) -> dict[int, list[int]] | None:
         if cpus is not None:
             threads[tid] = cpus
     return threads
+
+
+def _freed_from(parent: int, inherited: list[int]) -> bool:
+    """Whether ``parent`` is the front end a sibling of this process freed from ``inherited`` (its
+    record, front_end.json beside the follow file, says so): this process was started while it was
+    still bound, and booted after. The record is read back as untrusted input."""
+    follow_file = os.environ.get(FOLLOW_ENV)
+    if not follow_file:
+        return False
+    try:
+        with open(Path(follow_file).parent / FRONT_END_FILENAME, encoding="utf-8") as record:
+            said = json.loads(record.read(1 << 16))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(said, dict) and said.get("pid") == parent and said.get("cpus_from") == inherited
 
 
 def _cpu_list(raw: str | None) -> list[int]:

@@ -65,6 +65,7 @@ class FollowConfig:
     root: str  # the run's output directory; each process saves under processes/<pid>
     window: WindowPlan = field(default_factory=WindowPlan)  # when each process profiles
     kept_probe: RoofProbe | None = None  # as ScriptConfig's: --roofs cached kept the roofs it disagreed with
+    program_pid: int | None = None  # the program's process (a front end is only ever that one)
 
 
 def read_front_end(root: str | os.PathLike[str], pid: int) -> FrontEndGivenBack | None:
@@ -213,16 +214,24 @@ class FollowedRun(ChildRun):
         say(f"cpuprof: following process {self.pid} ({process_role()}): {when}, into {self.out}")
 
     def _free_the_front_end(self) -> None:
-        if not follow_env.free_the_front_end():
+        program = self.config.program_pid
+        if program is None:
             return
-        assert follow_env.front_end_freed is not None and follow_env.cpus_given_back is not None
-        parent, threads, bound = follow_env.front_end_freed
-        said = FrontEndGivenBack(pid=parent, by_pid=self.pid, threads=threads, cpus_from=bound,
-                                 cpus_to=follow_env.cpus_given_back[1])
-        try:
-            write_versioned(Path(self.config.root) / FRONT_END_FILE.filename, FRONT_END_FILE, said)
-        except OSError as exc:  # its threads are moved all the same; only the program's profile will not say so
-            warn(f"the program's process was given the launch's CPU set, but saying so failed: {exc}")
+        record = Path(self.config.root) / FRONT_END_FILE.filename
+
+        said: list[bool] = []
+
+        def say_first(threads: int, bound: list[int], launch: list[int]) -> None:
+            record_of = FrontEndGivenBack(pid=program, by_pid=self.pid, threads=threads, cpus_from=bound,
+                                          cpus_to=launch)
+            try:
+                write_versioned(record, FRONT_END_FILE, record_of)
+                said.append(True)
+            except OSError as exc:  # its threads are moved all the same; only the program's profile will not say so
+                warn(f"the program's process is given the launch's CPU set, but saying so failed: {exc}")
+
+        if not follow_env.free_the_front_end(program, before_moving=say_first) and said:
+            record.unlink(missing_ok=True)  # no thread could be moved after all
 
     def _before_exec(self, program: str) -> None:
         """This process is about to exec ``program``: its final save, now. What it becomes is not

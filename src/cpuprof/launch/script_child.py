@@ -172,7 +172,8 @@ class ScriptRun(ChildRun):
     def follow_config(self) -> FollowConfig:
         c = self.config
         return FollowConfig(profile=c.profile, requested=c.requested, cpu_set=c.cpu_set, topology=c.topology,
-                            root=os.path.abspath(c.out), window=c.window, kept_probe=c.kept_probe)
+                            root=os.path.abspath(c.out), window=c.window, kept_probe=c.kept_probe,
+                            program_pid=self.pid)
 
     # -- signals --------------------------------------------------------------------------------
     def on_signal(self, signum: int, _frame: object) -> None:
@@ -277,12 +278,25 @@ class ScriptRun(ChildRun):
         from .followed_run import read_front_end
 
         freed = read_front_end(self.config.out, self.pid)
-        if freed is not None:
-            self.settings.front_end = freed
-            self.settings.given_back = [
-                f"{freed.threads} thread{'s' if freed.threads != 1 else ''} on CPUs {format_cpulist(freed.cpus_from)} "
-                f"→ the launch's {format_cpulist(freed.cpus_to)}, when it started process {freed.by_pid} before "
-                "running an OpenMP team (a front end, which the launch's binding had put on one CPU)"]
+        if freed is None:
+            return
+        self.settings.front_end = freed
+        self.settings.given_back = [
+            f"{freed.threads} thread{'s' if freed.threads != 1 else ''} on CPUs {format_cpulist(freed.cpus_from)} → "
+            f"the launch's {format_cpulist(freed.cpus_to)}, by process {freed.by_pid} as it imported torch: the "
+            "program's process started it before running an OpenMP team (a front end, which the launch's binding had "
+            "put on one CPU)"]
+        in_force = self.settings.in_force
+        team = [t for t in in_force.threads if set(t.affinity) < set(freed.cpus_to)
+                and t.affinity != freed.cpus_from] if in_force is not None else []
+        if team:
+            # libgomp bound its initial thread once, as it loaded: a team formed since binds its other
+            # threads to their places, and the first, moved off its own, runs wherever it is scheduled.
+            self.settings.warnings.append(
+                f"the program's process was given the launch's CPU set as a front end, then bound {len(team)} "
+                f"thread{'s' if len(team) != 1 else ''} to single places (an OpenMP team formed after its workers "
+                "started): the team's first thread is not bound to its place; --bind none, or a parallel op "
+                "before the workers start, keeps the team's placement whole")
 
     def followed_any(self) -> bool:
         from ..model.run_layout import processes_dir
